@@ -1,0 +1,7 @@
+"""`python -m aiperf` runs the command line."""
+
+import sys
+
+from aiperf.cli import main
+
+sys.exit(main())

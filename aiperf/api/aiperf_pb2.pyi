@@ -1,0 +1,650 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ApiVersion(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    API_VERSION_UNSPECIFIED: _ClassVar[ApiVersion]
+    API_VERSION_1: _ClassVar[ApiVersion]
+
+class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_STATE_UNSPECIFIED: _ClassVar[RunState]
+    RUN_PENDING: _ClassVar[RunState]
+    RUN_RUNNING: _ClassVar[RunState]
+    RUN_STOPPING: _ClassVar[RunState]
+    RUN_FINISHED: _ClassVar[RunState]
+    RUN_ABORTED: _ClassVar[RunState]
+
+class ModelState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODEL_STATE_UNSPECIFIED: _ClassVar[ModelState]
+    MODEL_QUEUED: _ClassVar[ModelState]
+    MODEL_TRAINING: _ClassVar[ModelState]
+    MODEL_DONE: _ClassVar[ModelState]
+    MODEL_FAILED: _ClassVar[ModelState]
+    MODEL_ABANDONED: _ClassVar[ModelState]
+
+class WorkerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WORKER_STATE_UNSPECIFIED: _ClassVar[WorkerState]
+    WORKER_ALIVE: _ClassVar[WorkerState]
+    WORKER_LOST: _ClassVar[WorkerState]
+
+class Profile(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROFILE_UNSPECIFIED: _ClassVar[Profile]
+    PROFILE_OFFICIAL: _ClassVar[Profile]
+    PROFILE_SMOKE: _ClassVar[Profile]
+
+class Precision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRECISION_UNSPECIFIED: _ClassVar[Precision]
+    PRECISION_FP32: _ClassVar[Precision]
+    PRECISION_MIXED_FP16: _ClassVar[Precision]
+    PRECISION_MIXED_BF16: _ClassVar[Precision]
+    PRECISION_FP16: _ClassVar[Precision]
+    PRECISION_BF16: _ClassVar[Precision]
+    PRECISION_FP8: _ClassVar[Precision]
+    PRECISION_INT8: _ClassVar[Precision]
+API_VERSION_UNSPECIFIED: ApiVersion
+API_VERSION_1: ApiVersion
+RUN_STATE_UNSPECIFIED: RunState
+RUN_PENDING: RunState
+RUN_RUNNING: RunState
+RUN_STOPPING: RunState
+RUN_FINISHED: RunState
+RUN_ABORTED: RunState
+MODEL_STATE_UNSPECIFIED: ModelState
+MODEL_QUEUED: ModelState
+MODEL_TRAINING: ModelState
+MODEL_DONE: ModelState
+MODEL_FAILED: ModelState
+MODEL_ABANDONED: ModelState
+WORKER_STATE_UNSPECIFIED: WorkerState
+WORKER_ALIVE: WorkerState
+WORKER_LOST: WorkerState
+PROFILE_UNSPECIFIED: Profile
+PROFILE_OFFICIAL: Profile
+PROFILE_SMOKE: Profile
+PRECISION_UNSPECIFIED: Precision
+PRECISION_FP32: Precision
+PRECISION_MIXED_FP16: Precision
+PRECISION_MIXED_BF16: Precision
+PRECISION_FP16: Precision
+PRECISION_BF16: Precision
+PRECISION_FP8: Precision
+PRECISION_INT8: Precision
+
+class Limits(_message.Message):
+    __slots__ = ("max_models", "max_rounds_per_worker", "max_epochs_per_round")
+    MAX_MODELS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ROUNDS_PER_WORKER_FIELD_NUMBER: _ClassVar[int]
+    MAX_EPOCHS_PER_ROUND_FIELD_NUMBER: _ClassVar[int]
+    max_models: int
+    max_rounds_per_worker: int
+    max_epochs_per_round: int
+    def __init__(self, max_models: _Optional[int] = ..., max_rounds_per_worker: _Optional[int] = ..., max_epochs_per_round: _Optional[int] = ...) -> None: ...
+
+class RunConfig(_message.Message):
+    __slots__ = ("run_id", "profile", "seed", "duration_s", "precision", "limits", "warmup_rounds", "min_running_time_s", "report_interval_s", "resource_interval_s", "min_workers")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    WARMUP_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    MIN_RUNNING_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    REPORT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    MIN_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    run_id: int
+    profile: Profile
+    seed: int
+    duration_s: float
+    precision: Precision
+    limits: Limits
+    warmup_rounds: int
+    min_running_time_s: float
+    report_interval_s: float
+    resource_interval_s: float
+    min_workers: int
+    def __init__(self, run_id: _Optional[int] = ..., profile: _Optional[_Union[Profile, str]] = ..., seed: _Optional[int] = ..., duration_s: _Optional[float] = ..., precision: _Optional[_Union[Precision, str]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., warmup_rounds: _Optional[int] = ..., min_running_time_s: _Optional[float] = ..., report_interval_s: _Optional[float] = ..., resource_interval_s: _Optional[float] = ..., min_workers: _Optional[int] = ...) -> None: ...
+
+class RunInfo(_message.Message):
+    __slots__ = ("config", "state", "created_at", "started_at", "deadline", "stopped_at", "finished_at", "stop_reason")
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    STOPPED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    config: RunConfig
+    state: RunState
+    created_at: float
+    started_at: float
+    deadline: float
+    stopped_at: float
+    finished_at: float
+    stop_reason: str
+    def __init__(self, config: _Optional[_Union[RunConfig, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., created_at: _Optional[float] = ..., started_at: _Optional[float] = ..., deadline: _Optional[float] = ..., stopped_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., stop_reason: _Optional[str] = ...) -> None: ...
+
+class Hyperparameters(_message.Message):
+    __slots__ = ("batch_size", "kernel_size")
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    batch_size: int
+    kernel_size: int
+    def __init__(self, batch_size: _Optional[int] = ..., kernel_size: _Optional[int] = ...) -> None: ...
+
+class Accelerator(_message.Message):
+    __slots__ = ("model", "memory_bytes", "peak_flops")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PEAK_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    memory_bytes: int
+    peak_flops: float
+    def __init__(self, model: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., peak_flops: _Optional[float] = ...) -> None: ...
+
+class SoftwareVersion(_message.Message):
+    __slots__ = ("name", "version")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class WorkerInfo(_message.Message):
+    __slots__ = ("worker_id", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "state", "registered_at", "last_heartbeat")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    ACCELERATORS_FIELD_NUMBER: _ClassVar[int]
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SOFTWARE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    name: str
+    host: str
+    accelerators: _containers.RepeatedCompositeFieldContainer[Accelerator]
+    cpus: int
+    memory_bytes: int
+    software: _containers.RepeatedCompositeFieldContainer[SoftwareVersion]
+    state: WorkerState
+    registered_at: float
+    last_heartbeat: float
+    def __init__(self, worker_id: _Optional[int] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., state: _Optional[_Union[WorkerState, str]] = ..., registered_at: _Optional[float] = ..., last_heartbeat: _Optional[float] = ...) -> None: ...
+
+class Model(_message.Message):
+    __slots__ = ("model_id", "run_id", "parent_id", "worker_id", "round", "graph_json", "graph_hash", "hyperparameters", "state", "best_accuracy", "predicted_accuracy", "has_accuracy", "created_at", "finished_at", "reason", "flops_per_train_image", "flops_per_eval_image", "images_trained", "images_validated", "epochs")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_JSON_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_HASH_FIELD_NUMBER: _ClassVar[int]
+    HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    BEST_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    HAS_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_PER_TRAIN_IMAGE_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_PER_EVAL_IMAGE_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_TRAINED_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_VALIDATED_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    model_id: int
+    run_id: int
+    parent_id: int
+    worker_id: int
+    round: int
+    graph_json: str
+    graph_hash: str
+    hyperparameters: Hyperparameters
+    state: ModelState
+    best_accuracy: float
+    predicted_accuracy: float
+    has_accuracy: bool
+    created_at: float
+    finished_at: float
+    reason: str
+    flops_per_train_image: int
+    flops_per_eval_image: int
+    images_trained: int
+    images_validated: int
+    epochs: int
+    def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., parent_id: _Optional[int] = ..., worker_id: _Optional[int] = ..., round: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., created_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., reason: _Optional[str] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., epochs: _Optional[int] = ...) -> None: ...
+
+class RegisterRequest(_message.Message):
+    __slots__ = ("api_version", "name", "host", "accelerators", "cpus", "memory_bytes", "software")
+    API_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    ACCELERATORS_FIELD_NUMBER: _ClassVar[int]
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SOFTWARE_FIELD_NUMBER: _ClassVar[int]
+    api_version: ApiVersion
+    name: str
+    host: str
+    accelerators: _containers.RepeatedCompositeFieldContainer[Accelerator]
+    cpus: int
+    memory_bytes: int
+    software: _containers.RepeatedCompositeFieldContainer[SoftwareVersion]
+    def __init__(self, api_version: _Optional[_Union[ApiVersion, str]] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ...) -> None: ...
+
+class RegisterResponse(_message.Message):
+    __slots__ = ("worker_id", "heartbeat_interval_s", "has_run", "run", "master_time", "api_version", "abandoned_model_ids")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    HAS_RUN_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    MASTER_TIME_FIELD_NUMBER: _ClassVar[int]
+    API_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ABANDONED_MODEL_IDS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    heartbeat_interval_s: float
+    has_run: bool
+    run: RunInfo
+    master_time: float
+    api_version: ApiVersion
+    abandoned_model_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, worker_id: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., has_run: _Optional[bool] = ..., run: _Optional[_Union[RunInfo, _Mapping]] = ..., master_time: _Optional[float] = ..., api_version: _Optional[_Union[ApiVersion, str]] = ..., abandoned_model_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("worker_id", "model_id")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    model_id: int
+    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("has_run", "run", "master_time", "heartbeat_interval_s", "worker_state")
+    HAS_RUN_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    MASTER_TIME_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    WORKER_STATE_FIELD_NUMBER: _ClassVar[int]
+    has_run: bool
+    run: RunInfo
+    master_time: float
+    heartbeat_interval_s: float
+    worker_state: WorkerState
+    def __init__(self, has_run: _Optional[bool] = ..., run: _Optional[_Union[RunInfo, _Mapping]] = ..., master_time: _Optional[float] = ..., heartbeat_interval_s: _Optional[float] = ..., worker_state: _Optional[_Union[WorkerState, str]] = ...) -> None: ...
+
+class GetHistoryRequest(_message.Message):
+    __slots__ = ("worker_id", "run_id", "since_model_id", "limit")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    run_id: int
+    since_model_id: int
+    limit: int
+    def __init__(self, worker_id: _Optional[int] = ..., run_id: _Optional[int] = ..., since_model_id: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class GetHistoryResponse(_message.Message):
+    __slots__ = ("run_id", "models", "ranked_model_ids")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    RANKED_MODEL_IDS_FIELD_NUMBER: _ClassVar[int]
+    run_id: int
+    models: _containers.RepeatedCompositeFieldContainer[Model]
+    ranked_model_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, run_id: _Optional[int] = ..., models: _Optional[_Iterable[_Union[Model, _Mapping]]] = ..., ranked_model_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class SubmitModelRequest(_message.Message):
+    __slots__ = ("worker_id", "run_id", "graph_json", "graph_hash", "parent_id", "round", "hyperparameters", "queue")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_JSON_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_HASH_FIELD_NUMBER: _ClassVar[int]
+    PARENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    run_id: int
+    graph_json: str
+    graph_hash: str
+    parent_id: int
+    round: int
+    hyperparameters: Hyperparameters
+    queue: bool
+    def __init__(self, worker_id: _Optional[int] = ..., run_id: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., parent_id: _Optional[int] = ..., round: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., queue: _Optional[bool] = ...) -> None: ...
+
+class SubmitModelResponse(_message.Message):
+    __slots__ = ("model_id", "state", "flops_per_train_image", "flops_per_eval_image")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_PER_TRAIN_IMAGE_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_PER_EVAL_IMAGE_FIELD_NUMBER: _ClassVar[int]
+    model_id: int
+    state: ModelState
+    flops_per_train_image: int
+    flops_per_eval_image: int
+    def __init__(self, model_id: _Optional[int] = ..., state: _Optional[_Union[ModelState, str]] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ...) -> None: ...
+
+class GetHyperparameterHistoryRequest(_message.Message):
+    __slots__ = ("worker_id", "run_id")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    run_id: int
+    def __init__(self, worker_id: _Optional[int] = ..., run_id: _Optional[int] = ...) -> None: ...
+
+class HyperparameterObservation(_message.Message):
+    __slots__ = ("model_id", "round", "worker_id", "hyperparameters", "accuracy")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    model_id: int
+    round: int
+    worker_id: int
+    hyperparameters: Hyperparameters
+    accuracy: float
+    def __init__(self, model_id: _Optional[int] = ..., round: _Optional[int] = ..., worker_id: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., accuracy: _Optional[float] = ...) -> None: ...
+
+class GetHyperparameterHistoryResponse(_message.Message):
+    __slots__ = ("run_id", "observations")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    run_id: int
+    observations: _containers.RepeatedCompositeFieldContainer[HyperparameterObservation]
+    def __init__(self, run_id: _Optional[int] = ..., observations: _Optional[_Iterable[_Union[HyperparameterObservation, _Mapping]]] = ...) -> None: ...
+
+class ProgressReport(_message.Message):
+    __slots__ = ("worker_id", "model_id", "seq", "images_trained", "images_validated", "has_accuracy", "val_accuracy", "epoch", "worker_flops")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_TRAINED_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_VALIDATED_FIELD_NUMBER: _ClassVar[int]
+    HAS_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    VAL_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    model_id: int
+    seq: int
+    images_trained: int
+    images_validated: int
+    has_accuracy: bool
+    val_accuracy: float
+    epoch: int
+    worker_flops: int
+    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., seq: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., has_accuracy: _Optional[bool] = ..., val_accuracy: _Optional[float] = ..., epoch: _Optional[int] = ..., worker_flops: _Optional[int] = ...) -> None: ...
+
+class ProgressAck(_message.Message):
+    __slots__ = ("model_id", "seq", "duplicate", "master_flops", "flops_mismatch", "run_state", "model_state")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    MASTER_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_MISMATCH_FIELD_NUMBER: _ClassVar[int]
+    RUN_STATE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_STATE_FIELD_NUMBER: _ClassVar[int]
+    model_id: int
+    seq: int
+    duplicate: bool
+    master_flops: int
+    flops_mismatch: bool
+    run_state: RunState
+    model_state: ModelState
+    def __init__(self, model_id: _Optional[int] = ..., seq: _Optional[int] = ..., duplicate: _Optional[bool] = ..., master_flops: _Optional[int] = ..., flops_mismatch: _Optional[bool] = ..., run_state: _Optional[_Union[RunState, str]] = ..., model_state: _Optional[_Union[ModelState, str]] = ...) -> None: ...
+
+class ProgressSummary(_message.Message):
+    __slots__ = ("acks",)
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[ProgressAck]
+    def __init__(self, acks: _Optional[_Iterable[_Union[ProgressAck, _Mapping]]] = ...) -> None: ...
+
+class FinishModelRequest(_message.Message):
+    __slots__ = ("worker_id", "model_id", "state", "reason", "best_accuracy", "predicted_accuracy", "has_accuracy")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    BEST_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    HAS_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    model_id: int
+    state: ModelState
+    reason: str
+    best_accuracy: float
+    predicted_accuracy: float
+    has_accuracy: bool
+    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., state: _Optional[_Union[ModelState, str]] = ..., reason: _Optional[str] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ...) -> None: ...
+
+class FinishModelResponse(_message.Message):
+    __slots__ = ("model", "run_state")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    RUN_STATE_FIELD_NUMBER: _ClassVar[int]
+    model: Model
+    run_state: RunState
+    def __init__(self, model: _Optional[_Union[Model, _Mapping]] = ..., run_state: _Optional[_Union[RunState, str]] = ...) -> None: ...
+
+class ResourceSample(_message.Message):
+    __slots__ = ("age_s", "accelerator_index", "accelerator_util", "accelerator_memory_used", "cpu_util", "memory_used")
+    AGE_S_FIELD_NUMBER: _ClassVar[int]
+    ACCELERATOR_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ACCELERATOR_UTIL_FIELD_NUMBER: _ClassVar[int]
+    ACCELERATOR_MEMORY_USED_FIELD_NUMBER: _ClassVar[int]
+    CPU_UTIL_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_FIELD_NUMBER: _ClassVar[int]
+    age_s: float
+    accelerator_index: int
+    accelerator_util: float
+    accelerator_memory_used: int
+    cpu_util: float
+    memory_used: int
+    def __init__(self, age_s: _Optional[float] = ..., accelerator_index: _Optional[int] = ..., accelerator_util: _Optional[float] = ..., accelerator_memory_used: _Optional[int] = ..., cpu_util: _Optional[float] = ..., memory_used: _Optional[int] = ...) -> None: ...
+
+class SendResourceSamplesRequest(_message.Message):
+    __slots__ = ("worker_id", "samples")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    worker_id: int
+    samples: _containers.RepeatedCompositeFieldContainer[ResourceSample]
+    def __init__(self, worker_id: _Optional[int] = ..., samples: _Optional[_Iterable[_Union[ResourceSample, _Mapping]]] = ...) -> None: ...
+
+class SendResourceSamplesResponse(_message.Message):
+    __slots__ = ("stored",)
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    stored: int
+    def __init__(self, stored: _Optional[int] = ...) -> None: ...
+
+class StartRunRequest(_message.Message):
+    __slots__ = ("duration_s", "profile", "seed", "limits", "precision", "warmup_rounds", "min_workers", "allow_concurrent", "report_interval_s", "resource_interval_s")
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
+    WARMUP_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    MIN_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
+    REPORT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    duration_s: float
+    profile: Profile
+    seed: int
+    limits: Limits
+    precision: Precision
+    warmup_rounds: int
+    min_workers: int
+    allow_concurrent: bool
+    report_interval_s: float
+    resource_interval_s: float
+    def __init__(self, duration_s: _Optional[float] = ..., profile: _Optional[_Union[Profile, str]] = ..., seed: _Optional[int] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., precision: _Optional[_Union[Precision, str]] = ..., warmup_rounds: _Optional[int] = ..., min_workers: _Optional[int] = ..., allow_concurrent: _Optional[bool] = ..., report_interval_s: _Optional[float] = ..., resource_interval_s: _Optional[float] = ...) -> None: ...
+
+class StartRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: RunInfo
+    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ...) -> None: ...
+
+class StopRunRequest(_message.Message):
+    __slots__ = ("run_id", "abort", "reason")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ABORT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    run_id: int
+    abort: bool
+    reason: str
+    def __init__(self, run_id: _Optional[int] = ..., abort: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class StopRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: RunInfo
+    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ...) -> None: ...
+
+class GetRunStatusRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: int
+    def __init__(self, run_id: _Optional[int] = ...) -> None: ...
+
+class ModelCount(_message.Message):
+    __slots__ = ("state", "count")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    state: ModelState
+    count: int
+    def __init__(self, state: _Optional[_Union[ModelState, str]] = ..., count: _Optional[int] = ...) -> None: ...
+
+class RunStatus(_message.Message):
+    __slots__ = ("run", "master_time", "elapsed_s", "workers_alive", "workers_joined", "models", "api_version")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    MASTER_TIME_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_ALIVE_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_JOINED_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    API_VERSION_FIELD_NUMBER: _ClassVar[int]
+    run: RunInfo
+    master_time: float
+    elapsed_s: float
+    workers_alive: int
+    workers_joined: int
+    models: _containers.RepeatedCompositeFieldContainer[ModelCount]
+    api_version: ApiVersion
+    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., master_time: _Optional[float] = ..., elapsed_s: _Optional[float] = ..., workers_alive: _Optional[int] = ..., workers_joined: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelCount, _Mapping]]] = ..., api_version: _Optional[_Union[ApiVersion, str]] = ...) -> None: ...
+
+class GetScoreboardRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: int
+    def __init__(self, run_id: _Optional[int] = ...) -> None: ...
+
+class Scoreboard(_message.Message):
+    __slots__ = ("run", "elapsed_s", "flops", "score", "provisional", "regulated_score", "valid_flops", "error", "best_accuracy", "target_accuracy", "valid", "invalid_reason", "official", "efficiency", "peak_flops", "total_ops", "worker_ops", "flops_mismatch_reports", "reports", "workers", "workers_alive", "accelerators", "models", "models_done", "best_model_id", "inventory", "master_software", "min_running_time_s", "score_time_s", "images_trained", "images_validated")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    PROVISIONAL_FIELD_NUMBER: _ClassVar[int]
+    REGULATED_SCORE_FIELD_NUMBER: _ClassVar[int]
+    VALID_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    BEST_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    VALID_FIELD_NUMBER: _ClassVar[int]
+    INVALID_REASON_FIELD_NUMBER: _ClassVar[int]
+    OFFICIAL_FIELD_NUMBER: _ClassVar[int]
+    EFFICIENCY_FIELD_NUMBER: _ClassVar[int]
+    PEAK_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_OPS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_OPS_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_MISMATCH_REPORTS_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_ALIVE_FIELD_NUMBER: _ClassVar[int]
+    ACCELERATORS_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    MODELS_DONE_FIELD_NUMBER: _ClassVar[int]
+    BEST_MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    INVENTORY_FIELD_NUMBER: _ClassVar[int]
+    MASTER_SOFTWARE_FIELD_NUMBER: _ClassVar[int]
+    MIN_RUNNING_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    SCORE_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_TRAINED_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_VALIDATED_FIELD_NUMBER: _ClassVar[int]
+    run: RunInfo
+    elapsed_s: float
+    flops: float
+    score: float
+    provisional: bool
+    regulated_score: float
+    valid_flops: float
+    error: float
+    best_accuracy: float
+    target_accuracy: float
+    valid: bool
+    invalid_reason: str
+    official: bool
+    efficiency: float
+    peak_flops: float
+    total_ops: float
+    worker_ops: float
+    flops_mismatch_reports: int
+    reports: int
+    workers: int
+    workers_alive: int
+    accelerators: int
+    models: _containers.RepeatedCompositeFieldContainer[ModelCount]
+    models_done: int
+    best_model_id: int
+    inventory: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
+    master_software: _containers.RepeatedCompositeFieldContainer[SoftwareVersion]
+    min_running_time_s: float
+    score_time_s: float
+    images_trained: int
+    images_validated: int
+    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., flops: _Optional[float] = ..., score: _Optional[float] = ..., provisional: _Optional[bool] = ..., regulated_score: _Optional[float] = ..., valid_flops: _Optional[float] = ..., error: _Optional[float] = ..., best_accuracy: _Optional[float] = ..., target_accuracy: _Optional[float] = ..., valid: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., official: _Optional[bool] = ..., efficiency: _Optional[float] = ..., peak_flops: _Optional[float] = ..., total_ops: _Optional[float] = ..., worker_ops: _Optional[float] = ..., flops_mismatch_reports: _Optional[int] = ..., reports: _Optional[int] = ..., workers: _Optional[int] = ..., workers_alive: _Optional[int] = ..., accelerators: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelCount, _Mapping]]] = ..., models_done: _Optional[int] = ..., best_model_id: _Optional[int] = ..., inventory: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., master_software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., min_running_time_s: _Optional[float] = ..., score_time_s: _Optional[float] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ...) -> None: ...
+
+class ListModelsRequest(_message.Message):
+    __slots__ = ("run_id", "state", "limit", "offset", "include_graph")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_GRAPH_FIELD_NUMBER: _ClassVar[int]
+    run_id: int
+    state: ModelState
+    limit: int
+    offset: int
+    include_graph: bool
+    def __init__(self, run_id: _Optional[int] = ..., state: _Optional[_Union[ModelState, str]] = ..., limit: _Optional[int] = ..., offset: _Optional[int] = ..., include_graph: _Optional[bool] = ...) -> None: ...
+
+class ListModelsResponse(_message.Message):
+    __slots__ = ("run_id", "models", "total")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    run_id: int
+    models: _containers.RepeatedCompositeFieldContainer[Model]
+    total: int
+    def __init__(self, run_id: _Optional[int] = ..., models: _Optional[_Iterable[_Union[Model, _Mapping]]] = ..., total: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,47 @@
+"""Lower-case names of the API's enums, as the CLI, the store and JSON use them."""
+
+from __future__ import annotations
+
+from aiperf.api import aiperf_pb2 as pb
+
+API_VERSION: int = pb.API_VERSION_1
+
+RUN_STATES: dict[int, str] = {
+    pb.RUN_PENDING: "pending",
+    pb.RUN_RUNNING: "running",
+    pb.RUN_STOPPING: "stopping",
+    pb.RUN_FINISHED: "finished",
+    pb.RUN_ABORTED: "aborted",
+}
+MODEL_STATES: dict[int, str] = {
+    pb.MODEL_QUEUED: "queued",
+    pb.MODEL_TRAINING: "training",
+    pb.MODEL_DONE: "done",
+    pb.MODEL_FAILED: "failed",
+    pb.MODEL_ABANDONED: "abandoned",
+}
+WORKER_STATES: dict[int, str] = {pb.WORKER_ALIVE: "alive", pb.WORKER_LOST: "lost"}
+PROFILES: dict[int, str] = {pb.PROFILE_OFFICIAL: "official", pb.PROFILE_SMOKE: "smoke"}
+PRECISIONS: dict[int, str] = {
+    pb.PRECISION_FP32: "fp32",
+    pb.PRECISION_MIXED_FP16: "mixed_fp16",
+    pb.PRECISION_MIXED_BF16: "mixed_bf16",
+    pb.PRECISION_FP16: "fp16",
+    pb.PRECISION_BF16: "bf16",
+    pb.PRECISION_FP8: "fp8",
+    pb.PRECISION_INT8: "int8",
+}
+
+
+def _inverse(d: dict[int, str]) -> dict[str, int]:
+    return {v: k for k, v in d.items()}
+
+
+RUN_STATE_VALUES = _inverse(RUN_STATES)
+MODEL_STATE_VALUES = _inverse(MODEL_STATES)
+WORKER_STATE_VALUES = _inverse(WORKER_STATES)
+PROFILE_VALUES = _inverse(PROFILES)
+PRECISION_VALUES = _inverse(PRECISIONS)
+
+ACTIVE_RUN_STATES = frozenset({"pending", "running", "stopping"})
+OPEN_MODEL_STATES = frozenset({"queued", "training"})

@@ -1,0 +1,119 @@
+"""`aiperf graph ...`: inspect the architectures the search finds."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from typing import Optional
+
+import typer
+
+from aiperf.cli import fail
+from aiperf.flops import KINDS, count_flops
+from aiperf.graph import Graph, GraphError
+
+graph_app = typer.Typer(help="Build, inspect, count and morph architecture graphs.",
+                        no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(graph_app, name="graph")
+
+
+def read_graph(source: str) -> Graph:
+    """Load a graph from a file path or '-' (stdin); bad input -> one-line error, exit 2."""
+    try:
+        text = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()
+    except FileNotFoundError:
+        fail(f"no such file: {source}")
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        fail(f"cannot read {source}: {exc}")
+    try:
+        return Graph.from_json(text)
+    except GraphError as exc:
+        fail(f"{'stdin' if source == '-' else source}: {exc}")
+
+
+@graph_app.command("resnet50")
+def resnet50_cmd(
+    input_size: int = typer.Option(224, help="Input height and width."),
+    channels: int = typer.Option(3, help="Input channels."),
+    classes: int = typer.Option(1000, help="Number of classes."),
+    width: float = typer.Option(1.0, help="Width multiplier for every conv."),
+) -> None:
+    """Print ResNet-50 v1 (Keras layout) as canonical JSON."""
+    from aiperf.resnet import resnet50
+
+    try:
+        graph = resnet50(input_size=input_size, channels=channels, classes=classes, width=width)
+    except (ValueError, GraphError) as exc:
+        fail(str(exc))
+    print(graph.to_json())
+
+
+@graph_app.command("show")
+def show_cmd(source: str = typer.Argument(..., metavar="FILE|-")) -> None:
+    """Print a readable summary: layers by type, depth, parameters, FLOPs per image."""
+    graph = read_graph(source)
+    fc = count_flops(graph)
+    types = Counter(layer.type for layer in graph.layers)
+    h, w, c = graph.input_shape
+    print(f"name:        {graph.meta.get('name', '-')}")
+    print(f"hash:        {graph.hash()}")
+    if graph.meta.get("parent"):
+        print(f"parent:      {graph.meta['parent']}")
+    for op in graph.meta.get("operations", []):
+        print(f"  operation: {op}")
+    print(f"input:       {h}x{w}x{c}, {graph.num_classes} classes")
+    print(f"layers:      {len(graph.layers)} ({', '.join(f'{t} {n}' for t, n in sorted(types.items()))})")
+    print(f"depth:       {graph.depth()} weighted layers")
+    print(f"parameters:  {graph.num_params():,}")
+    print(f"FLOPs/image: forward {fc.forward['total']:.3e}, backward {fc.backward['total']:.3e}, "
+          f"train {fc.train:.3e}, eval {fc.eval:.3e}")
+
+
+@graph_app.command("flops")
+def flops_cmd(
+    source: str = typer.Argument(..., metavar="FILE|-"),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Print FLOP counts per image (SPEC section 6)."""
+    graph = read_graph(source)
+    fc = count_flops(graph)
+    if as_json:
+        print(json.dumps({"params": graph.num_params(), "per_image": fc.to_dict()}))
+        return
+    print(f"{'kind':<10} {'forward':>12} {'backward':>12}")
+    for kind in (*KINDS, "total"):
+        print(f"{kind:<10} {fc.forward[kind]:>12.3e} {fc.backward[kind]:>12.3e}")
+    print(f"train (forward+backward) per image: {fc.train:.3e}")
+    print(f"eval (forward) per image:           {fc.eval:.3e}")
+    print(f"parameters: {graph.num_params():,}")
+
+
+@graph_app.command("morph")
+def morph_cmd(
+    source: str = typer.Argument(..., metavar="FILE|-"),
+    seed: int = typer.Option(..., help="Random seed: the same arguments give the same child."),
+    steps: int = typer.Option(1, help="Number of random morphism operations."),
+    kernel_size: int = typer.Option(3, help="Kernel size of inserted convolutions (3, 5 or 7)."),
+    max_layers: Optional[int] = typer.Option(None, help="Refuse children with more layers."),
+    max_params: Optional[int] = typer.Option(None, help="Refuse children with more parameters."),
+) -> None:
+    """Print the child after STEPS random morphism operations."""
+    from aiperf.morphism import Limits, MorphismError, random_morph
+
+    if steps < 1:
+        fail(f"--steps must be at least 1, got {steps}")
+    if kernel_size not in (3, 5, 7):
+        fail(f"--kernel-size must be 3, 5 or 7, got {kernel_size}")
+    graph = read_graph(source)
+    defaults = Limits()
+    limits = Limits(max_layers=max_layers or defaults.max_layers,
+                    max_params=max_params or defaults.max_params)
+    try:
+        child = random_morph(graph, seed=seed, steps=steps, kernel_size=kernel_size, limits=limits)
+    except (MorphismError, GraphError) as exc:
+        fail(str(exc))
+    print(child.to_json())

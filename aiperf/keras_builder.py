@@ -1,0 +1,99 @@
+"""Graph -> keras.Model (Keras 3 on TensorFlow).
+
+TensorFlow is imported inside the functions so that importing `aiperf` stays
+light (the master never needs it). Keras layer names are the graph's layer
+ids, so weights can be mapped back to the graph (weight transfer).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiperf.graph import INPUT, Graph, with_inserted_kernel
+
+if TYPE_CHECKING:  # pragma: no cover
+    import keras
+
+# keras.applications.ResNet50 uses this epsilon; matching it keeps our graph
+# numerically interchangeable with the reference model.
+BN_EPSILON = 1.001e-5
+
+
+def build_model(graph: Graph, kernel_size: int | None = None, seed: int | None = None) -> "keras.Model":
+    """Build an untrained model (He-normal init) computing `graph`.
+
+    `kernel_size` is the hyperparameter for convs inserted by morphism; it is
+    applied to the graph first so the network and the FLOP count agree.
+    The softmax runs in float32 so mixed precision keeps a stable loss.
+    """
+    import keras
+
+    graph = with_inserted_kernel(graph, kernel_size)
+    L = keras.layers
+    tensors: dict[str, Any] = {INPUT: keras.Input(shape=graph.input_shape, name=INPUT)}
+    for n, layer in enumerate(graph.layers):
+        ins = [tensors[i] for i in layer.inputs]
+        init = keras.initializers.HeNormal(seed=None if seed is None else seed + n)
+        t = layer.type
+        if t == "conv":
+            out = L.Conv2D(layer.filters, layer.kernel, strides=layer.stride, padding=layer.padding,
+                           use_bias=layer.use_bias, kernel_initializer=init, name=layer.id)(ins[0])
+        elif t == "batchnorm":
+            out = L.BatchNormalization(axis=-1, epsilon=BN_EPSILON, name=layer.id)(ins[0])
+        elif t == "relu":
+            out = L.Activation("relu", name=layer.id)(ins[0])
+        elif t == "add":
+            out = L.Add(name=layer.id)(ins)
+        elif t == "maxpool":
+            out = L.MaxPooling2D(layer.kernel, strides=layer.stride, padding=layer.padding,
+                                 name=layer.id)(ins[0])
+        elif t == "avgpool":
+            out = L.GlobalAveragePooling2D(name=layer.id)(ins[0])
+        elif t == "dense":
+            out = L.Dense(layer.units, kernel_initializer=init, name=layer.id)(ins[0])
+        elif t == "softmax":
+            out = L.Activation("softmax", dtype="float32", name=layer.id)(ins[0])
+        else:  # pragma: no cover - Graph rejects unknown types
+            raise ValueError(f"unknown layer type {t!r}")
+        tensors[layer.id] = out
+    name = str(graph.meta.get("name") or "aiperf_model")
+    return keras.Model(tensors[INPUT], tensors[graph.output.id], name=_safe_name(name))
+
+
+def profiler_flops(model: "keras.Model", batch: int = 1) -> dict[str, int]:
+    """Independent forward FLOP count by TensorFlow's profiler, per op type.
+
+    The model is traced for one batch, its variables frozen to constants and
+    the graph profiled with `float_operation`; used to cross-check our counter.
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    spec = tf.TensorSpec([batch, *model.input_shape[1:]], tf.float32)
+    concrete = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec)
+    graph_def = convert_variables_to_constants_v2(concrete).graph.as_graph_def()
+    op_of = {node.name: node.op for node in graph_def.node}
+    with tf.Graph().as_default() as g:
+        tf.compat.v1.import_graph_def(graph_def, name="")
+        opts = (tf.compat.v1.profiler.ProfileOptionBuilder(
+            tf.compat.v1.profiler.ProfileOptionBuilder.float_operation())
+            .with_empty_output().build())
+        # The per-node ("graph") view, summed by op type here: the profiler's
+        # own "op" view mis-attributes some nodes.
+        root = tf.compat.v1.profiler.profile(graph=g, run_meta=tf.compat.v1.RunMetadata(),
+                                             cmd="graph", options=opts)
+    totals: dict[str, int] = {}
+    stack = list(root.children)
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.float_ops and node.name in op_of:
+            op = op_of[node.name]
+            totals[op] = totals.get(op, 0) + int(node.float_ops)
+    return totals
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "_-" else "_" for c in name)

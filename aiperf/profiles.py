@@ -1,0 +1,193 @@
+"""Run profiles (SPEC section 3) as pure data.
+
+A profile fixes everything a worker needs to train a round the same way on
+every node: the dataset and its input shape, the width of the starting
+ResNet-50, epochs per round, early-stopping patience, the warm-up length, the
+default hyperparameters and the space TPE searches, plus the scoring rules
+(minimum running time, maximum error, target accuracy). `official` is the
+benchmark; `smoke` is the quick look on a laptop or CI (always unofficial).
+
+Smoke profile, tuned by measurement on a 2-core CPU machine
+(benchmarks/smoke_round_bench.py): ResNet-50 at width 0.125 (387k parameters)
+on the 32×32 digits (1,437 training, 360 validation images). A round costs
+~8-10 s of graph tracing plus ~2-3 s per epoch on an idle machine, so rounds of
+2, 3, then 4 epochs take ~15-25 s. Batch 32 with learning rate 0.05 learns
+fastest per epoch among the settings measured (64/0.1, 64/0.05, 32/0.1,
+32/0.05): ~0.7 validation accuracy after 2 epochs and ~0.85 after 3 (64/0.1:
+~0.2 and ~0.7) at about the same time per round, so warm-up rankings mean
+something and error under 30% is reached from round 2. It also sets the
+batch-norm moving-average momentum to 0.9 (Keras default 0.99): with only
+~100-200 steps per round the 0.99 averages stay near their initial values and
+validation accuracy sits at chance while training accuracy is 0.8. The
+official profile keeps lr 0.1 and Keras's batch-norm defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping
+
+from aiperf.graph import Graph
+from aiperf.resnet import resnet50
+
+DATASET_KINDS = ("imagenet-tfrecord", "imagenet-folder", "cifar10", "digits")
+
+# Batch size 448 was set for a V100 with 32 GiB (SPEC section 3); scale with memory.
+REFERENCE_MEMORY_BYTES = 32 * 2**30
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The rules of one kind of run. Immutable; use `dataclasses.replace` to vary."""
+
+    name: str
+    official: bool
+    input_size: int                       # square images, input_size × input_size
+    channels: int
+    num_classes: int
+    width: float                          # ResNet-50 width multiplier of the initial graph
+    dataset: str                          # default dataset kind, one of DATASET_KINDS
+    epochs_per_round: tuple[int, ...]     # round r uses entry r-1; the last repeats
+    patience_base: int = 6                # early stopping: min(base + step*r, max)
+    patience_step: int = 2
+    patience_max: int = 20
+    warmup_rounds: int = 5                # rounds 1..warmup_rounds use the defaults, no TPE
+    batch_size: int = 448                 # default per accelerator
+    batch_sizes: tuple[int, ...] = (64, 128, 192, 256, 320, 384, 448)  # TPE's choices, per accelerator
+    kernel_sizes: tuple[int, ...] = (3, 5, 7)
+    kernel_size: int = 3                  # default for convs inserted by morphism
+    learning_rate: float = 0.1            # initial; linear decay to 0 over the round
+    momentum: float = 0.9                 # SGD
+    bn_momentum: float | None = None      # None: Keras default (0.99)
+    min_duration_s: float = 3600.0        # a run may not be started shorter than this
+    min_running_time_s: float = 3600.0
+    max_error: float = 0.30
+    target_accuracy: float = 0.70         # valid FLOPS = FLOPS·(acc/target)^5
+
+    def __post_init__(self) -> None:
+        if self.dataset not in DATASET_KINDS:
+            raise ValueError(f"profile {self.name!r}: unknown dataset kind {self.dataset!r}")
+        if not self.epochs_per_round or min(self.epochs_per_round) < 1:
+            raise ValueError(f"profile {self.name!r}: epochs_per_round must be positive")
+        if self.batch_size not in self.batch_sizes:
+            raise ValueError(f"profile {self.name!r}: default batch size {self.batch_size} "
+                             f"is not among {self.batch_sizes}")
+        if self.kernel_size not in self.kernel_sizes:
+            raise ValueError(f"profile {self.name!r}: default kernel size {self.kernel_size} "
+                             f"is not among {self.kernel_sizes}")
+        if any(k <= 0 or k % 2 == 0 for k in self.kernel_sizes):
+            raise ValueError(f"profile {self.name!r}: kernel sizes must be positive odd integers")
+        if self.warmup_rounds < 0:
+            raise ValueError(f"profile {self.name!r}: warmup_rounds must be >= 0")
+
+    # -- serialisation ----------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form, for the run's recorded configuration."""
+        return {f.name: list(v) if isinstance(v, tuple) else v
+                for f in fields(self) for v in [getattr(self, f.name)]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Profile":
+        """Inverse of `to_dict`; ValueError naming unknown or missing keys."""
+        names = {f.name for f in fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"unknown profile setting(s): {', '.join(sorted(unknown))}")
+        try:
+            return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        except TypeError as exc:
+            raise ValueError(f"incomplete profile: {exc}") from None
+
+    # -- per round ----------------------------------------------------------
+    def epochs_for_round(self, round_index: int) -> int:
+        """Epochs of round `round_index` (1-based); after the table the last entry repeats."""
+        _check_round(round_index)
+        return self.epochs_per_round[min(round_index, len(self.epochs_per_round)) - 1]
+
+    @property
+    def final_epochs(self) -> int:
+        """Epochs of a full-length round: the horizon of the learning-curve prediction."""
+        return max(self.epochs_per_round)
+
+    def patience(self, round_index: int) -> int:
+        """Early-stopping patience (epochs without a better val accuracy): min(6+2r, 20)."""
+        _check_round(round_index)
+        return min(self.patience_base + self.patience_step * round_index, self.patience_max)
+
+    def is_warmup(self, round_index: int) -> bool:
+        """True for rounds 1..warmup_rounds: default hyperparameters, no TPE."""
+        _check_round(round_index)
+        return round_index <= self.warmup_rounds
+
+    # -- hyperparameters ----------------------------------------------------
+    def default_hyperparameters(self) -> dict[str, int]:
+        return {"batch_size": self.batch_size, "kernel_size": self.kernel_size}
+
+    def base_graph(self) -> Graph:
+        """The run's starting architecture: ResNet-50 at this profile's shape and width."""
+        return resnet50(self.input_size, self.channels, self.num_classes, self.width)
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return (self.input_size, self.input_size, self.channels)
+
+    def for_accelerator_memory(self, memory_bytes: int | None) -> "Profile":
+        """The profile with batch sizes scaled to an accelerator's memory.
+
+        Only the official profile's batch sizes are tied to memory (448 on a
+        32 GiB V100); values are rounded down to multiples of 8 and never
+        scaled up from an unknown memory size. Other profiles are returned as is.
+        """
+        if not self.official or not memory_bytes or memory_bytes <= 0:
+            return self
+        factor = memory_bytes / REFERENCE_MEMORY_BYTES
+
+        def scale(b: int) -> int:
+            return max(8, int(b * factor) // 8 * 8)
+
+        sizes = tuple(sorted({scale(b) for b in self.batch_sizes}))
+        return replace(self, batch_size=scale(self.batch_size), batch_sizes=sizes)
+
+
+def _check_round(round_index: int) -> None:
+    if not isinstance(round_index, int) or isinstance(round_index, bool) or round_index < 1:
+        raise ValueError(f"round index must be an integer >= 1, got {round_index!r}")
+
+
+OFFICIAL = Profile(
+    name="official",
+    official=True,
+    input_size=224,
+    channels=3,
+    num_classes=1000,
+    width=1.0,
+    dataset="imagenet-tfrecord",
+    epochs_per_round=(15, 30, 45, 60),
+)
+
+SMOKE = Profile(
+    name="smoke",
+    official=False,
+    input_size=32,
+    channels=3,
+    num_classes=10,
+    width=0.125,
+    dataset="digits",
+    epochs_per_round=(2, 3, 4),
+    batch_size=32,
+    batch_sizes=(16, 32, 64, 128),
+    learning_rate=0.05,
+    bn_momentum=0.9,
+    min_duration_s=1.0,
+    min_running_time_s=120.0,
+)
+
+PROFILES: dict[str, Profile] = {"official": OFFICIAL, "smoke": SMOKE}
+
+
+def get_profile(name: str) -> Profile:
+    """The profile called `name`; ValueError naming it (and the known ones) otherwise."""
+    try:
+        return PROFILES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown profile {name!r} (known: {', '.join(sorted(PROFILES))})") from None

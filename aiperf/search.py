@@ -1,0 +1,250 @@
+"""Choice of the next child architecture (Auto-Keras / NNI network morphism style).
+
+The run's history (all workers' models, real or predicted accuracy) is ranked
+and explored by simulated annealing: a popped model or candidate is expanded
+with probability exp(min((metric - best acquisition) / T, 1)), expansion makes
+`n_neighbours` random one-step morphs, a Gaussian process over architectures
+(edit-distance kernel) predicts each morph's accuracy, and the morph with the
+best upper confidence bound mean + beta * std wins. The temperature falls
+geometrically from 1 to `t_min` (Auto-Keras' 0.9 and 1e-4); the search also
+stops after `max_candidates` scored morphs, which bounds a selection's time
+(about 1 s of one core with 1,000 models, see benchmarks/search_bench.py).
+
+The GP sees only (architecture, accuracy) pairs taken from the same history
+entry, i.e. linked by model id. Entries without an accuracy (still training)
+are not fitted but their hashes count as seen: a chosen child is never an
+architecture already in the history (or in `exclude`).
+
+Determinism: a `random.Random(seed)` drives every choice, history is ordered
+by (accuracy, model id) and candidates by insertion, and acquisition values
+are rounded before comparison so that last-bit floating-point differences
+between machines cannot flip a choice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from aiperf.distance import CUTOFF, HORIZON, DistanceCache, Descriptor, Packed, bounded_rows
+from aiperf.gp import GaussianProcess
+from aiperf.graph import Graph
+from aiperf.morphism import Limits, MorphismError, morph_step, random_morph
+
+UCB_BETA = 2.576  # Auto-Keras' default
+N_NEIGHBOURS = 8
+T_MIN = 1e-4
+COOLING = 0.9
+MAX_CANDIDATES = 320  # 40 expansions: keeps a selection with 1,000 models under 2 s
+# Observation noise variance, in units of the accuracy spread: accuracies of
+# short (and learning-curve-extrapolated) trainings vary between runs.
+GP_NOISE = 0.1
+_ROUND = 9  # decimals kept of acquisition values
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One model of the run: its architecture and its (real or predicted) accuracy.
+
+    `graph_hash` may be given when known (the master stores it) to save
+    recomputing it.
+    """
+
+    model_id: int
+    graph: Graph
+    accuracy: float | None = None
+    graph_hash: str | None = None
+
+    @property
+    def hash(self) -> str:
+        if self.graph_hash is None:
+            object.__setattr__(self, "graph_hash", self.graph.hash())
+        return self.graph_hash  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The chosen child. `parent_model_id` is the history model it was morphed from
+    (None for the base graph itself); prediction fields are None without a fitted GP."""
+
+    graph: Graph
+    parent_model_id: int | None
+    predicted_accuracy: float | None = None
+    ucb: float | None = None
+
+    @property
+    def hash(self) -> str:
+        return self.graph.hash()
+
+
+def worker_seed(run_seed: int, worker_id: int) -> int:
+    """A worker's seed, stable across machines and Python versions."""
+    return derive_seed(run_seed, "worker", worker_id)
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed from any printable parts (sha256 of their repr)."""
+    blob = repr(tuple(parts)).encode()
+    return int.from_bytes(hashlib.sha256(blob).digest()[:8], "big") >> 1
+
+
+@dataclass(order=True)
+class _Node:
+    priority: float  # -metric (heapq pops the smallest)
+    order: int
+    metric: float = field(compare=False)
+    graph: Graph = field(compare=False)
+    packed: Packed = field(compare=False)
+    row: np.ndarray = field(compare=False)  # distance bounds to the fitted architectures
+    root_id: int = field(compare=False)
+    root_hash: str = field(compare=False)
+    operations: tuple[str, ...] = field(compare=False, default=())
+    mean: float = field(compare=False, default=math.nan)
+
+
+def select_child(history: Sequence[HistoryEntry], seed: int, *, base: Graph,
+                 kernel_size: int = 3, limits: Limits | None = None,
+                 exclude: Iterable[str] = (), n_neighbours: int = N_NEIGHBOURS,
+                 beta: float = UCB_BETA, t_min: float = T_MIN, cooling: float = COOLING,
+                 max_candidates: int = MAX_CANDIDATES, noise: float = GP_NOISE,
+                 cache: DistanceCache | None = None) -> Candidate:
+    """The next architecture to train.
+
+    From a history without any accuracy this is `base` itself (or, once `base`
+    is seen, a random morph of it). `cache` carries distances across calls
+    (one per process); a fresh one is used when None.
+    """
+    if n_neighbours < 1 or not 0 < cooling < 1 or t_min <= 0 or max_candidates < 1:
+        raise ValueError("n_neighbours and max_candidates must be >= 1, 0 < cooling < 1, t_min > 0")
+    limits = limits or Limits()
+    seen = {e.hash for e in history} | set(exclude)
+    fitted = _fit_set(history)
+    if not fitted:
+        return _from_base(base, history, seen, seed, kernel_size, limits)
+
+    if cache is None:
+        cache = DistanceCache(CUTOFF, HORIZON)
+    gp, others = _fit(fitted, cache, noise)
+    dist = cache.matrix([e.hash for e in fitted])
+
+    rng = random.Random(seed)
+    heap: list[_Node] = []
+    counter = 0
+    for n, e in enumerate(fitted):  # already ranked: best accuracy first
+        packed = Packed([cache.descriptor(e.hash)])
+        heap.append(_Node(-float(e.accuracy), counter, float(e.accuracy), e.graph, packed, dist[n],
+                          e.model_id, e.hash))
+        counter += 1
+    heapq.heapify(heap)
+
+    temperature, best_acq = 1.0, -math.inf
+    best: tuple[_Node, str] | None = None
+    chosen: set[str] = set()
+    scored = 0
+    while heap and temperature > t_min and scored < max_candidates:
+        node = heapq.heappop(heap)
+        accept = math.exp(min((node.metric - best_acq) / temperature, 1.0))
+        if round(accept, _ROUND) >= rng.random():
+            children: list[Graph] = []
+            for _ in range(n_neighbours):
+                try:
+                    children.append(morph_step(node.graph, rng, kernel_size, limits, parent_hash=""))
+                except MorphismError:
+                    break  # the node is at a limit: its other morphs would fail the same way
+            if children:
+                scored += len(children)
+                packed = Packed([Descriptor.of(c) for c in children])
+                # Candidates need exact distances only below the cutoff (their
+                # kernel row); a narrower band is cheaper than pruning their children.
+                rows = bounded_rows(packed, node.packed, node.row, others, cache.cutoff, cache.cutoff)
+                mean, std = gp.predict(rows)
+                for c, child in enumerate(children):
+                    acq = round(float(mean[c] + beta * std[c]), _ROUND)
+                    new = _Node(-acq, counter, acq, child, packed.subset(slice(c, c + 1)), rows[c],
+                                node.root_id, node.root_hash,
+                                node.operations + tuple(child.meta["operations"]), float(mean[c]))
+                    counter += 1
+                    heapq.heappush(heap, new)
+                    if acq > best_acq:
+                        h = child.hash()  # hashing is costly: only for a new best
+                        if h in seen or h in chosen:
+                            continue
+                        chosen.add(h)
+                        best_acq, best = acq, (new, h)
+        temperature *= cooling
+
+    if best is None:  # every morph was a duplicate: walk further from the best model
+        top = fitted[0]
+        return _fresh_morph(top.graph, top.hash, top.model_id, seen, seed, kernel_size, limits)
+    node, h = best
+    graph = node.graph.with_meta(name=f"{base.meta.get('name') or 'graph'}-{h[:12]}",
+                                 parent=node.root_hash, operations=list(node.operations))
+    predicted = round(min(1.0, max(0.0, node.mean)), _ROUND)  # an accuracy, whatever the GP says
+    return Candidate(graph, node.root_id, predicted, node.metric)
+
+
+def predict(history: Sequence[HistoryEntry], graphs: Sequence[Graph], *, noise: float = GP_NOISE,
+            cache: DistanceCache | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The GP's mean and standard deviation of accuracy for `graphs`, fitted on
+    the history entries that have an accuracy."""
+    fitted = _fit_set(history)
+    if not fitted:
+        raise ValueError("no history entry has an accuracy: nothing to fit")
+    if cache is None:
+        cache = DistanceCache(CUTOFF, HORIZON)
+    gp, others = _fit(fitted, cache, noise)
+    packed = Packed([Descriptor.of(g) for g in graphs])
+    rows = bounded_rows(packed, packed, None, others, cache.cutoff, cache.horizon)
+    return gp.predict(rows)
+
+
+def _fit(fitted: Sequence[HistoryEntry], cache: DistanceCache,
+         noise: float) -> tuple[GaussianProcess, Packed]:
+    hashes = [e.hash for e in fitted]
+    for e in fitted:
+        cache.add(e.hash, e.graph)
+    y = np.array([e.accuracy for e in fitted], np.float64)
+    gp = GaussianProcess(noise=noise, cutoff=cache.cutoff).fit(cache.matrix(hashes), y)
+    return gp, cache.packed(hashes)
+
+
+def _fit_set(history: Sequence[HistoryEntry]) -> list[HistoryEntry]:
+    """Entries with an accuracy, one per architecture (mean accuracy, lowest model id),
+    ranked best first (ties: lower model id)."""
+    groups: dict[str, list[HistoryEntry]] = {}
+    for e in sorted(history, key=lambda e: e.model_id):
+        if e.accuracy is None:
+            continue
+        if not math.isfinite(e.accuracy):
+            raise ValueError(f"model {e.model_id}: accuracy must be finite, got {e.accuracy}")
+        groups.setdefault(e.hash, []).append(e)
+    out = [HistoryEntry(g[0].model_id, g[0].graph, sum(x.accuracy for x in g) / len(g), h)  # type: ignore[misc]
+           for h, g in groups.items()]
+    out.sort(key=lambda e: (-e.accuracy, e.model_id))  # type: ignore[operator]
+    return out
+
+
+def _from_base(base: Graph, history: Sequence[HistoryEntry], seen: set[str], seed: int,
+               kernel_size: int, limits: Limits) -> Candidate:
+    base_hash = base.hash()
+    if base_hash not in seen:
+        return Candidate(base, None)
+    base_id = min((e.model_id for e in history if e.hash == base_hash), default=None)
+    return _fresh_morph(base, base_hash, base_id, seen, seed, kernel_size, limits)
+
+
+def _fresh_morph(graph: Graph, graph_hash: str, model_id: int | None, seen: set[str], seed: int,
+                 kernel_size: int, limits: Limits, attempts: int = 64) -> Candidate:
+    """A random morph of `graph` not in `seen` (more steps when one step keeps colliding)."""
+    for n in range(attempts):
+        child = random_morph(graph, derive_seed(seed, "fresh", n), steps=1 + n // 8,
+                             kernel_size=kernel_size, limits=limits)
+        if child.hash() not in seen:
+            return Candidate(child.with_meta(parent=graph_hash), model_id)
+    raise MorphismError(f"no new architecture found in {attempts} random morphs")

@@ -1,0 +1,382 @@
+"""Master load benchmark: N simulated workers heartbeating and reporting every second.
+
+The master runs in its own process (as in production); the simulated workers
+are asyncio gRPC clients in this process, spread evenly over each second.
+For growing N it prints the sustained reports/s, p50/p99 latency of the
+reports and heartbeats, and the largest N held (p99 of both < 100 ms, no
+errors and at least 95% of the offered reports answered), on SQLite and, when
+AIPERF_TEST_POSTGRES_URL is set, on PostgreSQL (a fresh schema, dropped after).
+
+    python benchmarks/master_bench.py [--steps 250,500,1000,1500,2000] [--window 6] [--production 2000:5]
+                                      [--backends noop,sqlite,postgres] [--max-workers N]
+
+The `noop` backend is the baseline: the same gRPC server (sync, thread pool,
+token check) with handlers that do nothing, against the same clients. Its
+largest N held is the ceiling of any Python master on the machine; each
+backend's figures are printed next to it, with the master's CPU per RPC as a
+multiple of the no-op server's (steadier than latency when the machine is shared).
+
+The last step runs --production N:period: N workers each sending a heartbeat
+and a report every `period` seconds (the defaults of a real deployment are a
+5 s heartbeat and a report at least every 30 s).
+
+Whole script: under ~3 minutes on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import multiprocessing as mp
+import os
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import grpc  # noqa: E402
+
+from aiperf.api import aiperf_pb2 as pb  # noqa: E402
+from aiperf.api import aiperf_pb2_grpc as pb_grpc  # noqa: E402
+
+WORKER_TOKEN = "bench-worker-token"
+ADMIN_TOKEN = "bench-admin-token"
+P99_LIMIT_S = 0.100
+HELD_FRACTION = 0.95
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve(db_url: str, port: int, data_dir: str, ready: mp.Event, stop: mp.Event, max_workers: int) -> None:
+    logging.basicConfig(level=logging.WARNING)
+    from master.server import serve
+
+    # a long heartbeat interval: simulated workers idle between steps must not be declared lost
+    handle = serve(db_url, port=port, host="127.0.0.1", data_dir=Path(data_dir), heartbeat_interval_s=600.0,
+                   worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={}, max_workers=max_workers)
+    ready.set()
+    stop.wait()
+    handle.stop(grace_s=0)
+
+
+def _serve_noop(port: int, ready: mp.Event, stop: mp.Event, max_workers: int) -> None:
+    """The same gRPC server (sync, thread pool, options, token check) with
+    handlers that do nothing: the ceiling any master on this machine can reach."""
+    import itertools
+    from concurrent import futures
+
+    from aiperf.api.client import MAX_MESSAGE_BYTES
+    from master.auth import TokenInterceptor, Tokens
+
+    ids = itertools.count(1)
+    run = pb.RunInfo(config=pb.RunConfig(run_id=1), state=pb.RUN_RUNNING)
+
+    class Noop(pb_grpc.WorkerServiceServicer, pb_grpc.ControlServiceServicer):
+        def Register(self, request, context):  # noqa: N802 - gRPC method names
+            return pb.RegisterResponse(worker_id=next(ids), heartbeat_interval_s=600.0, has_run=True, run=run)
+
+        def SubmitModel(self, request, context):  # noqa: N802
+            return pb.SubmitModelResponse(model_id=next(ids), state=pb.MODEL_TRAINING)
+
+        def Heartbeat(self, request, context):  # noqa: N802
+            return pb.HeartbeatResponse(has_run=True, run=run, master_time=time.time(), heartbeat_interval_s=600.0,
+                                        worker_state=pb.WORKER_ALIVE)
+
+        def ReportProgress(self, request, context):  # noqa: N802
+            return pb.ProgressAck(model_id=request.model_id, seq=request.seq, master_flops=request.worker_flops,
+                                  run_state=pb.RUN_RUNNING, model_state=pb.MODEL_TRAINING)
+
+        def StartRun(self, request, context):  # noqa: N802
+            return pb.StartRunResponse(run=run)
+
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers), interceptors=[TokenInterceptor(Tokens(WORKER_TOKEN, ADMIN_TOKEN))],
+        options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)])
+    pb_grpc.add_WorkerServiceServicer_to_server(Noop(), server)
+    pb_grpc.add_ControlServiceServicer_to_server(Noop(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    ready.set()
+    stop.wait()
+    server.stop(0)
+
+
+@dataclass
+class Stats:
+    report: list[float] = field(default_factory=list)
+    heartbeat: list[float] = field(default_factory=list)
+    errors: int = 0
+    offered: int = 0
+    calls: int = 0  # RPCs answered during the whole step (warm-up included), for CPU per call
+    error_codes: dict[str, int] = field(default_factory=dict)
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))]
+
+
+class Fleet:
+    """Simulated workers sharing a few channels."""
+
+    def __init__(self, address: str, channels: int = 8) -> None:
+        self.channels = [grpc.aio.insecure_channel(address) for _ in range(channels)]
+        self.stubs = [pb_grpc.WorkerServiceStub(c) for c in self.channels]
+        self.md = (("authorization", f"Bearer {WORKER_TOKEN}"),)
+        self.workers: list[tuple[int, int]] = []  # (worker id, model id)
+        self.seq: dict[int, int] = {}
+
+    async def grow(self, n: int, graph_json: str, graph_hash: str) -> None:
+        sem = asyncio.Semaphore(64)
+
+        async def one(i: int) -> tuple[int, int]:
+            async with sem:
+                stub = self.stubs[i % len(self.stubs)]
+                reg = await stub.Register(pb.RegisterRequest(name=f"sim-{i}", host=f"sim-{i}", cpus=8,
+                                                             accelerators=[pb.Accelerator(model="sim", memory_bytes=1)]),
+                                          metadata=self.md, timeout=60)
+                sub = await stub.SubmitModel(pb.SubmitModelRequest(
+                    worker_id=reg.worker_id, graph_json=graph_json, graph_hash=graph_hash, round=1,
+                    hyperparameters=pb.Hyperparameters(batch_size=32, kernel_size=3)), metadata=self.md, timeout=60)
+                return reg.worker_id, sub.model_id
+
+        start = len(self.workers)
+        self.workers += await asyncio.gather(*(one(i) for i in range(start, n)))
+
+    async def load(self, n: int, window_s: float, warmup_s: float, flops_per_image: int, period_s: float = 1.0) -> Stats:
+        stats = Stats()
+        loop = asyncio.get_running_loop()
+        begin = loop.time() + 0.1
+        measure_from = begin + warmup_s
+        end = measure_from + window_s
+
+        async def worker(i: int) -> None:
+            wid, mid = self.workers[i]
+            stub = self.stubs[i % len(self.stubs)]
+            tick = begin + period_s * i / n  # spread evenly over the period
+            while tick < end:
+                await asyncio.sleep(max(0.0, tick - loop.time()))
+                measured = tick >= measure_from
+                if measured:
+                    stats.offered += 1
+                try:
+                    t = time.perf_counter()
+                    await stub.Heartbeat(pb.HeartbeatRequest(worker_id=wid, model_id=mid), metadata=self.md, timeout=10)
+                    hb = time.perf_counter() - t
+                    stats.calls += 1
+                    seq = self.seq.get(mid, 0) + 1
+                    self.seq[mid] = seq
+                    t = time.perf_counter()
+                    await stub.ReportProgress(pb.ProgressReport(
+                        worker_id=wid, model_id=mid, seq=seq, images_trained=32, images_validated=0, epoch=1,
+                        worker_flops=32 * flops_per_image), metadata=self.md, timeout=10)
+                    rep = time.perf_counter() - t
+                    stats.calls += 1
+                    if measured and loop.time() <= end + 1.0:
+                        stats.heartbeat.append(hb)
+                        stats.report.append(rep)
+                except grpc.aio.AioRpcError as exc:
+                    if measured:
+                        stats.errors += 1
+                        name = exc.code().name
+                        stats.error_codes[name] = stats.error_codes.get(name, 0) + 1
+                tick += period_s
+
+        await asyncio.gather(*(worker(i) for i in range(n)))
+        return stats
+
+    async def close(self) -> None:
+        for c in self.channels:
+            await c.close()
+
+
+async def _bench(address: str, steps: list[tuple[int, float]], window_s: float, warmup_s: float,
+                 server_pid: int) -> list[dict]:
+    from aiperf.flops import count_flops
+    from aiperf.resnet import resnet50
+
+    graph = resnet50(input_size=32, channels=3, classes=10, width=0.25)
+    fc = count_flops(graph)
+    ctl = pb_grpc.ControlServiceStub(grpc.aio.insecure_channel(address))
+    md = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
+    await ctl.StartRun(pb.StartRunRequest(duration_s=3600, profile=pb.PROFILE_SMOKE), metadata=md, timeout=30)
+    fleet = Fleet(address)
+    rows = []
+    far_over = False
+    for n, period in steps:
+        if far_over and period == 1.0:
+            continue
+        t = time.perf_counter()
+        await fleet.grow(n, graph.to_json(), graph.hash())
+        grow_s = time.perf_counter() - t
+        cpu0, mine0, wall0 = _cpu_s(server_pid), _cpu_s(os.getpid()), time.perf_counter()
+        st = await fleet.load(n, window_s, warmup_s, fc.train, period)
+        wall = time.perf_counter() - wall0
+        server_cpu_s = _cpu_s(server_pid) - cpu0
+        server_cpu = server_cpu_s / wall
+        cpu_per_call_us = server_cpu_s / st.calls * 1e6 if st.calls else float("nan")
+        client_cpu = (_cpu_s(os.getpid()) - mine0) / wall
+        rate = len(st.report) / window_s
+        p50, p99 = _pct(st.report, 0.50), _pct(st.report, 0.99)
+        hb50, hb99 = _pct(st.heartbeat, 0.50), _pct(st.heartbeat, 0.99)
+        held = (st.errors == 0 and p99 < P99_LIMIT_S and hb99 < P99_LIMIT_S
+                and len(st.report) >= HELD_FRACTION * st.offered)
+        rows.append({"n": n, "period_s": period, "reports_s": rate, "p50_ms": p50 * 1e3, "p99_ms": p99 * 1e3, "hb_p50_ms": hb50 * 1e3,
+                     "hb_p99_ms": hb99 * 1e3, "errors": st.errors, "offered_s": st.offered / window_s,
+                     "held": held, "setup_s": grow_s, "server_cpu": server_cpu, "client_cpu": client_cpu,
+                     "cpu_per_call_us": cpu_per_call_us})
+        r = rows[-1]
+        print(f"  N={n:5d} every {period:g} s  reports/s={r['reports_s']:7.0f} (offered {r['offered_s']:6.0f})  "
+              f"report p50={r['p50_ms']:6.1f} ms p99={r['p99_ms']:7.1f} ms  "
+              f"heartbeat p50={r['hb_p50_ms']:6.1f} ms p99={r['hb_p99_ms']:7.1f} ms  errors={st.errors}{' ' + str(st.error_codes) if st.error_codes else ''}  "
+              f"cpu master={server_cpu:4.2f} ({cpu_per_call_us:3.0f} us/call) sim={client_cpu:4.2f}  "
+              f"{'held' if held else 'NOT held'}", flush=True)
+        if not held and p99 > 4 * P99_LIMIT_S:
+            far_over = True  # larger N at this rate only takes longer to fail
+    await fleet.close()
+    return rows
+
+
+def run_backend(name: str, db_url: str | None, steps: list[tuple[int, float]], window_s: float,
+                warmup_s: float, max_workers: int) -> list[dict]:
+    """db_url None: the no-op server (baseline)."""
+    port = _free_port()
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    with tempfile.TemporaryDirectory() as data_dir:
+        if db_url is None:
+            proc = ctx.Process(target=_serve_noop, args=(port, ready, stop, max_workers), daemon=True)
+        else:
+            proc = ctx.Process(target=_serve, args=(db_url, port, data_dir, ready, stop, max_workers), daemon=True)
+        proc.start()
+        if not ready.wait(60):
+            proc.kill()
+            raise RuntimeError(f"{name}: master did not start")
+        print(f"== {name}: master pid {proc.pid} on 127.0.0.1:{port}", flush=True)
+        try:
+            rows = asyncio.run(_bench(f"127.0.0.1:{port}", steps, window_s, warmup_s, proc.pid))
+        finally:
+            stop.set()
+            proc.join(30)
+            if proc.is_alive():
+                proc.kill()
+    best = _largest_held(rows)
+    top = max(rows, key=lambda r: r["reports_s"])
+    print(f"== {name}: largest N held at 1 report + 1 heartbeat per second (p99 < {P99_LIMIT_S * 1e3:.0f} ms): "
+          f"{best}; peak sustained {top['reports_s']:.0f} reports/s (+ as many heartbeats/s) at N={top['n']}",
+          flush=True)
+    for r in rows:
+        if r["period_s"] != 1.0:
+            print(f"== {name}: N={r['n']} every {r['period_s']:g} s: {'held' if r['held'] else 'NOT held'} "
+                  f"(report p99 {r['p99_ms']:.1f} ms)", flush=True)
+    return rows
+
+
+def _largest_held(rows: list[dict]) -> int:
+    held = [r["n"] for r in rows if r["held"] and r["period_s"] == 1.0]
+    return max(held) if held else 0
+
+
+def _cpu_ratio(rows: list[dict], base: list[dict]) -> float:
+    """Median over the common 1 s steps of master CPU per RPC / the no-op server's
+    (steadier than latency on a shared machine)."""
+    noop = {r["n"]: r["cpu_per_call_us"] for r in base if r["period_s"] == 1.0}
+    v = sorted(r["cpu_per_call_us"] / noop[r["n"]] for r in rows if r["period_s"] == 1.0 and r["n"] in noop)
+    return v[len(v) // 2] if v else float("nan")
+
+
+def _postgres_schema(base: str) -> tuple[str, callable]:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+
+    def drop() -> None:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()
+
+    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
+    return url.render_as_string(hide_password=False), drop
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", default="250,500,1000,1500,2000", help="worker counts, ascending")
+    parser.add_argument("--window", type=float, default=6.0, help="measured seconds per step")
+    parser.add_argument("--production", default="2000:5",
+                        help="N:period of a last step at a production-like cadence ('' to skip)")
+    parser.add_argument("--max-workers", type=int, default=None,
+                        help="gRPC server threads (default: the master's own default)")
+    parser.add_argument("--warmup", type=float, default=1.5, help="unmeasured seconds per step")
+    parser.add_argument("--backends", default="noop,sqlite,postgres",
+                        help="noop: the same gRPC server with do-nothing handlers (the baseline)")
+    args = parser.parse_args()
+    if args.max_workers is None:
+        import inspect
+
+        from master.server import serve
+        args.max_workers = int(inspect.signature(serve).parameters["max_workers"].default)
+    steps = [(int(x), 1.0) for x in args.steps.split(",")]
+    if args.production:
+        n, period = args.production.split(":")
+        steps.append((int(n), float(period)))
+    print(f"master_bench: {os.cpu_count()} CPUs; each worker sends 1 heartbeat + 1 progress report per second",
+          flush=True)
+    t = time.perf_counter()
+    results: dict[str, list[dict]] = {}
+    if "noop" in args.backends:
+        results["noop"] = run_backend("noop", None, steps, args.window, args.warmup, args.max_workers)
+    if "sqlite" in args.backends:
+        with tempfile.TemporaryDirectory() as d:
+            results["sqlite"] = run_backend("sqlite", f"sqlite:///{d}/bench.db", steps, args.window, args.warmup, args.max_workers)
+    if "postgres" in args.backends:
+        base = os.environ.get("AIPERF_TEST_POSTGRES_URL")
+        if not base:
+            print("== postgres: skipped (AIPERF_TEST_POSTGRES_URL not set)")
+        else:
+            url, drop = _postgres_schema(base)
+            try:
+                results["postgres"] = run_backend("postgres", url, steps, args.window, args.warmup, args.max_workers)
+            finally:
+                drop()
+    if "noop" in results:
+        base = _largest_held(results["noop"])
+        for name, rows in results.items():
+            if name != "noop":
+                n = _largest_held(rows)
+                ratio = f"{n / base:.2f}" if base else "n/a"
+                cost = _cpu_ratio(rows, results["noop"])
+                print(f"== {name} vs noop baseline: largest N held {n} / {base} = {ratio}; "
+                      f"master CPU per call {cost:.2f}x the no-op server's", flush=True)
+    print(f"master_bench: done in {time.perf_counter() - t:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Master service: gRPC API, SQL store, run lifecycle, scoring."""

@@ -1,0 +1,121 @@
+"""SQLAlchemy 2 tables of the master. Used only by master/sqlstore.py and the
+Alembic migrations; times are master-clock seconds since the Unix epoch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class RunRow(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    profile: Mapped[str] = mapped_column(String(16))
+    seed: Mapped[int] = mapped_column(BigInteger)
+    duration_s: Mapped[float] = mapped_column(Float)
+    precision: Mapped[str] = mapped_column(String(16))
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)  # limits, warm-up, intervals, min_workers
+    software: Mapped[dict[str, str]] = mapped_column(JSON)  # the master's software versions
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stopped_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stop_reason: Mapped[str] = mapped_column(String(200), default="")
+
+
+class WorkerRow(Base):
+    __tablename__ = "workers"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    host: Mapped[str] = mapped_column(String(255))
+    accelerators: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    cpus: Mapped[int] = mapped_column(Integer)
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    software: Mapped[dict[str, str]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16))
+    registered_at: Mapped[float] = mapped_column(Float)
+    last_heartbeat: Mapped[float] = mapped_column(Float)
+
+
+class RunWorkerRow(Base):
+    """A worker that took part in a run, with its inventory when it joined."""
+
+    __tablename__ = "run_workers"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    worker_id: Mapped[int] = mapped_column(ForeignKey("workers.id"), primary_key=True)
+    joined_at: Mapped[float] = mapped_column(Float)
+    inventory: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class ModelRow(Base):
+    __tablename__ = "models"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("models.id"), nullable=True)
+    worker_id: Mapped[int] = mapped_column(ForeignKey("workers.id"), index=True)
+    round: Mapped[int] = mapped_column(Integer)
+    graph_json: Mapped[str] = mapped_column(Text)
+    graph_hash: Mapped[str] = mapped_column(String(64), index=True)
+    batch_size: Mapped[int] = mapped_column(Integer)
+    kernel_size: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str] = mapped_column(String(500), default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    best_accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)
+    predicted_accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)
+    flops_per_train_image: Mapped[int] = mapped_column(BigInteger)
+    flops_per_eval_image: Mapped[int] = mapped_column(BigInteger)
+    images_trained: Mapped[int] = mapped_column(BigInteger, default=0)
+    images_validated: Mapped[int] = mapped_column(BigInteger, default=0)
+    epochs: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class ProgressRow(Base):
+    __tablename__ = "progress"
+    __table_args__ = (
+        UniqueConstraint("model_id", "seq", name="uq_progress_model_seq"),
+        Index("ix_progress_run_t", "run_id", "t"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
+    worker_id: Mapped[int] = mapped_column(ForeignKey("workers.id"))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    t: Mapped[float] = mapped_column(Float)
+    epoch: Mapped[int] = mapped_column(Integer)
+    images_trained: Mapped[int] = mapped_column(BigInteger)
+    images_validated: Mapped[int] = mapped_column(BigInteger)
+    accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)
+    worker_flops: Mapped[int] = mapped_column(BigInteger)
+    master_flops: Mapped[int] = mapped_column(BigInteger)
+    flops_mismatch: Mapped[bool] = mapped_column(Boolean)
+
+
+class ResourceSampleRow(Base):
+    __tablename__ = "resource_samples"
+    __table_args__ = (Index("ix_resource_worker_t", "worker_id", "t"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    worker_id: Mapped[int] = mapped_column(ForeignKey("workers.id"))
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"), nullable=True, index=True)
+    t: Mapped[float] = mapped_column(Float)
+    accelerator_index: Mapped[int] = mapped_column(Integer)
+    accelerator_util: Mapped[float] = mapped_column(Float)
+    accelerator_memory_used: Mapped[int] = mapped_column(BigInteger)
+    cpu_util: Mapped[float] = mapped_column(Float)
+    memory_used: Mapped[int] = mapped_column(BigInteger)

@@ -1,0 +1,189 @@
+"""The master process: gRPC server (worker + control + health services),
+token auth, optional TLS, Prometheus endpoint and the background thread that
+enforces deadlines and detects lost workers.
+
+In-process use (tests, `aiperf demo`)::
+
+    from master.server import serve
+    handle = serve("sqlite:///demo/master.db", port=0, data_dir=Path("demo"))
+    handle.address, handle.worker_token, handle.admin_token
+    ...
+    handle.stop()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.api import aiperf_pb2_grpc as pb_grpc
+from aiperf.api.client import MAX_MESSAGE_BYTES
+from master.auth import TokenInterceptor, Tokens, load_tokens
+from master.metrics import MasterMetrics
+from master.service import ControlServicer, Master, WorkerServicer
+from master.sqlstore import SqlStore
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAMES = (
+    pb.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+    pb.DESCRIPTOR.services_by_name["ControlService"].full_name,
+)
+
+
+def default_db_url(data_dir: Path) -> str:
+    return f"sqlite:///{(data_dir / 'master.db').resolve()}"
+
+
+@dataclass
+class MasterHandle:
+    """A running master. `stop()` shuts it down (idempotent)."""
+
+    port: int
+    host: str
+    tokens: Tokens
+    master: Master
+    store: SqlStore
+    metrics_port: int | None
+    tls: bool
+    _server: grpc.Server
+    _health: health.HealthServicer
+    _stop_event: threading.Event
+    _thread: threading.Thread
+    _stopped: bool = field(default=False)
+
+    @property
+    def address(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "[::]", "") else self.host
+        return f"{host}:{self.port}"
+
+    @property
+    def worker_token(self) -> str:
+        return self.tokens.worker
+
+    @property
+    def admin_token(self) -> str:
+        return self.tokens.admin
+
+    def wait(self) -> None:
+        """Block until the server stops (Ctrl-C in `aiperf master serve`)."""
+        # wait_for_termination returns True on timeout; short waits keep Ctrl-C responsive
+        while self._server.wait_for_termination(timeout=0.5):
+            pass
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self._health.enter_graceful_shutdown()
+        self._stop_event.set()
+        self._server.stop(grace_s).wait()
+        self._thread.join(timeout=30)
+        self.master.close()
+        try:
+            self.master.tick()  # persist the last heartbeats
+        except Exception:  # noqa: BLE001 - shutting down; the database may be gone
+            log.exception("event=final_tick_failed")
+        self.master.metrics.stop()
+        self.store.close()
+        log.info("event=master_stopped port=%d", self.port)
+
+
+def _background(master: Master, stop: threading.Event, period_s: float) -> None:
+    while not stop.wait(period_s):
+        try:
+            master.tick(flush=False)
+        except Exception:  # noqa: BLE001 - keep the loop alive; the next tick retries
+            log.exception("event=tick_failed")
+
+
+def serve(
+    db_url: str | None = None,
+    port: int = 50051,
+    host: str = "[::]",
+    data_dir: Path | str = Path(".aiperf"),
+    heartbeat_interval_s: float = 5.0,
+    stop_grace_s: float = 300.0,
+    metrics_port: int | None = None,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    worker_token: str | None = None,
+    admin_token: str | None = None,
+    worker_token_file: Path | None = None,
+    admin_token_file: Path | None = None,
+    env: dict[str, str] | None = None,
+    max_workers: int = 64,
+    tick_s: float | None = None,
+    clock: Callable[[], float] = time.time,
+) -> MasterHandle:
+    """Start a master and return its handle (port 0: any free port).
+
+    The database is migrated first (refused when its schema is newer).
+    Tokens: argument > env (AIPERF_TOKEN / AIPERF_ADMIN_TOKEN) > file > generated
+    into data_dir. TLS when tls_cert and tls_key are given. The synchronous
+    gRPC server is used: on this workload it costs half the CPU per call of
+    grpc.aio (measured with benchmarks/master_bench.py).
+    """
+    data_dir = Path(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("TLS needs both a certificate and a key")
+    tokens = load_tokens(data_dir, worker_token, admin_token, worker_token_file, admin_token_file, env)
+    credentials = None
+    if tls_cert is not None and tls_key is not None:
+        credentials = grpc.ssl_server_credentials([(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())])
+    store = SqlStore(db_url or default_db_url(data_dir))
+    metrics = MasterMetrics()
+    master = Master(store, heartbeat_interval_s=heartbeat_interval_s, stop_grace_s=stop_grace_s,
+                    clock=clock, metrics=metrics)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="aiperf-rpc"),
+        interceptors=[TokenInterceptor(tokens)],
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    pb_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(master), server)
+    pb_grpc.add_ControlServiceServicer_to_server(ControlServicer(master), server)
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    address = f"{host}:{port}"
+
+    def abandon(message: str) -> OSError:
+        master.close()
+        store.close()
+        return OSError(message)
+
+    try:
+        bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise abandon(f"cannot listen on {address}: {exc}") from None
+    if bound == 0:
+        raise abandon(f"cannot listen on {address}")
+    metrics_bound = metrics.serve(metrics_port) if metrics_port is not None else None
+    server.start()
+    for name in ("", *SERVICE_NAMES):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    stop = threading.Event()
+    period = tick_s if tick_s is not None else max(0.05, min(1.0, heartbeat_interval_s / 4))
+    master.tick()
+    thread = threading.Thread(target=_background, args=(master, stop, period), name="aiperf-master-tick", daemon=True)
+    thread.start()
+    log.info("event=master_listening address=%s tls=%s db=%s heartbeat_interval_s=%g",
+             address.replace("[::]", "0.0.0.0"), tls_cert is not None, store.engine.url.render_as_string(),
+             heartbeat_interval_s)
+    return MasterHandle(
+        port=bound, host=host, tokens=tokens, master=master, store=store, metrics_port=metrics_bound,
+        tls=tls_cert is not None, _server=server, _health=health_servicer, _stop_event=stop, _thread=thread,
+    )

@@ -1,0 +1,698 @@
+"""`Store` on SQLAlchemy 2: SQLite (WAL) by default, PostgreSQL through a URL.
+
+The schema is managed by the Alembic migrations shipped in master/migrations;
+`SqlStore(url)` upgrades an older database and refuses a newer one.
+The master is the database's only writer. Writes are serialised by an
+in-process lock (for SQLite instead of its busy-wait, which would add sleeps
+of many milliseconds under load); this lets `add_progress` keep the state of
+the models being trained in memory between batches. Any other write clears
+that cache, and a new store (a restarted master) starts from the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import Any, Iterator, Sequence
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, bindparam, create_engine, event, func, insert, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+from aiperf.scoring import Point
+from master.models import ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow
+from master.store import (
+    FailedPrecondition,
+    ModelRecord,
+    NewModel,
+    NewRun,
+    NotFound,
+    PermissionDenied,
+    ProgressInput,
+    ProgressResult,
+    ResourceSampleInput,
+    ResourceSampleRecord,
+    RunRecord,
+    RunWorker,
+    SchemaError,
+    Store,
+    WorkerInput,
+    WorkerRecord,
+)
+
+log = logging.getLogger(__name__)
+
+ACTIVE_RUN = ("pending", "running", "stopping")
+OVER_RUN = ("finished", "aborted")
+OPEN_MODEL = ("queued", "training")
+MIGRATIONS = "master:migrations"
+PROGRESS_CACHE_SIZE = 16384  # models whose state add_progress keeps in memory
+
+
+def _alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", MIGRATIONS)
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest schema revision this version knows."""
+    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def migrate(engine: Engine) -> str:
+    """Upgrade the schema to head; SchemaError when the database is newer.
+
+    Returns the revision the database was at before (or "empty").
+    """
+    cfg = _alembic_config()
+    script = ScriptDirectory.from_config(cfg)
+    known = {rev.revision for rev in script.walk_revisions()}
+    with engine.begin() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+        if current is not None and current not in known:
+            raise SchemaError(
+                f"database schema revision {current} is newer than this master knows "
+                f"(head {script.get_current_head()}); upgrade aiperf"
+            )
+        if current != script.get_current_head():
+            log.info("event=migrate from=%s to=%s", current or "empty", script.get_current_head())
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+    return current or "empty"
+
+
+def make_engine(url: str) -> Engine:
+    """Engine for `url`; SQLite gets WAL, foreign keys and a busy timeout."""
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        memory = u.database in (None, "", ":memory:")
+        kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
+        if memory:
+            kwargs["poolclass"] = StaticPool  # one shared in-memory database
+        engine = create_engine(u, **kwargs)
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            if not memory:
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; safe with WAL
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        return engine
+    return create_engine(u, pool_size=16, max_overflow=32, pool_pre_ping=True)
+
+
+def _run(r: RunRow) -> RunRecord:
+    return RunRecord(
+        id=r.id, state=r.state, profile=r.profile, seed=r.seed, duration_s=r.duration_s,
+        precision=r.precision, config=dict(r.config), software=dict(r.software), created_at=r.created_at,
+        started_at=r.started_at, deadline=r.deadline, stopped_at=r.stopped_at, finished_at=r.finished_at,
+        stop_reason=r.stop_reason,
+    )
+
+
+def _worker(w: WorkerRow) -> WorkerRecord:
+    return WorkerRecord(
+        id=w.id, name=w.name, host=w.host, accelerators=list(w.accelerators), cpus=w.cpus,
+        memory_bytes=w.memory_bytes, software=dict(w.software), state=w.state,
+        registered_at=w.registered_at, last_heartbeat=w.last_heartbeat,
+    )
+
+
+def _model(m: ModelRow) -> ModelRecord:
+    return ModelRecord(
+        id=m.id, run_id=m.run_id, parent_id=m.parent_id, worker_id=m.worker_id, round=m.round,
+        graph_json=m.graph_json, graph_hash=m.graph_hash, batch_size=m.batch_size, kernel_size=m.kernel_size,
+        state=m.state, reason=m.reason, created_at=m.created_at, started_at=m.started_at,
+        finished_at=m.finished_at, best_accuracy=m.best_accuracy, predicted_accuracy=m.predicted_accuracy,
+        flops_per_train_image=m.flops_per_train_image, flops_per_eval_image=m.flops_per_eval_image,
+        images_trained=m.images_trained, images_validated=m.images_validated, epochs=m.epochs,
+    )
+
+
+class SqlStore(Store):
+    def __init__(self, url: str, engine: Engine | None = None) -> None:
+        self.url = url
+        self.engine = engine or make_engine(url)
+        self.dialect = self.engine.dialect.name
+        self.previous_revision = migrate(self.engine)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # One writer: the master owns the database. Writes are serialised in-process (SQLite
+        # allows one writer anyway), which lets add_progress keep the state of the models being
+        # trained in memory instead of reading it back for every batch of reports.
+        self._write_lock = threading.RLock()
+        self._progress_models: dict[int, dict[str, Any]] = {}
+        self._prepare_progress_statements()
+
+    def _prepare_progress_statements(self) -> None:
+        # Built once: constructing SQLAlchemy statements costs more than running them here.
+        q = (
+            select(ModelRow.id, ModelRow.run_id, ModelRow.worker_id, ModelRow.state, ModelRow.started_at,
+                   ModelRow.images_trained, ModelRow.images_validated, ModelRow.epochs, ModelRow.best_accuracy,
+                   RunRow.state)
+            .join(RunRow, RunRow.id == ModelRow.run_id)
+            .where(ModelRow.id.in_(bindparam("ids", expanding=True)))
+        )
+        self._q_models = q if self.dialect == "sqlite" else q.with_for_update(of=ModelRow)
+        # two IN lists, not a row-value IN: SQLite searches the unique index only for this form
+        self._q_seen = select(
+            ProgressRow.model_id, ProgressRow.seq, ProgressRow.master_flops, ProgressRow.flops_mismatch
+        ).where(
+            ProgressRow.model_id.in_(bindparam("mids", expanding=True)),
+            ProgressRow.seq.in_(bindparam("seqs", expanding=True)),
+        )
+        self._q_max_seq = (
+            select(ProgressRow.model_id, func.max(ProgressRow.seq))
+            .where(ProgressRow.model_id.in_(bindparam("mids", expanding=True)))
+            .group_by(ProgressRow.model_id)
+        )
+        progress_cols = ("run_id", "model_id", "worker_id", "seq", "t", "epoch", "images_trained",
+                         "images_validated", "accuracy", "worker_flops", "master_flops", "flops_mismatch")
+        self._insert_progress = self._driver_statement(
+            insert(ProgressRow).values({c: bindparam(c) for c in progress_cols}))
+        self._update_beat = update(WorkerRow).where(WorkerRow.id == bindparam("wid")).values(
+            last_heartbeat=bindparam("beat"), state="alive"
+        )
+        self._update_model = self._driver_statement(update(ModelRow).where(ModelRow.id == bindparam("mid")).values(
+            state=bindparam("new_state"), started_at=bindparam("new_started_at"),
+            images_trained=bindparam("new_trained"), images_validated=bindparam("new_validated"),
+            epochs=bindparam("new_epochs"), best_accuracy=bindparam("new_best"),
+        ))
+
+    def _driver_statement(self, stmt: Any) -> tuple[str, tuple[str, ...] | None]:
+        """SQL text in the driver's own parameter style, and the parameter order when positional.
+
+        The progress writes run it on the DBAPI cursor: SQLAlchemy's per-statement work costs
+        several times the SQL itself on a batch of a few reports. Only plain columns (ints,
+        floats, strings, booleans) are bound, which need no SQLAlchemy type processing.
+        """
+        compiled = stmt.compile(dialect=self.engine.dialect)
+        order = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
+        # PostgreSQL's compiler adds RETURNING <primary key> to a single-row INSERT; nothing reads it
+        return str(compiled).split(" RETURNING ")[0], order
+
+    def _write_progress(self, conn: Any, rows: list[dict[str, Any]], updates: list[dict[str, Any]]) -> None:
+        """INSERT the reports and UPDATE their models on the DBAPI cursor of `conn`."""
+        raw = conn.connection.dbapi_connection
+        # psycopg: one pipeline for both statements, one round trip instead of one per statement
+        pipeline = raw.pipeline() if hasattr(raw, "pipeline") else contextlib.nullcontext()
+        cursor = raw.cursor()
+        try:
+            with pipeline:
+                for (sql, order), params in ((self._insert_progress, rows), (self._update_model, updates)):
+                    cursor.executemany(sql, [tuple(r[k] for k in order) for r in params] if order else params)
+        finally:
+            cursor.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------ sessions
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Session]:
+        with self._write_lock:
+            try:
+                with self._sessions.begin() as session:
+                    yield session
+            finally:
+                # any write but progress and heartbeats may change a model or a run
+                self._progress_models.clear()
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Session]:
+        with self._sessions() as session:
+            yield session
+
+    @staticmethod
+    def _get_run(session: Session, run_id: int, lock: bool = False) -> RunRow:
+        stmt = select(RunRow).where(RunRow.id == run_id)
+        if lock:
+            stmt = stmt.with_for_update()
+        row = session.scalars(stmt).first()
+        if row is None:
+            raise NotFound(f"run {run_id} not found")
+        return row
+
+    @staticmethod
+    def _abandon(session: Session, where: Any, now: float, reason: str) -> list[int]:
+        ids = list(session.scalars(select(ModelRow.id).where(where, ModelRow.state.in_(OPEN_MODEL))))
+        if ids:
+            session.execute(
+                update(ModelRow)
+                .where(ModelRow.id.in_(ids))
+                .values(state="abandoned", reason=reason, finished_at=now)
+            )
+        return ids
+
+    # ------------------------------------------------------------ runs
+    def create_run(self, spec: NewRun, now: float, allow_concurrent: bool = False) -> RunRecord:
+        with self._write() as s:
+            if not allow_concurrent:
+                active = s.scalars(select(RunRow.id).where(RunRow.state.in_(ACTIVE_RUN)).with_for_update()).first()
+                if active is not None:
+                    raise FailedPrecondition(f"run {active} is still active; stop it first")
+            row = RunRow(
+                state="pending", profile=spec.profile, seed=spec.seed, duration_s=spec.duration_s,
+                precision=spec.precision, config=dict(spec.config), software=dict(spec.software),
+                created_at=now, stop_reason="",
+            )
+            s.add(row)
+            s.flush()
+            return _run(row)
+
+    def get_run(self, run_id: int) -> RunRecord:
+        with self._read() as s:
+            return _run(self._get_run(s, run_id))
+
+    def current_run(self) -> RunRecord | None:
+        with self._read() as s:
+            row = s.scalars(select(RunRow).where(RunRow.state.in_(ACTIVE_RUN)).order_by(RunRow.id.desc())).first()
+            return _run(row) if row else None
+
+    def latest_run(self) -> RunRecord | None:
+        with self._read() as s:
+            row = s.scalars(select(RunRow).order_by(RunRow.id.desc())).first()
+            return _run(row) if row else None
+
+    def active_runs(self) -> list[RunRecord]:
+        with self._read() as s:
+            rows = s.scalars(select(RunRow).where(RunRow.state.in_(ACTIVE_RUN)).order_by(RunRow.id))
+            return [_run(r) for r in rows]
+
+    def start_run(self, run_id: int, now: float) -> RunRecord:
+        with self._write() as s:
+            row = self._get_run(s, run_id, lock=True)
+            if row.state != "pending":
+                raise FailedPrecondition(f"run {run_id} is {row.state}, not pending")
+            row.state = "running"
+            row.started_at = now
+            row.deadline = now + row.duration_s
+            return _run(row)
+
+    def stop_run(self, run_id: int, now: float, reason: str) -> RunRecord:
+        with self._write() as s:
+            row = self._get_run(s, run_id, lock=True)
+            if row.state in OVER_RUN:
+                raise FailedPrecondition(f"run {run_id} is already {row.state}")
+            if row.state == "running":
+                row.state = "stopping"
+                row.stopped_at = now
+                row.stop_reason = reason
+            elif row.state == "pending":
+                row.state = "finished"
+                row.stopped_at = row.finished_at = now
+                row.stop_reason = reason
+            return _run(row)
+
+    def finish_run(self, run_id: int, now: float, state: str, reason: str) -> tuple[RunRecord, list[int]]:
+        if state not in OVER_RUN:
+            raise ValueError(f"finish_run state must be finished or aborted, not {state}")
+        with self._write() as s:
+            row = self._get_run(s, run_id, lock=True)
+            if row.state in OVER_RUN:
+                raise FailedPrecondition(f"run {run_id} is already {row.state}")
+            abandoned = self._abandon(s, ModelRow.run_id == run_id, now, f"run {state}")
+            if row.stopped_at is None:
+                row.stopped_at = now
+            row.state = state
+            row.finished_at = now
+            if reason and not row.stop_reason:
+                row.stop_reason = reason
+            elif reason and row.stop_reason != reason:
+                row.stop_reason = f"{row.stop_reason}; {reason}"[:200]
+            return _run(row), abandoned
+
+    # ------------------------------------------------------------ workers
+    def register_worker(self, info: WorkerInput, now: float) -> tuple[WorkerRecord, list[int]]:
+        with self._write() as s:
+            row = s.scalars(select(WorkerRow).where(WorkerRow.name == info.name).with_for_update()).first()
+            abandoned: list[int] = []
+            if row is None:
+                row = WorkerRow(name=info.name, registered_at=now)
+                s.add(row)
+            else:
+                abandoned = self._abandon(s, ModelRow.worker_id == row.id, now, "worker restarted")
+            row.host = info.host
+            row.accelerators = [dict(a) for a in info.accelerators]
+            row.cpus = info.cpus
+            row.memory_bytes = info.memory_bytes
+            row.software = dict(info.software)
+            row.state = "alive"
+            row.last_heartbeat = now
+            s.flush()
+            return _worker(row), abandoned
+
+    def get_worker(self, worker_id: int) -> WorkerRecord:
+        with self._read() as s:
+            row = s.get(WorkerRow, worker_id)
+            if row is None:
+                raise NotFound(f"worker {worker_id} not found; register first")
+            return _worker(row)
+
+    def list_workers(self, state: str | None = None) -> list[WorkerRecord]:
+        with self._read() as s:
+            stmt = select(WorkerRow).order_by(WorkerRow.id)
+            if state:
+                stmt = stmt.where(WorkerRow.state == state)
+            return [_worker(w) for w in s.scalars(stmt)]
+
+    def record_heartbeats(self, beats: dict[int, float]) -> None:
+        if not beats:
+            return
+        # Core executemany of a prepared statement: the ORM bulk form costs ~10x more per row
+        with self._write_lock, self.engine.begin() as conn:
+            conn.execute(self._update_beat, [{"wid": wid, "beat": t} for wid, t in beats.items()])
+
+    def mark_workers_lost(self, worker_ids: Sequence[int], now: float) -> list[int]:
+        if not worker_ids:
+            return []
+        with self._write() as s:
+            s.execute(update(WorkerRow).where(WorkerRow.id.in_(list(worker_ids))).values(state="lost"))
+            return self._abandon(s, ModelRow.worker_id.in_(list(worker_ids)), now, "worker lost")
+
+    def join_run(self, run_id: int, worker_id: int, now: float) -> bool:
+        with self._write() as s:
+            if s.get(RunWorkerRow, (run_id, worker_id)) is not None:
+                return False
+            self._get_run(s, run_id)
+            w = s.get(WorkerRow, worker_id)
+            if w is None:
+                raise NotFound(f"worker {worker_id} not found")
+            inventory = {
+                "host": w.host, "accelerators": list(w.accelerators), "cpus": w.cpus,
+                "memory_bytes": w.memory_bytes, "software": dict(w.software),
+            }
+            s.add(RunWorkerRow(run_id=run_id, worker_id=worker_id, joined_at=now, inventory=inventory))
+            return True
+
+    def run_workers(self, run_id: int) -> list[RunWorker]:
+        with self._read() as s:
+            rows = s.execute(
+                select(RunWorkerRow, WorkerRow)
+                .join(WorkerRow, WorkerRow.id == RunWorkerRow.worker_id)
+                .where(RunWorkerRow.run_id == run_id)
+                .order_by(RunWorkerRow.worker_id)
+            ).all()
+            return [RunWorker(_worker(w), rw.joined_at, dict(rw.inventory)) for rw, w in rows]
+
+    # ------------------------------------------------------------ models
+    def add_model(self, new: NewModel, now: float, max_models: int = 0) -> ModelRecord:
+        with self._write() as s:
+            run = self._get_run(s, new.run_id)
+            if run.state != "running":
+                raise FailedPrecondition(f"run {run.id} is {run.state}; models are accepted while running")
+            if new.parent_id is not None:
+                parent = s.get(ModelRow, new.parent_id)
+                if parent is None or parent.run_id != new.run_id:
+                    raise NotFound(f"parent model {new.parent_id} not found in run {new.run_id}")
+            if max_models:
+                n = s.scalar(select(func.count()).select_from(ModelRow).where(ModelRow.run_id == new.run_id))
+                if n is not None and n >= max_models:
+                    raise FailedPrecondition(f"run {new.run_id} reached its limit of {max_models} models")
+            row = ModelRow(
+                run_id=new.run_id, parent_id=new.parent_id, worker_id=new.worker_id, round=new.round,
+                graph_json=new.graph_json, graph_hash=new.graph_hash, batch_size=new.batch_size,
+                kernel_size=new.kernel_size, state=new.state, reason="", created_at=now,
+                started_at=now if new.state == "training" else None,
+                flops_per_train_image=new.flops_per_train_image, flops_per_eval_image=new.flops_per_eval_image,
+                images_trained=0, images_validated=0, epochs=0,
+            )
+            s.add(row)
+            s.flush()
+            return _model(row)
+
+    def get_model(self, model_id: int) -> ModelRecord:
+        with self._read() as s:
+            row = s.get(ModelRow, model_id)
+            if row is None:
+                raise NotFound(f"model {model_id} not found")
+            return _model(row)
+
+    def models_since(self, run_id: int, since_id: int, limit: int = 0) -> list[ModelRecord]:
+        with self._read() as s:
+            stmt = select(ModelRow).where(ModelRow.run_id == run_id, ModelRow.id > since_id).order_by(ModelRow.id)
+            if limit:
+                stmt = stmt.limit(limit)
+            return [_model(m) for m in s.scalars(stmt)]
+
+    def ranked_done_ids(self, run_id: int) -> list[int]:
+        with self._read() as s:
+            rows = s.execute(
+                select(ModelRow.id, ModelRow.predicted_accuracy, ModelRow.best_accuracy).where(
+                    ModelRow.run_id == run_id, ModelRow.state == "done"
+                )
+            ).all()
+
+        def key(r: Any) -> tuple[float, float, int]:
+            best = r.best_accuracy if r.best_accuracy is not None else -1.0
+            pred = r.predicted_accuracy if r.predicted_accuracy is not None else best
+            return (-pred, -best, r.id)
+
+        return [r.id for r in sorted(rows, key=key)]
+
+    def list_models(
+        self, run_id: int, state: str | None = None, limit: int = 1000, offset: int = 0
+    ) -> tuple[list[ModelRecord], int]:
+        with self._read() as s:
+            cond = [ModelRow.run_id == run_id]
+            if state:
+                cond.append(ModelRow.state == state)
+            total = s.scalar(select(func.count()).select_from(ModelRow).where(*cond)) or 0
+            rows = s.scalars(select(ModelRow).where(*cond).order_by(ModelRow.id).limit(limit).offset(offset))
+            return [_model(m) for m in rows], int(total)
+
+    def count_models(self, run_id: int) -> dict[str, int]:
+        with self._read() as s:
+            rows = s.execute(
+                select(ModelRow.state, func.count()).where(ModelRow.run_id == run_id).group_by(ModelRow.state)
+            ).all()
+            return {state: int(n) for state, n in rows}
+
+    def finish_model(
+        self,
+        model_id: int,
+        worker_id: int,
+        state: str,
+        reason: str,
+        best_accuracy: float | None,
+        predicted_accuracy: float | None,
+        now: float,
+    ) -> ModelRecord:
+        if state not in ("done", "failed"):
+            raise ValueError(f"finish state must be done or failed, not {state}")
+        with self._write() as s:
+            row = s.scalars(select(ModelRow).where(ModelRow.id == model_id).with_for_update()).first()
+            if row is None:
+                raise NotFound(f"model {model_id} not found")
+            if row.worker_id != worker_id:
+                raise PermissionDenied(f"model {model_id} belongs to worker {row.worker_id}, not {worker_id}")
+            if row.state == state:
+                return _model(row)  # a retried finish
+            if row.state not in OPEN_MODEL:
+                raise FailedPrecondition(f"model {model_id} is {row.state}")
+            if best_accuracy is not None and (row.best_accuracy is None or best_accuracy > row.best_accuracy):
+                # an accuracy the time line has not seen yet: it enters it now
+                last_seq = s.scalar(select(func.max(ProgressRow.seq)).where(ProgressRow.model_id == model_id)) or 0
+                s.add(ProgressRow(
+                    run_id=row.run_id, model_id=model_id, worker_id=worker_id, seq=last_seq + 1, t=now,
+                    epoch=row.epochs, images_trained=0, images_validated=0, accuracy=best_accuracy,
+                    worker_flops=0, master_flops=0, flops_mismatch=False,
+                ))
+                row.best_accuracy = best_accuracy
+            row.state = state
+            row.reason = reason[:500]
+            row.finished_at = now
+            row.predicted_accuracy = predicted_accuracy
+            return _model(row)
+
+    def hyperparameter_history(self, run_id: int) -> list[ModelRecord]:
+        with self._read() as s:
+            rows = s.scalars(
+                select(ModelRow).where(ModelRow.run_id == run_id, ModelRow.state == "done").order_by(ModelRow.id)
+            )
+            return [_model(m) for m in rows]
+
+    # ------------------------------------------------------------ progress
+    def add_progress(self, items: Sequence[ProgressInput]) -> list[ProgressResult]:
+        # Core statements, not the ORM: this is the hot path (every worker, every few seconds).
+        # The models' state comes from the cache when no other write happened since the last
+        # batch; a report is looked up only when its seq is not above the model's highest one
+        # (a retry), so a batch of new reports costs one INSERT, one UPDATE and the commit.
+        if not items:
+            return []
+        results: list[ProgressResult] = []
+        with self._write_lock:
+            cache = self._progress_models
+            try:
+                with self.engine.begin() as conn:
+                    models = self._progress_state(conn, sorted({i.model_id for i in items}))
+                    retried = {(i.model_id, i.seq) for i in items
+                               if i.model_id in models and i.seq <= models[i.model_id]["max_seq"]}
+                    seen: dict[tuple[int, int], tuple[int, bool]] = {}
+                    if retried:
+                        seen = {
+                            (mid, seq): (mf, mm)
+                            for mid, seq, mf, mm in conn.execute(self._q_seen, {
+                                "mids": sorted({k[0] for k in retried}), "seqs": sorted({k[1] for k in retried})})
+                            if (mid, seq) in retried
+                        }
+                    rows = self._progress_rows(items, models, seen, results)
+                    if rows:
+                        self._write_progress(
+                            conn, rows,
+                            [
+                                {"mid": mid, "new_state": m["state"], "new_started_at": m["started_at"],
+                                 "new_trained": m["images_trained"], "new_validated": m["images_validated"],
+                                 "new_epochs": m["epochs"], "new_best": m["best_accuracy"]}
+                                for mid, m in models.items() if m["changed"]
+                            ],
+                        )
+            except BaseException:
+                cache.clear()
+                raise
+            # committed: the working copies are now the truth
+            if len(cache) > PROGRESS_CACHE_SIZE:
+                cache.clear()
+            for mid, m in models.items():
+                m["changed"] = False
+                cache[mid] = m
+        return results
+
+    def _progress_state(self, conn: Any, model_ids: list[int]) -> dict[int, dict[str, Any]]:
+        """Working copies of the models' state, from the cache or the database."""
+        cache = self._progress_models
+        models = {mid: dict(cache[mid]) for mid in model_ids if mid in cache}
+        missing = [mid for mid in model_ids if mid not in models]
+        if missing:
+            for row in conn.execute(self._q_models, {"ids": missing}):
+                models[row[0]] = {
+                    "run_id": row[1], "worker_id": row[2], "state": row[3], "started_at": row[4],
+                    "images_trained": row[5], "images_validated": row[6], "epochs": row[7],
+                    "best_accuracy": row[8], "run_state": row[9], "changed": False, "max_seq": 0,
+                }
+            for mid, top in conn.execute(self._q_max_seq, {"mids": missing}):
+                if mid in models:
+                    models[mid]["max_seq"] = int(top or 0)
+        return models
+
+    @staticmethod
+    def _progress_rows(
+        items: Sequence[ProgressInput], models: dict[int, dict[str, Any]],
+        seen: dict[tuple[int, int], tuple[int, bool]], results: list[ProgressResult],
+    ) -> list[dict[str, Any]]:
+        """Rows to insert; updates the working copies and appends one result per item."""
+        rows: list[dict[str, Any]] = []
+        for it in items:
+            m = models.get(it.model_id)
+            if m is None:
+                results.append(ProgressResult(it.model_id, it.seq, error=NotFound(f"model {it.model_id} not found")))
+                continue
+            if m["worker_id"] != it.worker_id:
+                results.append(ProgressResult(it.model_id, it.seq, error=PermissionDenied(
+                    f"model {it.model_id} belongs to worker {m['worker_id']}, not {it.worker_id}")))
+                continue
+            key = (it.model_id, it.seq)
+            if key in seen:
+                mf, mm = seen[key]
+                results.append(ProgressResult(it.model_id, it.seq, duplicate=True, master_flops=mf,
+                                              flops_mismatch=bool(mm), model_state=m["state"]))
+                continue
+            if m["state"] not in OPEN_MODEL:
+                results.append(ProgressResult(it.model_id, it.seq, model_state=m["state"], error=FailedPrecondition(
+                    f"model {it.model_id} is {m['state']}; no more reports")))
+                continue
+            if m["run_state"] in OVER_RUN:
+                results.append(ProgressResult(it.model_id, it.seq, model_state=m["state"], error=FailedPrecondition(
+                    f"run {m['run_id']} is {m['run_state']}")))
+                continue
+            rows.append({
+                "run_id": m["run_id"], "model_id": it.model_id, "worker_id": it.worker_id, "seq": it.seq,
+                "t": it.t, "epoch": it.epoch, "images_trained": it.images_trained,
+                "images_validated": it.images_validated, "accuracy": it.accuracy,
+                "worker_flops": it.worker_flops, "master_flops": it.master_flops,
+                "flops_mismatch": it.flops_mismatch,
+            })
+            seen[key] = (it.master_flops, it.flops_mismatch)
+            m["max_seq"] = max(m["max_seq"], it.seq)
+            if m["state"] == "queued":
+                m["state"] = "training"
+                m["started_at"] = it.t
+            m["images_trained"] += it.images_trained
+            m["images_validated"] += it.images_validated
+            m["epochs"] = max(m["epochs"], it.epoch)
+            if it.accuracy is not None and (m["best_accuracy"] is None or it.accuracy > m["best_accuracy"]):
+                m["best_accuracy"] = it.accuracy
+            m["changed"] = True
+            results.append(ProgressResult(it.model_id, it.seq, master_flops=it.master_flops,
+                                          flops_mismatch=it.flops_mismatch, model_state=m["state"]))
+        return rows
+
+    def timeline(self, run_id: int) -> list[Point]:
+        with self._read() as s:
+            rows = s.execute(
+                select(ProgressRow.t, ProgressRow.master_flops, ProgressRow.worker_flops, ProgressRow.accuracy)
+                .where(ProgressRow.run_id == run_id)
+                .order_by(ProgressRow.t, ProgressRow.id)
+            ).all()
+            return [Point(t=r[0], ops=int(r[1]), worker_ops=int(r[2]), accuracy=r[3]) for r in rows]
+
+    def run_images(self, run_id: int) -> tuple[int, int]:
+        with self._read() as s:
+            row = s.execute(
+                select(func.sum(ModelRow.images_trained), func.sum(ModelRow.images_validated)).where(
+                    ModelRow.run_id == run_id
+                )
+            ).one()
+            return int(row[0] or 0), int(row[1] or 0)
+
+    def flops_mismatch_count(self, run_id: int) -> int:
+        with self._read() as s:
+            n = s.scalar(
+                select(func.count()).select_from(ProgressRow).where(
+                    ProgressRow.run_id == run_id, ProgressRow.flops_mismatch.is_(True)
+                )
+            )
+            return int(n or 0)
+
+    # ------------------------------------------------------------ resources
+    def add_resource_samples(self, run_id: int | None, items: Sequence[ResourceSampleInput]) -> int:
+        if not items:
+            return 0
+        with self._write() as s:
+            s.add_all(
+                ResourceSampleRow(
+                    worker_id=i.worker_id, run_id=run_id, t=i.t, accelerator_index=i.accelerator_index,
+                    accelerator_util=i.accelerator_util, accelerator_memory_used=i.accelerator_memory_used,
+                    cpu_util=i.cpu_util, memory_used=i.memory_used,
+                )
+                for i in items
+            )
+        return len(items)
+
+    def resource_samples(self, worker_id: int | None = None, run_id: int | None = None) -> list[ResourceSampleRecord]:
+        with self._read() as s:
+            stmt = select(ResourceSampleRow).order_by(ResourceSampleRow.t, ResourceSampleRow.id)
+            if worker_id is not None:
+                stmt = stmt.where(ResourceSampleRow.worker_id == worker_id)
+            if run_id is not None:
+                stmt = stmt.where(ResourceSampleRow.run_id == run_id)
+            return [
+                ResourceSampleRecord(
+                    worker_id=r.worker_id, t=r.t, accelerator_index=r.accelerator_index,
+                    accelerator_util=r.accelerator_util, accelerator_memory_used=r.accelerator_memory_used,
+                    cpu_util=r.cpu_util, memory_used=r.memory_used, run_id=r.run_id,
+                )
+                for r in s.scalars(stmt)
+            ]

@@ -1,0 +1,332 @@
+"""The master's storage interface: plain records in, plain records out.
+
+One abstract `Store` (this module) and one implementation, `SqlStore` in
+master/sqlstore.py (SQLAlchemy 2 on SQLite or PostgreSQL). No SQL lives
+anywhere else. The store enforces the invariants that must hold inside one
+transaction (a progress report belongs to the worker's open model, a retried
+report is not counted twice, one active run, ...) and raises the errors below;
+the service maps them to gRPC status codes. A failed call writes nothing.
+
+States are lower-case strings: runs pending/running/stopping/finished/aborted,
+models queued/training/done/failed/abandoned, workers alive/lost.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from aiperf.scoring import Point
+
+
+class StoreError(Exception):
+    """Base of the errors a store call raises; nothing was written."""
+
+
+class NotFound(StoreError):
+    pass
+
+
+class PermissionDenied(StoreError):
+    pass
+
+
+class FailedPrecondition(StoreError):
+    pass
+
+
+class InvalidArgument(StoreError):
+    pass
+
+
+class SchemaError(StoreError):
+    """The database's schema revision is unknown to this version (newer)."""
+
+
+@dataclass(frozen=True)
+class NewRun:
+    profile: str
+    seed: int
+    duration_s: float
+    precision: str
+    config: dict[str, Any]  # limits, warmup_rounds, intervals, min_workers, min_running_time_s
+    software: dict[str, str]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: int
+    state: str
+    profile: str
+    seed: int
+    duration_s: float
+    precision: str
+    config: dict[str, Any]
+    software: dict[str, str]
+    created_at: float
+    started_at: float | None
+    deadline: float | None
+    stopped_at: float | None
+    finished_at: float | None
+    stop_reason: str
+
+
+@dataclass(frozen=True)
+class WorkerInput:
+    name: str
+    host: str
+    accelerators: list[dict[str, Any]]  # {"model": str, "memory_bytes": int, "peak_flops": float}
+    cpus: int
+    memory_bytes: int
+    software: dict[str, str]
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    id: int
+    name: str
+    host: str
+    accelerators: list[dict[str, Any]]
+    cpus: int
+    memory_bytes: int
+    software: dict[str, str]
+    state: str
+    registered_at: float
+    last_heartbeat: float
+
+
+@dataclass(frozen=True)
+class RunWorker:
+    """A worker that took part in a run, with its inventory when it joined."""
+
+    worker: WorkerRecord
+    joined_at: float
+    inventory: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NewModel:
+    run_id: int
+    parent_id: int | None
+    worker_id: int
+    round: int
+    graph_json: str
+    graph_hash: str
+    batch_size: int
+    kernel_size: int
+    state: str  # "training" or "queued"
+    flops_per_train_image: int
+    flops_per_eval_image: int
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    id: int
+    run_id: int
+    parent_id: int | None
+    worker_id: int
+    round: int
+    graph_json: str
+    graph_hash: str
+    batch_size: int
+    kernel_size: int
+    state: str
+    reason: str
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    best_accuracy: float | None
+    predicted_accuracy: float | None
+    flops_per_train_image: int
+    flops_per_eval_image: int
+    images_trained: int
+    images_validated: int
+    epochs: int
+
+
+@dataclass(frozen=True)
+class ProgressInput:
+    model_id: int
+    worker_id: int
+    seq: int
+    t: float
+    epoch: int
+    images_trained: int
+    images_validated: int
+    accuracy: float | None
+    worker_flops: int
+    master_flops: int
+    flops_mismatch: bool
+
+
+@dataclass(frozen=True)
+class ProgressResult:
+    """Outcome of one report: recorded, a duplicate (nothing counted), or an error."""
+
+    model_id: int
+    seq: int
+    duplicate: bool = False
+    master_flops: int = 0
+    flops_mismatch: bool = False
+    model_state: str = ""
+    error: StoreError | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class ResourceSampleInput:
+    worker_id: int
+    t: float
+    accelerator_index: int
+    accelerator_util: float
+    accelerator_memory_used: int
+    cpu_util: float
+    memory_used: int
+
+
+@dataclass(frozen=True)
+class ResourceSampleRecord(ResourceSampleInput):
+    run_id: int | None = None
+
+
+class Store(abc.ABC):
+    """Everything the master keeps. Times are master-clock seconds."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    # ---------------------------------------------------------------- runs
+    @abc.abstractmethod
+    def create_run(self, spec: NewRun, now: float, allow_concurrent: bool = False) -> RunRecord:
+        """New run in state pending. FailedPrecondition when another run is
+        active (pending/running/stopping) and allow_concurrent is false."""
+
+    @abc.abstractmethod
+    def get_run(self, run_id: int) -> RunRecord:
+        """NotFound when unknown."""
+
+    @abc.abstractmethod
+    def current_run(self) -> RunRecord | None:
+        """The newest active run (pending, running or stopping), if any."""
+
+    @abc.abstractmethod
+    def latest_run(self) -> RunRecord | None:
+        """The newest run in any state."""
+
+    @abc.abstractmethod
+    def active_runs(self) -> list[RunRecord]: ...
+
+    @abc.abstractmethod
+    def start_run(self, run_id: int, now: float) -> RunRecord:
+        """pending -> running: t0 = now, deadline = now + duration."""
+
+    @abc.abstractmethod
+    def stop_run(self, run_id: int, now: float, reason: str) -> RunRecord:
+        """running -> stopping (stopped_at = now); pending -> finished.
+        Stopping an already stopping run is a no-op; FailedPrecondition when over."""
+
+    @abc.abstractmethod
+    def finish_run(self, run_id: int, now: float, state: str, reason: str) -> tuple[RunRecord, list[int]]:
+        """-> finished or aborted; open models of the run become abandoned
+        (their reported progress is kept). Returns the run and those model ids."""
+
+    # ---------------------------------------------------------------- workers
+    @abc.abstractmethod
+    def register_worker(self, info: WorkerInput, now: float) -> tuple[WorkerRecord, list[int]]:
+        """Create or update the worker named info.name (alive, heartbeat now).
+        An existing worker's open models are abandoned (it restarted); their ids
+        are returned."""
+
+    @abc.abstractmethod
+    def get_worker(self, worker_id: int) -> WorkerRecord: ...
+
+    @abc.abstractmethod
+    def list_workers(self, state: str | None = None) -> list[WorkerRecord]: ...
+
+    @abc.abstractmethod
+    def record_heartbeats(self, beats: dict[int, float]) -> None:
+        """Store last-heartbeat times (worker id -> time); a lost worker becomes alive."""
+
+    @abc.abstractmethod
+    def mark_workers_lost(self, worker_ids: Sequence[int], now: float) -> list[int]:
+        """Workers -> lost, their open models -> abandoned; returns those model ids."""
+
+    @abc.abstractmethod
+    def join_run(self, run_id: int, worker_id: int, now: float) -> bool:
+        """Record that the worker takes part in the run; False when already recorded."""
+
+    @abc.abstractmethod
+    def run_workers(self, run_id: int) -> list[RunWorker]: ...
+
+    # ---------------------------------------------------------------- models
+    @abc.abstractmethod
+    def add_model(self, new: NewModel, now: float, max_models: int = 0) -> ModelRecord:
+        """NotFound: parent not in the run; FailedPrecondition: max_models reached."""
+
+    @abc.abstractmethod
+    def get_model(self, model_id: int) -> ModelRecord: ...
+
+    @abc.abstractmethod
+    def models_since(self, run_id: int, since_id: int, limit: int = 0) -> list[ModelRecord]:
+        """Models of the run with id > since_id, ascending."""
+
+    @abc.abstractmethod
+    def ranked_done_ids(self, run_id: int) -> list[int]:
+        """Ids of DONE models, best first: predicted accuracy (best accuracy when
+        no prediction), then best accuracy, then id."""
+
+    @abc.abstractmethod
+    def list_models(
+        self, run_id: int, state: str | None = None, limit: int = 1000, offset: int = 0
+    ) -> tuple[list[ModelRecord], int]:
+        """A page of the run's models (ascending id) and the total count."""
+
+    @abc.abstractmethod
+    def count_models(self, run_id: int) -> dict[str, int]: ...
+
+    @abc.abstractmethod
+    def finish_model(
+        self,
+        model_id: int,
+        worker_id: int,
+        state: str,
+        reason: str,
+        best_accuracy: float | None,
+        predicted_accuracy: float | None,
+        now: float,
+    ) -> ModelRecord:
+        """-> done or failed. PermissionDenied: another worker's model;
+        FailedPrecondition: abandoned, or already finished in another state.
+        A best accuracy above every reported one is added to the time line as
+        a zero-image report at `now`, so the time line holds every accuracy."""
+
+    @abc.abstractmethod
+    def hyperparameter_history(self, run_id: int) -> list[ModelRecord]:
+        """DONE models of the run, ascending id."""
+
+    # ---------------------------------------------------------------- progress
+    @abc.abstractmethod
+    def add_progress(self, items: Sequence[ProgressInput]) -> list[ProgressResult]:
+        """Record reports in one transaction. Per item: NotFound (no model),
+        PermissionDenied (another worker's model), FailedPrecondition (model
+        not open, or its run is over) in `error`, nothing written for it;
+        `duplicate` when (model_id, seq) was already recorded. A queued model
+        becomes training at its first report."""
+
+    @abc.abstractmethod
+    def timeline(self, run_id: int) -> list[Point]:
+        """Every progress report of the run as scoring points, by time."""
+
+    @abc.abstractmethod
+    def run_images(self, run_id: int) -> tuple[int, int]:
+        """Images trained and validated by all models of the run."""
+
+    @abc.abstractmethod
+    def flops_mismatch_count(self, run_id: int) -> int: ...
+
+    # ---------------------------------------------------------------- resources
+    @abc.abstractmethod
+    def add_resource_samples(self, run_id: int | None, items: Sequence[ResourceSampleInput]) -> int: ...
+
+    @abc.abstractmethod
+    def resource_samples(self, worker_id: int | None = None, run_id: int | None = None) -> list[ResourceSampleRecord]: ...

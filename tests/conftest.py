@@ -1,0 +1,88 @@
+"""Shared pytest fixtures.
+
+- `db_url`: a fresh, empty database URL, parametrised over SQLite (a file in
+  tmp_path) and PostgreSQL (a fresh schema in AIPERF_TEST_POSTGRES_URL, dropped
+  afterwards; skipped when the variable is unset).
+- `master_server`: factory starting a real master on a loopback port
+  (`master.server.serve`), stopped at teardown.
+- `small_graph`: a reduced ResNet-50 graph (32x32x3, 10 classes, width 1/4).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+POSTGRES_ENV = "AIPERF_TEST_POSTGRES_URL"
+
+
+def postgres_url() -> str | None:
+    return os.environ.get(POSTGRES_ENV) or None
+
+
+@pytest.fixture
+def postgres_schema_url() -> Iterator[str]:
+    """A PostgreSQL URL whose search_path is a fresh schema (dropped afterwards)."""
+    base = postgres_url()
+    if base is None:
+        pytest.skip(f"{POSTGRES_ENV} not set")
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database: SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'test.db'}"
+    return request.getfixturevalue("postgres_schema_url")
+
+
+@pytest.fixture
+def small_graph() -> Any:
+    from aiperf.resnet import resnet50
+
+    return resnet50(input_size=32, channels=3, classes=10, width=0.25)
+
+
+@pytest.fixture
+def master_server(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Factory: master_server(db_url=None, **serve_kwargs) -> MasterHandle on 127.0.0.1:0.
+
+    Defaults: SQLite in tmp_path, fixed test tokens, heartbeat 5 s.
+    """
+    from master.server import serve
+
+    handles: list[Any] = []
+
+    def start(db_url: str | None = None, **kwargs: Any) -> Any:
+        kwargs.setdefault("port", 0)
+        kwargs.setdefault("host", "127.0.0.1")
+        kwargs.setdefault("data_dir", tmp_path / f"master{len(handles)}")
+        kwargs.setdefault("heartbeat_interval_s", 5.0)
+        kwargs.setdefault("worker_token", "test-worker-token")
+        kwargs.setdefault("admin_token", "test-admin-token")
+        kwargs.setdefault("env", {})
+        handle = serve(db_url or f"sqlite:///{tmp_path / f'master{len(handles)}.db'}", **kwargs)
+        handles.append(handle)
+        return handle
+
+    yield start
+    for h in handles:
+        h.stop(grace_s=0)

@@ -1,0 +1,79 @@
+"""The worker agent's delivery of results: ordered, retried through outages, never stuck."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+
+from aiperf.api.client import ApiError
+from worker.agent import Outbox, resource_samples
+from worker.monitor import AcceleratorSample, ResourceSample
+
+
+def test_outbox_retries_transient_errors_in_order(monkeypatch):
+    monkeypatch.setattr("worker.agent.backoff_delays", lambda: iter([0.0] * 100))
+    sent: list[int] = []
+    failures = {"left": 3}
+
+    def call(n: int):
+        def send() -> None:
+            if n == 1 and failures["left"]:
+                failures["left"] -= 1
+                raise ApiError(grpc.StatusCode.UNAVAILABLE, "master restarting")
+            sent.append(n)
+        return send
+
+    box = Outbox()
+    for n in range(1, 5):
+        box.put(f"report {n}", call(n))
+    assert box.flush(10)
+    box.close()
+    assert sent == [1, 2, 3, 4], "the failed report is retried before the next one is sent"
+    assert box.dropped == []
+
+
+def test_outbox_drops_permanent_errors_and_bugs_but_keeps_going():
+    sent = []
+
+    def refused() -> None:
+        raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, "model 3 was abandoned")
+
+    def broken() -> None:
+        raise TypeError("bad call")
+
+    box = Outbox()
+    box.put("refused", refused)
+    box.put("broken", broken)
+    box.put("fine", lambda: sent.append("fine"))
+    assert box.flush(10)
+    box.close()
+    assert sent == ["fine"]
+    assert [what for what, _ in box.dropped] == ["refused", "broken"]
+    assert "abandoned" in box.dropped[0][1]
+
+
+def test_outbox_close_waits_for_pending_calls():
+    release = threading.Event()
+    sent = []
+
+    def slow() -> None:
+        release.wait(5)
+        sent.append("slow")
+
+    box = Outbox()
+    box.put("slow", slow)
+    threading.Timer(0.2, release.set).start()
+    box.close(timeout_s=10)
+    assert sent == ["slow"]
+
+
+def test_resource_samples_map_percentages_to_fractions():
+    sample = ResourceSample(time=0.0, cpu_percent=50.0, memory_used_bytes=4 << 30,
+                            memory_total_bytes=16 << 30, process_rss_bytes=1 << 30,
+                            accelerators=(AcceleratorSample(0, "GPU", 75.0, 2 << 30, 80 << 30),))
+    host, gpu = resource_samples(sample)
+    assert host.accelerator_index == -1 and host.cpu_util == 0.5 and host.memory_used == 4 << 30
+    assert gpu.accelerator_index == 0 and gpu.accelerator_util == 0.75
+    assert gpu.accelerator_memory_used == 2 << 30
+    assert host.age_s > 0

@@ -1,0 +1,260 @@
+"""End to end: master and worker as real subprocesses on loopback, a short smoke run.
+
+These are the slowest tests of the suite (a few minutes of real training on
+the built-in digits dataset); they check what a user relies on: the stored
+history links parents, rounds increase, warm-up is respected and TPE takes
+over, the master's FLOP count agrees with the worker's, the scoreboard is
+complete, and a worker killed mid-round loses nothing it already reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.api.client import ControlClient
+from aiperf.graph import Graph
+
+pytestmark = pytest.mark.slow
+
+WORKER_TOKEN = "e2e-worker-token"
+ADMIN_TOKEN = "e2e-admin-token"
+SCOREBOARD_KEYS = {"run_id", "state", "profile", "elapsed_s", "flops", "score", "regulated_score",
+                   "valid_flops", "error", "valid", "invalid_reason", "provisional", "workers",
+                   "accelerators", "models_done"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """A master and workers as subprocesses, with their logs in tmp_path."""
+
+    def __init__(self, tmp_path: Path, heartbeat_interval_s: float = 1.0) -> None:
+        self.dir = tmp_path
+        self.heartbeat = str(heartbeat_interval_s)
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.env = dict(os.environ, AIPERF_MASTER=self.address, AIPERF_TOKEN=WORKER_TOKEN,
+                        AIPERF_ADMIN_TOKEN=ADMIN_TOKEN, PYTHONUNBUFFERED="1",
+                        TF_CPP_MIN_LOG_LEVEL="2")
+        self.procs: list[subprocess.Popen] = []
+        self.start_master()
+        self.control = ControlClient(self.address, ADMIN_TOKEN)
+        self.control.wait_ready(60)
+
+    def start_master(self) -> None:
+        self.master = self._spawn("master", "master", "serve", "--db", f"sqlite:///{self.dir / 'm.db'}",
+                                  "--port", str(self.port), "--data-dir", str(self.dir),
+                                  "--heartbeat-interval", self.heartbeat)
+
+    def _spawn(self, log_name: str, *args: str) -> subprocess.Popen:
+        log = open(self.dir / f"{log_name}.log", "a")
+        proc = subprocess.Popen([sys.executable, "-m", "aiperf", *args], env=self.env,
+                                stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        return proc
+
+    def worker(self, name: str = "w1", *extra: str) -> subprocess.Popen:
+        return self._spawn(f"worker-{name}", "worker", "--name", name, "--generator-processes", "1", *extra)
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "aiperf", *args], env=self.env,
+                              capture_output=True, text=True, timeout=120)
+
+    def wait_state(self, run_id: int, states: set[int], timeout_s: float) -> pb.RunStatus:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status = self.control.run_status(run_id)
+            if status.run.state in states:
+                return status
+            time.sleep(1.0)
+        raise AssertionError(f"run {run_id} not in {states} after {timeout_s} s; logs in {self.dir}")
+
+    def wait_for_training_model(self, run_id: int, timeout_s: float = 240) -> pb.Model:
+        """A model in training that has already reported trained images."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for m in self.models(run_id):
+                if m.state == pb.MODEL_TRAINING and m.images_trained > 0:
+                    return m
+            time.sleep(0.5)
+        raise AssertionError(f"no model reported progress in {timeout_s} s; see {self.dir}")
+
+    def models(self, run_id: int) -> list[pb.Model]:
+        return list(self.control.list_models(run_id, include_graph=True).models)
+
+    def log(self, name: str) -> str:
+        return (self.dir / f"{name}.log").read_text()
+
+    def close(self) -> None:
+        self.control.close()
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    yield c
+    c.close()
+
+
+def test_smoke_run_end_to_end(cluster):
+    start = cluster.cli("start", "--duration", "150s", "--profile", "smoke", "--seed", "7")
+    assert start.returncode == 0, start.stderr
+    status = cluster.control.run_status()
+    run_id = status.run.config.run_id
+    worker = cluster.worker("w1", "--exit-when-done")
+    cluster.wait_state(run_id, {pb.RUN_FINISHED}, timeout_s=420)
+    assert worker.wait(timeout=120) == 0, "the worker exits cleanly when the run ends"
+
+    models = cluster.models(run_id)
+    done = [m for m in models if m.state == pb.MODEL_DONE]
+    assert len(done) >= 3, f"only {len(done)} models done; see {cluster.dir}"
+    by_id = {m.model_id: m for m in models}
+
+    # Parents link: the stored parent is in the history and the child's graph names its hash.
+    for m in models:
+        graph = Graph.from_json(m.graph_json)
+        assert graph.hash() == m.graph_hash
+        if m.parent_id:
+            parent = by_id[m.parent_id]
+            assert parent.model_id < m.model_id
+            assert graph.meta["parent"] == parent.graph_hash
+            assert graph.meta["operations"], "a child records the operations applied"
+    assert any(m.parent_id for m in models[1:]), "children descend from earlier models"
+    assert len({m.graph_hash for m in models}) == len(models), "no architecture trained twice"
+
+    # Rounds increase per worker; warm-up rounds use the default hyperparameters.
+    rounds = [m.round for m in models]
+    assert rounds == sorted(rounds) and rounds[0] == 1 and len(set(rounds)) == len(rounds)
+    from aiperf.profiles import get_profile
+
+    smoke = get_profile("smoke")
+    for m in models:
+        if m.round <= smoke.warmup_rounds:
+            assert m.hyperparameters.batch_size == smoke.batch_size
+            assert m.hyperparameters.kernel_size == smoke.kernel_size
+    worker_log = cluster.log("worker-w1")
+    for r in range(1, min(max(rounds), smoke.warmup_rounds) + 1):
+        assert re.search(rf"event=round_start round={r} .*source=default", worker_log)
+    if max(rounds) > smoke.warmup_rounds:
+        assert re.search(rf"event=round_start round={smoke.warmup_rounds + 1} .*source=tpe", worker_log)
+
+    # The master's own FLOP count agrees with the worker's, and images were counted.
+    board = json.loads(cluster.cli("scoreboard", "--json").stdout)
+    assert SCOREBOARD_KEYS <= set(board)
+    assert board["run_id"] == run_id and board["state"] == "finished" and board["profile"] == "smoke"
+    assert board["models_done"] == len(done)
+    assert board["workers"] == 1
+    assert board["flops"] > 0 and board["score"] > 0
+    sb = cluster.control.scoreboard(run_id)
+    assert sb.flops_mismatch_reports == 0
+    assert sb.total_ops == pytest.approx(sb.worker_ops, rel=0.01)
+    assert sb.images_trained > 0 and sb.images_validated > 0
+    best = max(m.best_accuracy for m in done)
+    assert board["error"] == pytest.approx(1 - best, abs=1e-6)
+    if board["valid"]:
+        assert board["invalid_reason"] is None
+    else:
+        assert board["invalid_reason"]
+    # The worker's resource samples reached the master's database.
+    from master.sqlstore import SqlStore
+
+    store = SqlStore(f"sqlite:///{cluster.dir / 'm.db'}")
+    try:
+        samples = store.resource_samples(run_id=run_id)
+    finally:
+        store.close()
+    assert samples and all(0.0 <= s.cpu_util <= 1.0 and s.memory_used > 0 for s in samples
+                           if s.accelerator_index == -1)
+    # The readable table shows the same run.
+    table = cluster.cli("scoreboard")
+    assert table.returncode == 0 and "smoke" in table.stdout
+
+
+def test_killed_worker_loses_nothing_reported(cluster):
+    start = cluster.cli("start", "--duration", "240s", "--profile", "smoke", "--seed", "11")
+    assert start.returncode == 0, start.stderr
+    run_id = cluster.control.run_status().run.config.run_id
+    worker = cluster.worker("w1")
+
+    # Wait for a model in training with progress already reported, then SIGKILL its worker.
+    victim = cluster.wait_for_training_model(run_id)
+    children = psutil.Process(worker.pid).children(recursive=True)
+    assert children, "the generator pool runs in child processes"
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=30)
+    seen_trained = victim.images_trained
+    _, alive = psutil.wait_procs(children, timeout=15)
+    assert not alive, f"orphans left by the killed worker: {[p.pid for p in alive]}"
+
+    cluster.worker("w1")  # same name: re-registers as the same worker
+    deadline = time.monotonic() + 240
+    after = []
+    while time.monotonic() < deadline:
+        models = {m.model_id: m for m in cluster.models(run_id)}
+        after = [m for m in models.values() if m.model_id > victim.model_id and m.state == pb.MODEL_DONE]
+        if models[victim.model_id].state == pb.MODEL_ABANDONED and after:
+            break
+        time.sleep(1.0)
+    killed = models[victim.model_id]
+    assert killed.state == pb.MODEL_ABANDONED
+    assert killed.reason
+    assert killed.images_trained >= seen_trained, "progress reported before the kill is kept"
+    assert after, "the restarted worker trains again"
+    assert after[0].worker_id == killed.worker_id
+    assert after[0].round > killed.round
+    cluster.control.stop_run(run_id, reason="test over")
+    cluster.wait_state(run_id, {pb.RUN_FINISHED}, timeout_s=180)
+    board = cluster.control.scoreboard(run_id)
+    assert board.images_trained >= seen_trained
+
+
+def test_worker_survives_a_master_restart(tmp_path):
+    cluster = Cluster(tmp_path, heartbeat_interval_s=3.0)
+    try:
+        assert cluster.cli("start", "--duration", "120s", "--profile", "smoke", "--seed", "5").returncode == 0
+        run_id = cluster.control.run_status().run.config.run_id
+        worker = cluster.worker("w1", "--exit-when-done")
+        victim = cluster.wait_for_training_model(run_id)
+
+        cluster.master.send_signal(signal.SIGKILL)  # the master dies mid-round ...
+        cluster.master.wait(timeout=30)
+        time.sleep(2.0)
+        cluster.start_master()  # ... and comes back on the same database and port
+        cluster.control.wait_ready(60)
+
+        cluster.wait_state(run_id, {pb.RUN_FINISHED}, timeout_s=300)
+        assert worker.wait(timeout=120) == 0, "the worker rode through the restart and exited cleanly"
+        models = {m.model_id: m for m in cluster.models(run_id)}
+        survivor = models[victim.model_id]
+        # The round in flight was reported to the end and finished: nothing lost.
+        assert survivor.state == pb.MODEL_DONE, f"{survivor.state} {survivor.reason}"
+        assert survivor.images_trained > victim.images_trained
+        assert survivor.epochs >= 1 and survivor.has_accuracy
+        assert any(m.model_id > victim.model_id for m in models.values()), "work went on after the restart"
+        assert cluster.control.scoreboard(run_id).flops_mismatch_reports == 0
+    finally:
+        cluster.close()

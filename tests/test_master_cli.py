@@ -1,0 +1,151 @@
+"""`aiperf master serve / start / stop / status / scoreboard / models` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from aiperf.cli import main
+from master.cli import parse_duration
+
+SCOREBOARD_KEYS = {"run_id", "state", "profile", "elapsed_s", "flops", "score", "regulated_score", "valid_flops",
+                   "error", "valid", "invalid_reason", "provisional", "workers", "accelerators", "models_done"}
+
+
+@pytest.fixture
+def cli(master_server, monkeypatch):
+    h = master_server()
+    monkeypatch.setenv("AIPERF_MASTER", h.address)
+    monkeypatch.setenv("AIPERF_ADMIN_TOKEN", h.admin_token)
+    return h
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("text,seconds", [("1h", 3600), ("90m", 5400), ("1h30m", 5400), ("3600", 3600),
+                                          ("2.5h", 9000), ("45s", 45)])
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["1x", "", "h", "0", "1h x", "-5m"])
+def test_bad_durations_are_refused(text):
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_start_status_scoreboard_stop(cli, capsys):
+    rc, out, err = run(capsys, "start", "--duration", "1h", "--seed", "5", "--json")
+    assert rc == 0, err
+    started = json.loads(out)
+    assert started["state"] == "running" and started["profile"] == "official" and started["seed"] == 5
+    assert started["duration_s"] == 3600
+
+    rc, out, _ = run(capsys, "status", "--json")
+    st = json.loads(out)
+    assert rc == 0 and st["run_id"] == started["run_id"] and st["state"] == "running"
+    rc, out, _ = run(capsys, "status")
+    assert rc == 0 and f"run {started['run_id']} running" in out
+
+    rc, out, _ = run(capsys, "scoreboard", "--json")
+    sb = json.loads(out)
+    assert rc == 0 and SCOREBOARD_KEYS <= set(sb)
+    assert sb["provisional"] is True and sb["valid"] is False and sb["workers"] == 0
+    rc, out, _ = run(capsys, "scoreboard", "--run", str(started["run_id"]))
+    assert rc == 0 and "Score (provisional)" in out and "Regulated score" in out and "Valid FLOPS" in out
+
+    rc, out, err = run(capsys, "start", "--duration", "1h")
+    assert rc == 2 and "still active" in err and len(err.strip().splitlines()) == 1
+
+    rc, out, _ = run(capsys, "stop")
+    assert rc == 0 and ("finished" in out or "stopping" in out)
+    rc, out, _ = run(capsys, "models", "--json")
+    assert rc == 0 and json.loads(out)["total"] == 0
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["start", "--duration", "1x"], "bad duration '1x'"),
+    (["start", "--duration", "30m"], "at least 3600 s"),
+    (["start", "--duration", "1h", "--profile", "fast"], "unknown profile 'fast'"),
+    (["start", "--duration", "1h", "--precision", "fp4"], "unknown precision 'fp4'"),
+    (["scoreboard", "--run", "99"], "run 99 not found"),
+    (["models", "--state", "weird"], "unknown state 'weird'"),
+])
+def test_bad_input_is_one_line_and_exit_2(cli, capsys, argv, message):
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_unreachable_master_and_wrong_token(cli, capsys, monkeypatch):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    rc, _, err = run(capsys, "status", "--master", f"127.0.0.1:{free}")
+    assert rc == 2 and "unreachable" in err and len(err.strip().splitlines()) == 1
+    rc, _, err = run(capsys, "status", "--admin-token", "wrong")
+    assert rc == 2 and "refused the admin token" in err
+
+
+def test_serve_command_generates_tokens_and_serves(tmp_path: Path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("AIPERF_TOKEN", "AIPERF_ADMIN_TOKEN", "AIPERF_MASTER")}
+    data = tmp_path / "data"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiperf.cli", "master", "serve", "--port", str(port), "--host", "127.0.0.1",
+         "--data-dir", str(data), "--heartbeat-interval", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "master listening" in line:
+                break
+        text = "".join(lines)
+        assert "master listening on 127.0.0.1:" in text, text
+        admin = (data / "admin.token").read_text().strip()
+        assert f"generated admin token (saved in {data / 'admin.token'}): {admin}" in text
+        status = subprocess.run(
+            [sys.executable, "-m", "aiperf.cli", "start", "--duration", "2m", "--profile", "smoke", "--json",
+             "--master", f"127.0.0.1:{port}", "--data-dir", str(data)],
+            capture_output=True, text=True, env=env, timeout=60,
+        )
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["profile"] == "smoke"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert (tmp_path / "data" / "master.db").exists()
+
+
+def test_serve_refuses_a_database_newer_than_it_knows(tmp_path: Path, capsys):
+    from sqlalchemy import text
+
+    from master.sqlstore import SqlStore
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    store = SqlStore(url)
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999_future'"))
+    store.close()
+    rc = main(["master", "serve", "--db", url, "--port", "0", "--data-dir", str(tmp_path / "d")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "newer than this master knows" in err

@@ -1,0 +1,472 @@
+"""A real master on a loopback port with a fake worker: lifecycle, lost workers,
+idempotent reports, scores on the master's clock, every error status."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.api import aiperf_pb2_grpc as pb_grpc
+from aiperf.api.client import Accelerator, ApiError, ControlClient, ResourceSample, WorkerClient, scoreboard_to_dict
+from aiperf.flops import count_flops
+from aiperf.graph import with_inserted_kernel
+from aiperf.morphism import deeper_at, deeper_positions
+
+HP = {"batch_size": 32, "kernel_size": 3}
+
+
+class FakeClock:
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def clients(h) -> tuple[WorkerClient, ControlClient]:
+    return WorkerClient(h.address, h.worker_token, retries=0), ControlClient(h.address, h.admin_token, retries=0)
+
+
+def register(w: WorkerClient, name: str = "node-1", peak: float = 0.0) -> int:
+    reg = w.register(name=name, host=name, accelerators=[Accelerator("Tesla V100", 32 << 30, peak)] * 2,
+                     cpus=16, memory_bytes=128 << 30, software={"tensorflow": "2.21.0"})
+    return reg.worker_id
+
+
+def code_of(excinfo) -> grpc.StatusCode:
+    return excinfo.value.code
+
+
+def wait_for(cond, timeout: float = 10.0, what: str = "condition") -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_whole_lifecycle(master_server, small_graph, db_url):
+    h = master_server(db_url)
+    w, c = clients(h)
+    wid = register(w)
+    hb = w.heartbeat(wid)
+    assert not hb.has_run and hb.worker_state == pb.WORKER_ALIVE
+
+    run = c.start_run(600, profile="smoke", seed=42, precision="mixed_fp16", max_epochs_per_round=2, warmup_rounds=3)
+    assert run.state == pb.RUN_RUNNING and run.config.seed == 42
+    hb = w.heartbeat(wid)
+    assert hb.has_run and hb.run.state == pb.RUN_RUNNING
+    cfg = hb.run.config
+    assert (cfg.profile, cfg.precision, cfg.warmup_rounds, cfg.limits.max_epochs_per_round) == (
+        pb.PROFILE_SMOKE, pb.PRECISION_MIXED_FP16, 3, 2)
+    assert cfg.min_running_time_s == 120 and hb.run.deadline == pytest.approx(hb.run.started_at + 600)
+
+    # round 1: the initial architecture
+    fc = count_flops(small_graph)
+    sub = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP)
+    assert sub.state == pb.MODEL_TRAINING
+    assert (sub.flops_per_train_image, sub.flops_per_eval_image) == (fc.train, fc.eval)
+    ack = w.report_progress(wid, sub.model_id, 1, 3200, 0, 1, fc.ops(3200, 0))
+    assert not ack.duplicate and ack.master_flops == fc.ops(3200, 0) and not ack.flops_mismatch
+    ack = w.report_progress(wid, sub.model_id, 2, 0, 800, 1, fc.ops(0, 800), val_accuracy=0.42)
+    assert ack.master_flops == fc.ops(0, 800) and ack.run_state == pb.RUN_RUNNING
+    done = w.finish_model(wid, sub.model_id, "done", best_accuracy=0.42, predicted_accuracy=0.61)
+    assert done.model.state == pb.MODEL_DONE
+
+    # round 2: a child with a different kernel size for the inserted conv
+    child = deeper_at(small_graph, deeper_positions(small_graph)[0])
+    hp2 = {"batch_size": 64, "kernel_size": 5}
+    sub2 = w.submit_model(wid, child.to_json(), child.hash(), sub.model_id, 2, hp2)
+    fc2 = count_flops(with_inserted_kernel(child, 5))
+    assert sub2.flops_per_train_image == fc2.train != count_flops(child).train
+    w.report_progress(wid, sub2.model_id, 1, 640, 160, 1, fc2.ops(640, 160), val_accuracy=0.30)
+    w.finish_model(wid, sub2.model_id, "failed", reason="out of memory")
+
+    hist = w.get_history(wid)
+    assert [m.model_id for m in hist.models] == [sub.model_id, sub2.model_id]
+    m1, m2 = hist.models
+    assert (m1.parent_id, m1.round, m1.state, m1.best_accuracy, m1.predicted_accuracy) == (
+        0, 1, pb.MODEL_DONE, pytest.approx(0.42), pytest.approx(0.61))
+    assert m1.graph_hash == small_graph.hash() and m1.graph_json == small_graph.to_json()
+    assert (m2.parent_id, m2.worker_id, m2.state, m2.reason) == (sub.model_id, wid, pb.MODEL_FAILED, "out of memory")
+    assert (m2.hyperparameters.batch_size, m2.hyperparameters.kernel_size) == (64, 5)
+    assert list(hist.ranked_model_ids) == [sub.model_id]
+    assert [m.model_id for m in w.get_history(wid, since_model_id=sub.model_id).models] == [sub2.model_id]
+    obs = w.get_hyperparameter_history(wid).observations
+    assert [(o.model_id, o.round, o.hyperparameters.batch_size, round(o.accuracy, 6)) for o in obs] == [
+        (sub.model_id, 1, 32, 0.61)]
+
+    assert w.send_resource_samples(wid, [ResourceSample(age_s=1.0, accelerator_index=0, accelerator_util=0.9),
+                                         ResourceSample(cpu_util=0.5, memory_used=1 << 30)]) == 2
+
+    sb = scoreboard_to_dict(c.scoreboard())
+    total = fc.ops(3200, 800) + fc2.ops(640, 160)
+    assert sb["total_ops"] == pytest.approx(total) and sb["worker_ops"] == pytest.approx(total)
+    assert sb["provisional"] and sb["score"] == pytest.approx(sb["flops"])
+    assert sb["flops"] == pytest.approx(total / sb["elapsed_s"], rel=0.2)
+    assert sb["error"] == pytest.approx(0.58) and sb["best_accuracy"] == pytest.approx(0.42)
+    assert sb["workers"] == 1 and sb["accelerators"] == 2 and sb["models_done"] == 1
+    assert sb["models"]["failed"] == 1 and sb["images_trained"] == 3840 and sb["images_validated"] == 960
+    assert sb["hardware"][0]["accelerators"][0]["model"] == "Tesla V100"
+    assert sb["hardware"][0]["software"] == {"tensorflow": "2.21.0"}
+    assert not sb["valid"] and "minimum 120 s" in sb["invalid_reason"]
+    assert sb["software"]["aiperf"] and not sb["official"]
+
+    stopped = c.stop_run()
+    assert stopped.state == pb.RUN_FINISHED or stopped.state == pb.RUN_STOPPING
+    wait_for(lambda: c.run_status().run.state == pb.RUN_FINISHED, what="run finished")
+    st = c.run_status()
+    assert st.run.stop_reason == "stopped on request" and st.workers_joined == 1
+    with pytest.raises(ApiError) as e:
+        w.report_progress(wid, sub2.model_id, 2, 1, 0, 1, fc2.ops(1, 0))
+    assert code_of(e) == grpc.StatusCode.FAILED_PRECONDITION
+    listed = c.list_models(state="done")
+    assert listed.total == 1 and listed.models[0].graph_json == ""
+
+
+def test_reports_are_idempotent_unary_and_streamed(master_server, small_graph, db_url):
+    h = master_server(db_url)
+    w, c = clients(h)
+    wid = register(w)
+    c.start_run(600, profile="smoke")
+    fc = count_flops(small_graph)
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    first = w.report_progress(wid, mid, 1, 1000, 0, 1, fc.ops(1000, 0))
+    again = w.report_progress(wid, mid, 1, 1000, 0, 1, fc.ops(1000, 0))
+    assert again.duplicate and again.master_flops == first.master_flops
+    reports = [WorkerClient.progress_report(wid, mid, seq, 500, 0, 1, fc.ops(500, 0)) for seq in (1, 2, 3)]
+    summary = w.stream_progress(reports)
+    assert [a.duplicate for a in summary.acks] == [True, False, False]
+    summary = w.stream_progress(reports)  # the whole backlog resent
+    assert all(a.duplicate for a in summary.acks)
+    sb = c.scoreboard()
+    assert sb.reports == 3 and sb.total_ops == pytest.approx(fc.ops(2000, 0)) and sb.images_trained == 2000
+
+
+def test_flop_disagreement_is_flagged_and_invalidates(master_server, small_graph):
+    h = master_server()
+    w, c = clients(h)
+    wid = register(w)
+    c.start_run(600, profile="smoke")
+    fc = count_flops(small_graph)
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    ack = w.report_progress(wid, mid, 1, 1000, 0, 1, fc.ops(1000, 0) * 2)  # a worker claiming double
+    assert ack.flops_mismatch and ack.master_flops == fc.ops(1000, 0)
+    sb = c.scoreboard()
+    assert sb.total_ops == pytest.approx(fc.ops(1000, 0))  # the claim never enters the score
+    assert sb.flops_mismatch_reports == 1 and "worker FLOPs differ" in sb.invalid_reason
+
+
+def test_scores_on_the_master_clock(master_server, small_graph):
+    clock = FakeClock()
+    t0 = clock.t
+    h = master_server(clock=clock, heartbeat_interval_s=10_000.0)
+    w, c = clients(h)
+    wid = register(w, peak=5e9)
+    c.start_run(3 * 3600, profile="official", seed=1, precision="fp32")
+    fc = count_flops(small_graph)
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    script = [  # (t - t0, images trained, images validated, accuracy)
+        (1800, 100_000, 0, None),
+        (3000, 100_000, 20_000, 0.60),
+        (4500, 200_000, 0, None),
+        (5400, 0, 20_000, 0.75),
+    ]
+    for seq, (dt, tr, va, acc) in enumerate(script, start=1):
+        clock.t = t0 + dt
+        w.report_progress(wid, mid, seq, tr, va, 1, fc.ops(tr, va), val_accuracy=acc)
+    clock.t = t0 + 7200
+    sb = scoreboard_to_dict(c.scoreboard())
+    f = [fc.train * 100_000, fc.train * 100_000 + fc.eval * 20_000, fc.train * 200_000, fc.eval * 20_000]
+    cumulative = [sum(f[: i + 1]) for i in range(4)]
+    # candidates after the hour: t=3600 (F=cum[1]), 4500 (cum[2]), 5400 (cum[3])
+    candidates = {3600: cumulative[1] / 3600, 4500: cumulative[2] / 4500, 5400: cumulative[3] / 5400}
+    best_t = max(candidates, key=candidates.get)
+    assert not sb["provisional"] and sb["official"]
+    assert sb["score"] == pytest.approx(candidates[best_t]) and sb["score_time_s"] == pytest.approx(best_t)
+    assert sb["flops"] == pytest.approx(cumulative[3] / 7200)
+    assert sb["elapsed_s"] == pytest.approx(7200)
+    assert sb["error"] == pytest.approx(0.25)
+    assert sb["regulated_score"] == pytest.approx(-math.log(0.25) * candidates[best_t])
+    assert sb["valid_flops"] == pytest.approx(candidates[best_t] * (0.75 / 0.70) ** 5)
+    assert sb["efficiency"] == pytest.approx(candidates[best_t] / (2 * 5e9))
+    assert sb["valid"] and sb["invalid_reason"] is None
+
+    # deadline: the background thread moves the run to stopping, then finished once the model ends
+    clock.t = t0 + 3 * 3600 + 1
+    wait_for(lambda: c.run_status().run.state == pb.RUN_STOPPING, what="stopping at the deadline")
+    assert w.heartbeat(wid).run.state == pb.RUN_STOPPING
+    clock.t += 10
+    w.report_progress(wid, mid, 5, 10_000, 0, 2, fc.ops(10_000, 0))  # after the deadline: kept, not scored
+    w.finish_model(wid, mid, "done", best_accuracy=0.75)
+    wait_for(lambda: c.run_status().run.state == pb.RUN_FINISHED, what="finished")
+    final = c.scoreboard()
+    assert final.run.stop_reason == "deadline reached"
+    assert final.elapsed_s == pytest.approx(3 * 3600 + 1)
+    assert final.total_ops == pytest.approx(cumulative[3])
+
+
+def test_lost_worker_and_its_model_abandoned_with_progress_kept(master_server, small_graph):
+    clock = FakeClock()
+    h = master_server(clock=clock, heartbeat_interval_s=5.0)
+    w, c = clients(h)
+    wid = register(w)
+    other = register(w, "node-2")
+    c.start_run(600, profile="smoke")
+    fc = count_flops(small_graph)
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    w.report_progress(wid, mid, 1, 512, 0, 1, fc.ops(512, 0))
+    clock.t += 10
+    w.heartbeat(other)  # node-2 keeps heartbeating, node-1 goes silent
+    clock.t += 4
+    h.master.tick()
+    assert c.list_models(state="abandoned").total == 0  # 14 s < 3 intervals
+    clock.t += 2
+    h.master.tick()  # node-1 silent 16 s > 15 s
+    [m] = c.list_models(state="abandoned").models
+    assert m.model_id == mid and m.images_trained == 512 and m.reason == "worker lost"
+    assert c.run_status().workers_alive == 1
+    with pytest.raises(ApiError) as e:
+        w.report_progress(wid, mid, 2, 512, 0, 1, fc.ops(512, 0))
+    assert code_of(e) == grpc.StatusCode.FAILED_PRECONDITION and "abandoned" in e.value.details
+    assert c.scoreboard().total_ops == pytest.approx(fc.ops(512, 0))  # what it reported still counts
+    # it comes back: told once that it was lost, then alive again
+    assert w.heartbeat(wid).worker_state == pb.WORKER_LOST
+    assert w.heartbeat(wid).worker_state == pb.WORKER_ALIVE
+    assert c.run_status().workers_alive == 2
+
+
+def test_heartbeats_are_written_lazily_but_a_lost_worker_keeps_its_last_beat(master_server):
+    clock = FakeClock()
+    h = master_server(clock=clock, heartbeat_interval_s=5.0, tick_s=3600.0)
+    w, _ = clients(h)
+    wid, other = register(w), register(w, "node-2")
+    registered = clock.t
+    clock.t += 2
+    w.heartbeat(wid)
+    w.heartbeat(other)
+    h.master.tick(flush=False)  # the background loop: not due yet, nothing written
+    assert h.store.get_worker(wid).last_heartbeat == registered
+    h.master.tick()  # an explicit tick (and a stopping master) writes them
+    assert h.store.get_worker(wid).last_heartbeat == registered + 2
+    clock.t += 1
+    w.heartbeat(wid)  # node-1's last beat, kept in memory only
+    clock.t += 16
+    w.heartbeat(other)
+    h.master.tick(flush=False)  # node-1 silent 16 s > 3 intervals: lost, stored with its real last beat
+    worker = h.store.get_worker(wid)
+    assert worker.state == "lost" and worker.last_heartbeat == registered + 3
+    h.master.tick()  # a later write must not make it alive again
+    assert h.store.get_worker(wid).state == "lost"
+    assert h.store.get_worker(other).state == "alive"
+
+
+def test_restarted_worker_gets_its_id_back_and_its_model_is_abandoned(master_server, small_graph):
+    h = master_server()
+    w, c = clients(h)
+    wid = register(w)
+    c.start_run(600, profile="smoke")
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    reg = w.register(name="node-1", host="node-1")
+    assert reg.worker_id == wid and list(reg.abandoned_model_ids) == [mid] and reg.has_run
+
+
+def test_stop_grace_abandons_models_of_workers_that_do_not_finish(master_server, small_graph):
+    h = master_server(stop_grace_s=0.3)
+    w, c = clients(h)
+    wid = register(w)
+    c.start_run(600, profile="smoke")
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    assert c.stop_run().state == pb.RUN_STOPPING
+    wait_for(lambda: c.run_status().run.state == pb.RUN_FINISHED, what="finished after the grace")
+    assert c.list_models(state="abandoned").models[0].model_id == mid
+
+
+def test_pending_until_enough_workers_and_abort(master_server):
+    h = master_server()
+    w, c = clients(h)
+    run = c.start_run(600, profile="smoke", min_workers=2)
+    assert run.state == pb.RUN_PENDING and run.started_at == 0
+    register(w, "a")
+    register(w, "b")
+    wait_for(lambda: c.run_status().run.state == pb.RUN_RUNNING, what="running with 2 workers")
+    aborted = c.stop_run(abort=True, reason="operator")
+    assert aborted.state == pb.RUN_ABORTED and aborted.stop_reason == "operator"
+
+
+def test_master_restart_continues_the_run(master_server, small_graph, tmp_path):
+    db = f"sqlite:///{tmp_path / 'restart.db'}"
+    h = master_server(db)
+    w, c = clients(h)
+    wid = register(w)
+    run_id = c.start_run(600, profile="smoke").config.run_id
+    fc = count_flops(small_graph)
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    w.report_progress(wid, mid, 1, 100, 0, 1, fc.ops(100, 0))
+    h.stop()
+    h2 = master_server(db)
+    w2, c2 = clients(h2)
+    assert w2.heartbeat(wid).run.config.run_id == run_id
+    ack = w2.report_progress(wid, mid, 1, 100, 0, 1, fc.ops(100, 0))
+    assert ack.duplicate  # remembered across the restart
+    w2.report_progress(wid, mid, 2, 100, 0, 1, fc.ops(100, 0))
+    sb = c2.scoreboard()
+    assert sb.run.state == pb.RUN_RUNNING and sb.total_ops == pytest.approx(fc.ops(200, 0))
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_tokens(master_server):
+    h = master_server()
+    w_bad = WorkerClient(h.address, "nope", retries=0)
+    with pytest.raises(ApiError) as e:
+        w_bad.heartbeat(1)
+    assert code_of(e) == grpc.StatusCode.UNAUTHENTICATED
+    # the worker token does not open the control service
+    with pytest.raises(ApiError) as e:
+        ControlClient(h.address, h.worker_token, retries=0).run_status()
+    assert code_of(e) == grpc.StatusCode.UNAUTHENTICATED
+    # no metadata at all, also on the client-streaming method
+    channel = grpc.insecure_channel(h.address)
+    stub = pb_grpc.WorkerServiceStub(channel)
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Register(pb.RegisterRequest(name="x"), timeout=5)
+    assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.RpcError) as e:
+        stub.StreamProgress(iter([pb.ProgressReport()]), timeout=5)
+    assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    # health needs no token
+    health = health_pb2_grpc.HealthStub(channel)
+    for service in ("", "aiperf.v1.WorkerService", "aiperf.v1.ControlService"):
+        assert health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status == \
+            health_pb2.HealthCheckResponse.SERVING
+    channel.close()
+    w, _ = clients(h)
+    assert register(w) >= 1  # nothing was registered by the refused call
+    assert len(h.store.list_workers()) == 1
+
+
+def test_invalid_arguments_write_nothing(master_server, small_graph):
+    h = master_server()
+    w, c = clients(h)
+    wid = register(w)
+    other = register(w, "node-2")
+
+    def status(fn, *args, **kwargs) -> grpc.StatusCode:
+        with pytest.raises(ApiError) as e:
+            fn(*args, **kwargs)
+        assert e.value.details, "a status needs a message"
+        return e.value.code
+
+    I, N, F, P = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+                  grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED)
+    js, hs = small_graph.to_json(), small_graph.hash()
+    assert status(w.submit_model, wid, js, hs, 0, 1, HP) == F  # no run yet
+    assert status(c.start_run, 1800, profile="official") == I  # official needs >= 1 h
+    assert status(c.start_run, -5, profile="smoke") == I
+    assert status(c.scoreboard) == N and status(c.run_status, 7) == N and status(c.stop_run) == F
+    c.start_run(600, profile="smoke")
+    assert status(c.start_run, 600, profile="smoke") == F  # one active run
+    assert status(c.scoreboard, 999) == N
+    assert status(w.heartbeat, 999) == N
+    assert status(w.submit_model, wid, "{not json", hs, 0, 1, HP) == I
+    assert status(w.submit_model, wid, '{"version": 99}', hs, 0, 1, HP) == I
+    assert status(w.submit_model, wid, js, "0" * 64, 0, 1, HP) == I  # hash mismatch
+    assert status(w.submit_model, wid, js, hs, 0, 1, {"batch_size": 0, "kernel_size": 3}) == I
+    assert status(w.submit_model, wid, js, hs, 0, 1, {"batch_size": 8, "kernel_size": 4}) == I
+    assert status(w.submit_model, wid, js, hs, 12345, 1, HP) == N  # unknown parent
+    assert status(w.submit_model, 999, js, hs, 0, 1, HP) == N  # unknown worker
+    assert c.list_models().total == 0
+
+    fc = count_flops(small_graph)
+    mid = w.submit_model(wid, js, hs, 0, 1, HP).model_id
+    assert status(w.report_progress, wid, mid, 1, -1, 0, 1, 0) == I  # negative images
+    assert status(w.report_progress, wid, mid, 1, 0, -5, 1, 0) == I
+    assert status(w.report_progress, wid, mid, 0, 1, 0, 1, fc.ops(1, 0)) == I  # seq 0
+    assert status(w.report_progress, wid, mid, 1, 1, 0, 1, fc.ops(1, 0), val_accuracy=1.5) == I
+    assert status(w.report_progress, wid, 999, 1, 1, 0, 1, 0) == N  # unknown model
+    assert status(w.report_progress, other, mid, 1, 1, 0, 1, fc.ops(1, 0)) == P  # another worker's model
+    assert status(w.finish_model, other, mid, "done", 0.5) == P
+    assert status(w.finish_model, wid, mid, "done", 1.5) == I
+    bad_stream = [WorkerClient.progress_report(wid, mid, 1, 10, 0, 1, fc.ops(10, 0)),
+                  WorkerClient.progress_report(wid, mid, 2, -1, 0, 1, 0)]
+    assert status(w.stream_progress, bad_stream) == I
+    assert c.scoreboard().reports == 1  # the report before the invalid one was kept, as documented
+    assert status(w.send_resource_samples, wid, [ResourceSample(cpu_util=2.0)]) == I
+    assert h.store.resource_samples() == []
+    m = c.list_models().models[0]
+    assert m.images_trained == 10 and m.state == pb.MODEL_TRAINING
+
+
+def test_round_and_model_limits(master_server, small_graph):
+    h = master_server()
+    w, c = clients(h)
+    wid = register(w)
+    c.start_run(600, profile="smoke", max_models=1, max_rounds_per_worker=3)
+    js, hs = small_graph.to_json(), small_graph.hash()
+    with pytest.raises(ApiError) as e:
+        w.submit_model(wid, js, hs, 0, 4, HP)
+    assert code_of(e) == grpc.StatusCode.FAILED_PRECONDITION
+    w.submit_model(wid, js, hs, 0, 1, HP)
+    with pytest.raises(ApiError) as e:
+        w.submit_model(wid, js, hs, 0, 2, HP)
+    assert code_of(e) == grpc.StatusCode.FAILED_PRECONDITION and "limit of 1 models" in e.value.details
+
+
+def test_metrics_endpoint(master_server, small_graph):
+    h = master_server(metrics_port=0)
+    w, c = clients(h)
+    wid = register(w)
+    c.start_run(600, profile="smoke")
+    fc = count_flops(small_graph)
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    for seq in (1, 2, 2):
+        w.report_progress(wid, mid, seq, 100, 0, 1, fc.ops(100, 0))
+    h.master.tick()
+    text = urllib.request.urlopen(f"http://127.0.0.1:{h.metrics_port}/metrics", timeout=5).read().decode()
+    assert "aiperf_progress_reports_total 2.0" in text
+    assert "aiperf_progress_reports_duplicate_total 1.0" in text
+    assert "aiperf_workers_alive 1.0" in text
+    assert 'aiperf_models{state="training"} 1.0' in text
+    flops_line = next(l for l in text.splitlines() if l.startswith("aiperf_current_flops "))
+    assert float(flops_line.split()[1]) > 0
+
+
+def test_generated_tokens_are_written_once(tmp_path):
+    from master.auth import load_tokens
+
+    t1 = load_tokens(tmp_path, env={})
+    assert set(t1.generated) == {"worker", "admin"} and t1.worker != t1.admin
+    assert (tmp_path / "worker.token").stat().st_mode & 0o777 == 0o600
+    t2 = load_tokens(tmp_path, env={})
+    assert (t2.worker, t2.admin, t2.generated) == (t1.worker, t1.admin, {})
+    t3 = load_tokens(tmp_path, env={"AIPERF_TOKEN": "w-env", "AIPERF_ADMIN_TOKEN": "a-env"})
+    assert (t3.worker, t3.admin) == ("w-env", "a-env")
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
+def test_tls(master_server, tmp_path: Path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )
+    h = master_server(tls_cert=cert, tls_key=key)
+    c = ControlClient(f"localhost:{h.port}", h.admin_token, root_certificates=cert.read_bytes(), retries=0)
+    assert c.start_run(600, profile="smoke").state == pb.RUN_RUNNING
+    plain = ControlClient(f"localhost:{h.port}", h.admin_token, retries=0, timeout_s=2)
+    with pytest.raises(ApiError) as e:
+        plain.run_status()
+    assert code_of(e) == grpc.StatusCode.UNAVAILABLE

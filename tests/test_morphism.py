@@ -1,0 +1,143 @@
+"""Network morphism: validity, metadata, determinism, limits, kernel-size reach."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from aiperf.flops import count_flops
+from aiperf.graph import INSERTED, Graph, with_inserted_kernel
+from aiperf.morphism import (Limits, MorphismError, deeper, deeper_at, random_morph, skip, skip_at,
+                             skip_positions, wider, wider_at, wider_positions)
+from aiperf.resnet import resnet50
+
+
+@pytest.fixture(scope="module")
+def official() -> Graph:
+    return resnet50()
+
+
+@pytest.fixture(scope="module")
+def small() -> Graph:
+    return resnet50(32, 3, 10, 0.25)
+
+
+def _roundtrip(g: Graph) -> Graph:
+    back = Graph.from_json(g.to_json())
+    assert back.to_json() == g.to_json()
+    return back
+
+
+def test_deeper_inserts_identity_shaped_block_with_inserted_tag(official: Graph) -> None:
+    child = deeper_at(official, "conv3_block2_out", kernel_size=5)
+    assert len(child.layers) == len(official.layers) + 3
+    new = [l for l in child.layers if l.id not in {p.id for p in official.layers}]
+    assert [l.type for l in new] == ["conv", "batchnorm", "relu"]
+    conv = new[0]
+    assert conv.tag == INSERTED and conv.kernel == 5 and conv.stride == 1
+    assert conv.filters == official.shapes["conv3_block2_out"][-1]
+    assert child.shapes[new[2].id] == official.shapes["conv3_block2_out"]
+    # Every former consumer of the ReLU now reads the new block.
+    for layer in official.consumers("conv3_block2_out"):
+        assert new[2].id in child.layer(layer.id).inputs
+    assert child.meta["parent"] == official.hash()
+    assert child.meta["operations"] == ["deeper(after=conv3_block2_out,k=5)"]
+    assert official.layer("conv3_block3_1_conv").inputs == ("conv3_block2_out",)  # parent untouched
+    _roundtrip(child)
+
+
+def test_kernel_size_hyperparameter_changes_inserted_conv_and_flops(official: Graph) -> None:
+    child = deeper_at(official, "conv4_block1_out", kernel_size=3)
+    k3, k7 = with_inserted_kernel(child, 3), with_inserted_kernel(child, 7)
+    conv = [l for l in k7.layers if l.tag == INSERTED][0]
+    assert conv.kernel == 7
+    c = official.shapes["conv4_block1_out"]  # 14x14x1024
+    diff = count_flops(k7).forward["conv"] - count_flops(k3).forward["conv"]
+    assert diff == 2 * c[0] * c[1] * c[2] * c[2] * (49 - 9)  # MACs count 2
+    # Only inserted convs change: the ResNet's own 3x3 convs keep their kernel.
+    assert k7.layer("conv4_block2_2_conv").kernel == 3
+
+
+def test_wider_targets_inner_bottleneck_convs_and_patches_downstream(official: Graph) -> None:
+    positions = wider_positions(official)
+    assert "conv2_block1_1_conv" in positions and "conv5_block3_2_conv" in positions
+    # Convs feeding an add (3rd conv of a block, shortcut projections) are never widened.
+    assert not any(p.endswith(("_3_conv", "_0_conv")) for p in positions)
+    child = wider_at(official, "conv3_block2_2_conv", 64)
+    assert child.layer("conv3_block2_2_conv").filters == 128 + 64
+    assert child.shapes["conv3_block2_2_bn"] == (28, 28, 192)
+    extra = 64 * (3 * 3 * 128 + 1 + 4) + 64 * 512  # conv, bias, BN, next conv's inputs
+    assert child.num_params() == official.num_params() + extra
+    with pytest.raises(MorphismError, match="cannot be widened"):
+        wider_at(official, "conv3_block2_3_conv", 8)
+
+
+def test_skip_uses_projection_only_where_shapes_differ(official: Graph) -> None:
+    same = skip_at(official, "conv3_block1_out", "conv3_block3_add")
+    new = [l for l in same.layers if l.id not in {p.id for p in official.layers}]
+    assert [l.type for l in new] == ["batchnorm"]  # zero-initialisable gate, no conv
+    assert new[0].id in same.layer("conv3_block3_add").inputs
+    proj = skip_at(official, "conv2_block3_out", "conv4_block2_add")
+    new = [l for l in proj.layers if l.id not in {p.id for p in official.layers}]
+    assert [l.type for l in new] == ["conv", "batchnorm"]
+    assert new[0].kernel == 1 and new[0].stride == 4 and new[0].filters == 1024
+    assert new[0].tag != INSERTED  # the kernel-size hyperparameter leaves projections alone
+    assert proj.meta["operations"] == ["skip(from=conv2_block3_out,to=conv4_block2_add,proj,stride=4)"]
+    for relu, add, _ in skip_positions(official):  # sources always precede targets
+        assert [l.id for l in official.layers].index(relu) < [l.id for l in official.layers].index(add)
+
+
+def test_random_ops_give_valid_children_with_unique_ids(small: Graph) -> None:
+    rng = random.Random(0)
+    g = small
+    for n in range(12):
+        g = [deeper, wider, skip][n % 3](g, rng) if n % 3 != 0 else deeper(g, rng, kernel_size=3)
+        ids = [l.id for l in g.layers]
+        assert len(ids) == len(set(ids))
+        _roundtrip(g)
+    assert g.hash() != small.hash()
+
+
+def test_random_morph_is_deterministic_and_records_lineage(official: Graph) -> None:
+    a = random_morph(official, seed=42, steps=4, kernel_size=5)
+    b = random_morph(Graph.from_json(official.to_json()), seed=42, steps=4, kernel_size=5)
+    assert a.to_json() == b.to_json()
+    assert a.meta["parent"] == official.hash()
+    assert len(a.meta["operations"]) == 4
+    assert all(op.split("(")[0] in ("deeper", "wider", "skip") for op in a.meta["operations"])
+    assert random_morph(official, seed=43, steps=4).hash() != a.hash()
+
+
+def test_new_layer_ids_are_deterministic_and_do_not_collide(small: Graph) -> None:
+    child = random_morph(small, seed=5, steps=6)
+    new = sorted({l.id.split("_")[0] for l in child.layers if l.id.startswith("m")})
+    assert new == [f"m{n}" for n in range(1, len(new) + 1)]
+
+
+def test_limits_refuse_clearly_and_try_other_operations(small: Graph) -> None:
+    n, p = len(small.layers), small.num_params()
+    # No layer to spare: whatever op is drawn first, random_morph falls back to wider.
+    for seed in range(6):
+        child = random_morph(small, seed=seed, limits=Limits(max_layers=n, max_params=10**9))
+        assert len(child.layers) == n
+        assert child.meta["operations"][0].startswith("wider")
+    # One layer to spare: identity skips (a single BN) fit too, 3-layer deeper never does.
+    for seed in range(6):
+        child = random_morph(small, seed=seed, limits=Limits(max_layers=n + 1, max_params=10**9))
+        assert child.meta["operations"][0].startswith(("wider", "skip"))
+    with pytest.raises(MorphismError, match=r"over the limit max_(layers|params)="):
+        random_morph(small, seed=1, limits=Limits(max_layers=n, max_params=p))
+    with pytest.raises(MorphismError, match=rf"parameters, over the limit max_params={p}"):
+        random_morph(small, seed=1, limits=Limits(max_layers=10**6, max_params=p))
+
+
+def test_bad_arguments_are_refused(small: Graph) -> None:
+    with pytest.raises(MorphismError, match="kernel_size"):
+        random_morph(small, seed=1, kernel_size=4)
+    with pytest.raises(MorphismError, match="steps"):
+        random_morph(small, seed=1, steps=0)
+    with pytest.raises(MorphismError, match="no layer"):
+        deeper_at(small, "nope")
+    with pytest.raises(MorphismError, match="is a conv"):
+        deeper_at(small, "conv1_conv")

@@ -1,0 +1,95 @@
+"""Run profiles: the rules of SPEC section 3 as data."""
+
+import dataclasses
+
+import pytest
+
+from aiperf.profiles import OFFICIAL, PROFILES, SMOKE, Profile, get_profile
+from aiperf.scoring import PROFILES as SCORING_RULES
+
+
+def test_official_epochs_per_round_15_30_45_then_60():
+    assert [OFFICIAL.epochs_for_round(r) for r in range(1, 8)] == [15, 30, 45, 60, 60, 60, 60]
+    assert OFFICIAL.final_epochs == 60
+
+
+def test_patience_is_min_6_plus_2r_and_20():
+    assert [OFFICIAL.patience(r) for r in (1, 2, 3, 6, 7, 8, 20)] == [8, 10, 12, 18, 20, 20, 20]
+    assert SMOKE.patience(1) == 8
+
+
+def test_official_rules():
+    p = get_profile("official")
+    assert p.official and p.input_shape == (224, 224, 3) and p.num_classes == 1000 and p.width == 1.0
+    assert p.dataset == "imagenet-tfrecord"
+    assert p.batch_size == 448 and 448 in p.batch_sizes
+    assert p.kernel_sizes == (3, 5, 7) and p.kernel_size == 3
+    assert p.learning_rate == 0.1 and p.momentum == 0.9
+    assert p.min_running_time_s == 3600 and p.max_error == 0.30
+    assert p.warmup_rounds == 5
+    assert p.default_hyperparameters() == {"batch_size": 448, "kernel_size": 3}
+
+
+def test_warmup_is_rounds_1_to_5_by_default_and_a_setting():
+    assert [OFFICIAL.is_warmup(r) for r in (1, 5, 6)] == [True, True, False]
+    four = dataclasses.replace(OFFICIAL, warmup_rounds=4)
+    assert four.is_warmup(4) and not four.is_warmup(5)
+
+
+def test_smoke_profile_is_small_and_unofficial():
+    p = get_profile("smoke")
+    assert not p.official and p.dataset == "digits"
+    assert p.input_shape == (32, 32, 3) and p.num_classes == 10 and p.width < 1
+    assert p.batch_size in p.batch_sizes and min(p.batch_sizes) < p.batch_size < max(p.batch_sizes)
+    assert p.min_running_time_s < 3600 and p.max_error == 0.30
+    g = p.base_graph()
+    assert g.input_shape == (32, 32, 3) and g.num_classes == 10
+
+
+def test_scoring_rules_are_the_spec_rules():
+    # SPEC section 3: 1 hour minimum running time, 30% maximum error; smoke is never official.
+    official, smoke = SCORING_RULES["official"], SCORING_RULES["smoke"]
+    assert (official.min_duration_s, official.min_running_time_s, official.max_error, official.official) == \
+        (3600.0, 3600.0, 0.30, True)
+    assert official.target_accuracy == pytest.approx(1 - official.max_error)
+    assert smoke.official is False and smoke.min_running_time_s < official.min_running_time_s
+
+
+def test_unknown_profile_is_named():
+    with pytest.raises(ValueError, match="'huge'.*official, smoke"):
+        get_profile("huge")
+
+
+@pytest.mark.parametrize("r", [0, -1, 1.5, True])
+def test_round_index_must_be_positive_integer(r):
+    with pytest.raises(ValueError):
+        OFFICIAL.epochs_for_round(r)
+
+
+def test_inconsistent_profile_rejected():
+    with pytest.raises(ValueError, match="default batch size"):
+        dataclasses.replace(SMOKE, batch_size=48)
+    with pytest.raises(ValueError, match="dataset"):
+        dataclasses.replace(SMOKE, dataset="mnist")
+    with pytest.raises(ValueError, match="odd"):
+        dataclasses.replace(SMOKE, kernel_sizes=(3, 4), kernel_size=3)
+
+
+def test_batch_sizes_scale_with_accelerator_memory():
+    assert OFFICIAL.for_accelerator_memory(32 * 2**30) == OFFICIAL
+    h100 = OFFICIAL.for_accelerator_memory(80 * 2**30)
+    assert h100.batch_size == 1120 and max(h100.batch_sizes) == 1120
+    assert all(b % 8 == 0 for b in h100.batch_sizes)
+    small = OFFICIAL.for_accelerator_memory(16 * 2**30)
+    assert small.batch_size == 224
+    assert OFFICIAL.for_accelerator_memory(None) == OFFICIAL
+    assert SMOKE.for_accelerator_memory(80 * 2**30) == SMOKE  # smoke sizes are not memory-bound
+
+
+def test_profile_round_trips_through_json():
+    import json
+
+    for p in PROFILES.values():
+        assert Profile.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+    with pytest.raises(ValueError, match="unknown profile setting"):
+        Profile.from_dict({**SMOKE.to_dict(), "turbo": True})

@@ -1,0 +1,245 @@
+"""The SQL store on SQLite and PostgreSQL: migrations, invariants, no partial writes."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from master.sqlstore import SqlStore, head_revision, make_engine
+from master.store import (
+    FailedPrecondition,
+    NewModel,
+    NewRun,
+    NotFound,
+    PermissionDenied,
+    ProgressInput,
+    ResourceSampleInput,
+    SchemaError,
+    WorkerInput,
+)
+
+
+@pytest.fixture
+def store(db_url: str):
+    s = SqlStore(db_url)
+    yield s
+    s.close()
+
+
+def _run(store: SqlStore, now: float = 100.0, **kw) -> int:
+    spec = NewRun(profile="smoke", seed=7, duration_s=600.0, precision="fp32",
+                  config={"limits": {}, "min_running_time_s": 120.0}, software={"aiperf": "0.1.0"})
+    run = store.create_run(spec, now, **kw)
+    return store.start_run(run.id, now).id
+
+
+def _worker(store: SqlStore, name: str = "node-1", now: float = 100.0) -> int:
+    w, _ = store.register_worker(
+        WorkerInput(name=name, host=name, accelerators=[{"model": "V100", "memory_bytes": 32 << 30, "peak_flops": 1e14}],
+                    cpus=8, memory_bytes=64 << 30, software={"tensorflow": "2.21"}), now)
+    return w.id
+
+
+def _model(store: SqlStore, run_id: int, worker_id: int, parent: int | None = None, state: str = "training") -> int:
+    return store.add_model(NewModel(run_id=run_id, parent_id=parent, worker_id=worker_id, round=1, graph_json="{}",
+                                    graph_hash="ab" * 32, batch_size=32, kernel_size=3, state=state,
+                                    flops_per_train_image=30, flops_per_eval_image=10), 101.0).id
+
+
+def _report(model_id: int, worker_id: int, seq: int, t: float, trained: int = 100, acc: float | None = None):
+    return ProgressInput(model_id=model_id, worker_id=worker_id, seq=seq, t=t, epoch=1, images_trained=trained,
+                         images_validated=0, accuracy=acc, worker_flops=30 * trained, master_flops=30 * trained,
+                         flops_mismatch=False)
+
+
+def test_fresh_database_is_migrated_to_head_and_reopening_is_a_no_op(db_url: str):
+    s = SqlStore(db_url)
+    assert s.previous_revision == "empty"
+    s.close()
+    s = SqlStore(db_url)
+    assert s.previous_revision == head_revision()
+    with s.engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == head_revision()
+    s.close()
+
+
+def test_models_and_migrations_agree(db_url: str):
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from master.models import Base
+
+    s = SqlStore(db_url)
+    with s.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    s.close()
+    assert diff == [], f"models changed without a migration: {diff}"
+
+
+def test_a_newer_schema_is_refused_and_left_untouched(db_url: str):
+    SqlStore(db_url).close()
+    engine = make_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999_future'"))
+    with pytest.raises(SchemaError, match="newer"):
+        SqlStore(db_url)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "9999_future"
+    engine.dispose()
+
+
+def test_sqlite_uses_wal(tmp_path):
+    s = SqlStore(f"sqlite:///{tmp_path / 'w.db'}")
+    with s.engine.connect() as conn:
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+    s.close()
+
+
+def test_only_one_active_run_unless_told_otherwise(store: SqlStore):
+    first = _run(store)
+    with pytest.raises(FailedPrecondition, match=f"run {first} is still active"):
+        _run(store)
+    second = _run(store, allow_concurrent=True)
+    assert [r.id for r in store.active_runs()] == [first, second]
+    assert store.current_run().id == second
+    run = store.get_run(first)
+    assert run.state == "running" and run.started_at == 100.0 and run.deadline == 700.0
+    with pytest.raises(NotFound):
+        store.get_run(999)
+
+
+def test_run_lifecycle_and_abandoning_open_models(store: SqlStore):
+    run_id, w = _run(store), _worker(store)
+    m = _model(store, run_id, w)
+    stopped = store.stop_run(run_id, 200.0, "deadline reached")
+    assert stopped.state == "stopping" and stopped.stopped_at == 200.0
+    assert store.stop_run(run_id, 250.0, "again").stopped_at == 200.0  # no-op
+    run, abandoned = store.finish_run(run_id, 300.0, "finished", "")
+    assert run.state == "finished" and run.finished_at == 300.0 and abandoned == [m]
+    assert store.get_model(m).state == "abandoned"
+    with pytest.raises(FailedPrecondition):
+        store.stop_run(run_id, 400.0, "")
+    assert store.current_run() is None and store.latest_run().id == run_id
+
+
+def test_register_is_idempotent_and_a_restart_abandons_the_old_model(store: SqlStore):
+    run_id = _run(store)
+    w1 = _worker(store, "node-1")
+    m = _model(store, run_id, w1)
+    store.add_progress([_report(m, w1, 1, 110.0)])
+    w, abandoned = store.register_worker(
+        WorkerInput(name="node-1", host="node-1b", accelerators=[], cpus=4, memory_bytes=1, software={}), 120.0)
+    assert w.id == w1 and w.host == "node-1b" and abandoned == [m]
+    model = store.get_model(m)
+    assert model.state == "abandoned" and model.images_trained == 100  # progress kept
+    assert _worker(store, "node-2") != w1
+
+
+def test_lost_workers_and_heartbeats(store: SqlStore):
+    run_id, w = _run(store), _worker(store)
+    m = _model(store, run_id, w)
+    assert store.mark_workers_lost([w], 150.0) == [m]
+    assert store.get_worker(w).state == "lost"
+    store.record_heartbeats({w: 160.0})
+    worker = store.get_worker(w)
+    assert worker.state == "alive" and worker.last_heartbeat == 160.0
+    assert [x.id for x in store.list_workers("alive")] == [w]
+
+
+def test_models_parent_limit_and_history(store: SqlStore):
+    run_id, w = _run(store), _worker(store)
+    a = _model(store, run_id, w)
+    b = _model(store, run_id, w, parent=a)
+    assert store.get_model(b).parent_id == a
+    with pytest.raises(NotFound, match="parent model 999"):
+        _model(store, run_id, w, parent=999)
+    with pytest.raises(FailedPrecondition, match="limit of 2 models"):
+        store.add_model(NewModel(run_id, None, w, 1, "{}", "cd" * 32, 8, 3, "training", 1, 1), 102.0, max_models=2)
+    assert [m.id for m in store.models_since(run_id, 0)] == [a, b]
+    assert [m.id for m in store.models_since(run_id, a)] == [b]
+    store.finish_model(a, w, "done", "", 0.5, 0.9, 130.0)
+    store.finish_model(b, w, "done", "", 0.6, None, 131.0)
+    # a ranks on its prediction 0.9, b on its best 0.6
+    assert store.ranked_done_ids(run_id) == [a, b]
+    assert [m.id for m in store.hyperparameter_history(run_id)] == [a, b]
+    assert store.count_models(run_id) == {"done": 2}
+    page, total = store.list_models(run_id, "done", limit=1, offset=1)
+    assert total == 2 and [m.id for m in page] == [b]
+
+
+def test_progress_is_idempotent_and_checked(store: SqlStore):
+    run_id, w, other = _run(store), _worker(store), _worker(store, "node-2")
+    m = _model(store, run_id, w)
+    q = _model(store, run_id, w, state="queued")
+    res = store.add_progress([_report(m, w, 1, 110.0), _report(m, w, 2, 120.0, acc=0.4), _report(q, w, 1, 121.0)])
+    assert [r.error for r in res] == [None, None, None] and not any(r.duplicate for r in res)
+    assert store.get_model(q).state == "training"  # queued -> training at its first report
+    again = store.add_progress([_report(m, w, 2, 130.0, trained=999)])
+    assert again[0].duplicate and again[0].master_flops == 3000
+    bad = store.add_progress([_report(m, other, 3, 131.0), _report(999, w, 1, 131.0)])
+    assert isinstance(bad[0].error, PermissionDenied) and isinstance(bad[1].error, NotFound)
+    model = store.get_model(m)
+    assert model.images_trained == 200 and model.best_accuracy == 0.4 and model.epochs == 1
+    assert [(p.t, p.ops, p.accuracy) for p in store.timeline(run_id)] == [
+        (110.0, 3000, None), (120.0, 3000, 0.4), (121.0, 3000, None)]
+    assert store.run_images(run_id) == (300, 0)
+    store.finish_model(m, w, "done", "", 0.4, None, 140.0)
+    closed = store.add_progress([_report(m, w, 3, 150.0)])
+    assert isinstance(closed[0].error, FailedPrecondition)
+    assert len(store.timeline(run_id)) == 3
+
+
+def test_progress_state_kept_in_memory_stays_true(store: SqlStore, db_url: str):
+    """add_progress keeps the models' state between batches: out-of-order reports, retries,
+    other writes and a restarted store must all see what the database holds."""
+    run_id, w = _run(store), _worker(store)
+    m = _model(store, run_id, w)
+    assert [r.error for r in store.add_progress([_report(m, w, 5, 110.0)])] == [None]
+    late = store.add_progress([_report(m, w, 3, 111.0), _report(m, w, 5, 112.0), _report(m, w, 3, 113.0)])
+    assert [r.duplicate for r in late] == [False, True, True] and all(r.error is None for r in late)
+    assert store.get_model(m).images_trained == 200
+    # a restarted master (a new store on the same database) still refuses to count a retry twice
+    reopened = SqlStore(db_url)
+    try:
+        again = reopened.add_progress([_report(m, w, 3, 114.0), _report(m, w, 6, 115.0)])
+        assert [r.duplicate for r in again] == [True, False]
+        assert reopened.get_model(m).images_trained == 300
+    finally:
+        reopened.close()
+    # another write (the run aborted) is seen by the next batch
+    store.finish_run(run_id, 120.0, "aborted", "test")
+    closed = store.add_progress([_report(m, w, 7, 121.0)])
+    assert isinstance(closed[0].error, FailedPrecondition)
+    assert store.run_images(run_id) == (300, 0)
+
+
+def test_finish_model_rules_and_the_final_accuracy_enters_the_time_line(store: SqlStore):
+    run_id, w, other = _run(store), _worker(store), _worker(store, "node-2")
+    m = _model(store, run_id, w)
+    store.add_progress([_report(m, w, 1, 110.0, acc=0.5)])
+    with pytest.raises(PermissionDenied):
+        store.finish_model(m, other, "done", "", 0.5, None, 120.0)
+    done = store.finish_model(m, w, "done", "", 0.55, 0.7, 120.0)
+    assert done.state == "done" and done.best_accuracy == 0.55 and done.predicted_accuracy == 0.7
+    assert store.finish_model(m, w, "done", "", 0.55, 0.7, 121.0).finished_at == 120.0  # retried: unchanged
+    with pytest.raises(FailedPrecondition):
+        store.finish_model(m, w, "failed", "oops", None, None, 122.0)
+    assert [(p.t, p.ops, p.accuracy) for p in store.timeline(run_id)] == [(110.0, 3000, 0.5), (120.0, 0, 0.55)]
+
+
+def test_resource_samples(store: SqlStore):
+    run_id, w = _run(store), _worker(store)
+    n = store.add_resource_samples(run_id, [ResourceSampleInput(w, 105.0, 0, 0.9, 1 << 30, 0.5, 2 << 30),
+                                            ResourceSampleInput(w, 106.0, -1, 0.0, 0, 0.25, 3 << 30)])
+    assert n == 2
+    samples = store.resource_samples(worker_id=w, run_id=run_id)
+    assert [(s.t, s.accelerator_index, s.cpu_util) for s in samples] == [(105.0, 0, 0.5), (106.0, -1, 0.25)]
+
+
+def test_join_run_records_the_inventory_once(store: SqlStore):
+    run_id, w = _run(store), _worker(store)
+    assert store.join_run(run_id, w, 110.0) is True
+    assert store.join_run(run_id, w, 111.0) is False
+    [rw] = store.run_workers(run_id)
+    assert rw.worker.id == w and rw.joined_at == 110.0
+    assert rw.inventory["accelerators"][0]["model"] == "V100" and rw.inventory["software"] == {"tensorflow": "2.21"}

@@ -1,0 +1,259 @@
+"""Training of one round with real TensorFlow on tiny data (worker/trainer.py)."""
+
+import dataclasses
+import math
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from aiperf.flops import count_flops
+from aiperf.graph import INPUT, INSERTED, Graph, conv, dense, simple, with_inserted_kernel
+from aiperf.profiles import SMOKE
+from aiperf.resnet import resnet50
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+from worker.trainer import Progress, _Tracker, train_model  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+class TinyDataset:
+    """In-memory stand-in for worker.data.Dataset: random 32x32 images, one-hot labels."""
+
+    def __init__(self, n_train: int = 100, n_val: int = 40, size: int = 32, classes: int = 10) -> None:
+        rng = np.random.default_rng(0)
+        self.image_size, self.num_classes = size, classes
+        self.train_size, self.validation_size = n_train, n_val
+        self._x = rng.normal(size=(n_train + n_val, size, size, 3)).astype(np.float32)
+        self._y = np.eye(classes, dtype=np.float32)[rng.integers(0, classes, n_train + n_val)]
+
+    def train(self, batch_size, *, seed=0):
+        ds = tf.data.Dataset.from_tensor_slices((self._x[:self.train_size], self._y[:self.train_size]))
+        return ds.shuffle(self.train_size, seed=seed).batch(batch_size)
+
+    def validation(self, batch_size):
+        ds = tf.data.Dataset.from_tensor_slices((self._x[self.train_size:], self._y[self.train_size:]))
+        return ds.batch(batch_size)
+
+    def train_steps(self, batch_size):
+        return math.ceil(self.train_size / batch_size)
+
+
+def graph_with_inserted_conv():
+    """ResNet-50 (width 1/8) with one morphism-style inserted conv block after the stem."""
+    g = resnet50(input_size=32, channels=3, classes=10, width=0.125)
+    c = g.shapes["pool1_pool"][2]
+    new = [conv("ins_conv", "pool1_pool", c, 3, tag=INSERTED), simple("ins_bn", "batchnorm", "ins_conv"),
+           simple("ins_relu", "relu", "ins_bn")]
+    layers = [dataclasses.replace(l, inputs=tuple("ins_relu" if i == "pool1_pool" else i for i in l.inputs))
+              for l in g.layers]
+    return g.with_layers(layers + new)
+
+
+def tiny_graph():
+    """A few layers (fast to trace) with one inserted conv: stem, inserted block, head."""
+    layers = [conv("c1", INPUT, 8, 3, 2), simple("b1", "batchnorm", "c1"), simple("r1", "relu", "b1"),
+              conv("ins", "r1", 8, 3, tag=INSERTED), simple("b2", "batchnorm", "ins"), simple("r2", "relu", "b2"),
+              simple("pool", "avgpool", "r2"), dense("fc", "pool", 10), simple("out", "softmax", "fc")]
+    return Graph((32, 32, 3), 10, tuple(layers))
+
+
+PROFILE = dataclasses.replace(SMOKE, epochs_per_round=(2, 6), learning_rate=0.05)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return tiny_graph()
+
+
+def test_progress_counts_images_and_flops_exactly():
+    graph = graph_with_inserted_conv()  # a real ResNet-50 (reduced width) once; the others use a tiny graph
+    data = TinyDataset(n_train=100, n_val=40)
+    reports: list[Progress] = []
+    res = train_model(graph, {"batch_size": 32, "kernel_size": 5}, data, PROFILE, 1,
+                      on_progress=reports.append, progress_interval_s=0.0, seed=1)
+    assert res.state == "done" and res.epochs == 2 and len(res.val_accuracies) == 2
+    assert res.replicas == 1 and res.global_batch_size == 32
+    # Every image processed is reported once: 100 train (32+32+32+4) and 40 val per epoch.
+    assert sum(r.images_trained for r in reports) == res.images_trained == 200
+    assert sum(r.images_validated for r in reports) == res.images_validated == 80
+    assert [r.images_trained for r in reports if r.images_trained][:4] == [32, 32, 32, 4]
+    # The FLOP figure is the counter's, for the kernel size really trained (5, not the graph's 3).
+    fc = count_flops(with_inserted_kernel(graph, 5))
+    assert fc.train != count_flops(graph).train
+    for r in reports:
+        assert r.worker_flops == fc.ops(r.images_trained, r.images_validated)
+    assert res.worker_flops == fc.ops(200, 80)
+    ends = [r for r in reports if r.epoch_end]
+    assert [r.epoch for r in ends] == [1, 2]
+    assert [r.val_accuracy for r in ends] == list(res.val_accuracies)
+    assert res.best_val_accuracy == max(res.val_accuracies)
+    assert res.best_val_accuracy <= res.predicted_accuracy <= 1.0
+    assert res.hyperparameters == {"batch_size": 32, "kernel_size": 5}
+
+
+def test_reports_follow_the_interval(graph):
+    data = TinyDataset(n_train=64, n_val=32)
+    reports: list[Progress] = []
+    res = train_model(graph, {"batch_size": 16, "kernel_size": 3}, data, PROFILE, 2,
+                      on_progress=reports.append, progress_interval_s=3600.0, epochs=2)
+    # With a long interval only the epoch ends report, carrying the whole epoch.
+    assert [(r.images_trained, r.images_validated, r.epoch_end) for r in reports] == [(64, 32, True)] * 2
+    assert res.epochs == 2  # the `epochs` cap overrides the profile's 6 for round 2
+
+
+def test_should_stop_stops_within_a_batch(graph):
+    data = TinyDataset(n_train=160, n_val=40)
+    calls = {"n": 0}
+
+    def should_stop():  # asked once before training, then after every batch: true after the 3rd batch
+        calls["n"] += 1
+        return calls["n"] >= 4
+
+    reports: list[Progress] = []
+    res = train_model(graph, {"batch_size": 16, "kernel_size": 3}, data, PROFILE, 2,
+                      on_progress=reports.append, should_stop=should_stop, progress_interval_s=3600.0)
+    assert res.state == "stopped" and res.reason == "stop requested"
+    assert res.images_trained == 3 * 16 and res.epochs == 0 and res.val_accuracies == ()
+    assert res.images_validated <= 16            # the validation pass stopped after a batch too
+    assert reports, "what was done before the stop is reported"
+    assert sum(r.images_trained for r in reports) == res.images_trained
+    assert sum(r.images_validated for r in reports) == res.images_validated
+    assert res.best_val_accuracy is None and res.predicted_accuracy is None
+
+
+def test_stop_before_start_trains_nothing(graph):
+    reports: list[Progress] = []
+    res = train_model(graph, {"batch_size": 16, "kernel_size": 3}, TinyDataset(), PROFILE, 1,
+                      on_progress=reports.append, should_stop=lambda: True)
+    assert (res.state, res.images_trained, res.images_validated, reports) == ("stopped", 0, 0, [])
+
+
+def test_early_stopping_uses_the_profile_patience(graph):
+    # lr 0: validation accuracy cannot improve, so a patience of 1 ends the round early.
+    profile = dataclasses.replace(PROFILE, learning_rate=0.0, bn_momentum=None,
+                                  patience_base=0, patience_step=1, patience_max=1)
+    assert profile.patience(2) == 1
+    data = TinyDataset(n_train=32, n_val=32)
+    res = train_model(graph, {"batch_size": 32, "kernel_size": 3}, data, profile, 2,
+                      on_progress=lambda p: None)
+    assert res.state == "done" and res.early_stopped and "early stop" in res.reason
+    assert res.epochs < profile.epochs_for_round(2)
+    # It stopped at the first epoch that did not beat the best so far.
+    accs = res.val_accuracies
+    first_flat = next(i for i in range(1, len(accs)) if accs[i] <= max(accs[:i]))
+    assert res.epochs == first_flat + 1
+    assert res.predicted_accuracy == res.best_val_accuracy
+
+
+def test_patience_rule_counts_epochs_without_improvement():
+    fc = count_flops(resnet50(32, 3, 10, 0.125))
+    t = _Tracker(fc, lambda p: None, lambda: False, patience=SMOKE.patience(1), interval_s=30)
+    assert t.patience == 8
+    for acc in [0.1, 0.5, 0.4, 0.45, 0.5, 0.3, 0.2, 0.49, 0.1]:
+        t._end_epoch(acc)
+        assert not t.early_stopped
+    t._end_epoch(0.5)  # the 8th epoch after the best (0.5 is not better than 0.5)
+    assert t.early_stopped
+
+
+def test_out_of_memory_marks_the_model_failed(graph, monkeypatch):
+    def oom(self, *args, **kwargs):
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[128,64,16,16]")
+
+    monkeypatch.setattr(keras.Model, "fit", oom)
+    before = keras.config.dtype_policy().name
+    res = train_model(graph, {"batch_size": 128, "kernel_size": 3}, TinyDataset(), PROFILE, 1,
+                      on_progress=lambda p: None, precision="mixed_bfloat16")
+    assert res.state == "failed"
+    assert res.reason.startswith("out of memory at batch size 128")
+    assert res.images_trained == 0 and res.epochs == 0
+    assert keras.config.dtype_policy().name == before
+
+
+def test_other_errors_propagate(graph, monkeypatch):
+    def broken(self, *args, **kwargs):
+        raise tf.errors.InvalidArgumentError(None, None, "bad input")
+
+    monkeypatch.setattr(keras.Model, "fit", broken)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        train_model(graph, {"batch_size": 16, "kernel_size": 3}, TinyDataset(), PROFILE, 1,
+                    on_progress=lambda p: None)
+
+
+def test_bad_arguments(graph):
+    with pytest.raises(ValueError, match="precision"):
+        train_model(graph, {"batch_size": 16, "kernel_size": 3}, TinyDataset(), PROFILE, 1,
+                    on_progress=lambda p: None, precision="int8")
+    with pytest.raises(ValueError, match="does not match"):
+        train_model(graph, {"batch_size": 16, "kernel_size": 3}, TinyDataset(classes=7), PROFILE, 1,
+                    on_progress=lambda p: None)
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_fp16"])
+def test_mixed_precision_trains_and_restores_the_policy(graph, precision, monkeypatch):
+    import aiperf.keras_builder
+
+    built = []
+    real_build = aiperf.keras_builder.build_model
+
+    def spy(*args, **kwargs):
+        built.append(real_build(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(aiperf.keras_builder, "build_model", spy)
+    before = keras.config.dtype_policy().name
+    reports: list[Progress] = []
+    res = train_model(graph, {"batch_size": 32, "kernel_size": 3}, TinyDataset(n_train=64, n_val=32),
+                      dataclasses.replace(PROFILE, epochs_per_round=(1,)), 1,
+                      on_progress=reports.append, precision=precision)
+    assert res.state == "done" and res.images_trained == 64 and res.images_validated == 32
+    assert 0.0 <= res.val_accuracies[0] <= 1.0
+    assert keras.config.dtype_policy().name == before
+    model = built[0]
+    expected = {"mixed_bfloat16": "mixed_bfloat16", "mixed_fp16": "mixed_float16"}[precision]
+    assert model.get_layer("ins").dtype_policy.name == expected
+    assert model.get_layer("out").dtype_policy.name == "float32"  # softmax stays float32
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer) == (expected == "mixed_float16")
+
+
+def test_xla_compiled_training_counts_the_same(graph):
+    reports: list[Progress] = []
+    res = train_model(graph, {"batch_size": 32, "kernel_size": 3}, TinyDataset(n_train=64, n_val=32),
+                      dataclasses.replace(PROFILE, epochs_per_round=(1,)), 1,
+                      on_progress=reports.append, xla=True, progress_interval_s=0.0)
+    # (Full batches only: every new batch shape is another XLA compilation.)
+    assert res.state == "done" and res.images_trained == 64 and res.images_validated == 32
+    assert [r.images_trained for r in reports if r.images_trained] == [32, 32]
+
+
+def test_two_replicas_use_a_global_batch_and_count_every_image(tmp_path):
+    # Two logical CPU devices stand in for two GPUs; TF must be configured before first use,
+    # hence a fresh interpreter.
+    script = textwrap.dedent('''
+        import dataclasses, sys
+        import tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        sys.path.insert(0, sys.argv[1])
+        from test_trainer import TinyDataset, PROFILE
+        from test_trainer import tiny_graph
+        from worker.trainer import train_model
+        strategy = tf.distribute.MirroredStrategy(devices=["/cpu:0", "/cpu:1"])
+        reports = []
+        res = train_model(tiny_graph(), {"batch_size": 16, "kernel_size": 3},
+                          TinyDataset(n_train=100, n_val=40), dataclasses.replace(PROFILE, epochs_per_round=(1,)),
+                          1, on_progress=reports.append, progress_interval_s=0.0, strategy=strategy)
+        trained = [r.images_trained for r in reports if r.images_trained]
+        print("RESULT", res.state, res.replicas, res.global_batch_size, res.images_trained,
+              res.images_validated, trained)
+    ''')
+    out = subprocess.run([sys.executable, "-c", script, str(__import__("pathlib").Path(__file__).parent)],
+                         capture_output=True, text=True, timeout=120)
+    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT")), None)
+    assert line, out.stderr[-3000:]
+    assert line == "RESULT done 2 32 100 40 [32, 32, 32, 4]"

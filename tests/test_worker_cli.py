@@ -1,0 +1,55 @@
+"""`aiperf worker` and `aiperf demo`: bad input is one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+
+def aiperf(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AIPERF_")}
+    return subprocess.run([sys.executable, "-m", "aiperf", *args], env={**base, **(env or {})},
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args,env,message", [
+    (["worker"], {}, "no master address"),
+    (["worker", "--master", "127.0.0.1:1"], {}, "no worker token"),
+    (["worker", "--master", "127.0.0.1:1", "--token", "t", "--dataset-format", "mnist"], {},
+     "unknown dataset format 'mnist'"),
+    (["worker", "--master", "127.0.0.1:1", "--token", "t", "--dataset", "/data"], {},
+     "--dataset needs --dataset-format"),
+    (["worker", "--token-file", "/no/such/token"], {"AIPERF_MASTER": "127.0.0.1:1"},
+     "cannot read token file /no/such/token"),
+    (["worker", "--master", "127.0.0.1:1", "--token", "t", "--tls-ca", "/no/ca.pem"], {},
+     "cannot read CA certificate /no/ca.pem"),
+    (["demo", "--minutes", "0"], {}, "--minutes must be positive"),
+])
+def test_bad_arguments(args, env, message):
+    out = aiperf(*args, env=env)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
+
+
+def test_missing_dataset_is_named_before_anything_runs(tmp_path):
+    missing = tmp_path / "imagenet"
+    out = aiperf("worker", "--master", "127.0.0.1:1", "--token", "t", "--dataset", str(missing),
+                 "--dataset-format", "imagenet-tfrecord")
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(missing) in lines[0]
+
+
+def test_demo_on_a_taken_port_fails_clearly(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        out = aiperf("demo", "--port", str(port), "--dir", str(tmp_path))
+    assert out.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in out.stderr.strip().splitlines()[-1]

@@ -1,0 +1,1 @@
+"""Worker: agent, generator pool, trainer loop."""

@@ -1,0 +1,446 @@
+"""The worker agent: register, heartbeat, and loop over rounds while a run is running.
+
+A round: take a child from the generator buffer, submit it (the master gives
+its model id), choose hyperparameters (defaults during warm-up, TPE after),
+train it while streaming progress, finish it. Every call to the master that
+carries results goes through `Outbox`, which sends in order and retries
+through master restarts and network drops, so no finished report is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import grpc
+
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.api.client import Accelerator, ApiError, ResourceSample, WorkerClient, hyperparameters_dict
+from aiperf.api.enums import PRECISIONS, PROFILES
+from aiperf.graph import Graph
+from aiperf.profiles import Profile, get_profile
+from aiperf.search import HistoryEntry, derive_seed, worker_seed
+from worker.inventory import Inventory, inventory
+
+log = logging.getLogger(__name__)
+
+_TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                        grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL})
+# Keras mixed-precision policies for the run's precision.
+_TRAINER_PRECISION = {"fp32": "fp32", "mixed_fp16": "mixed_float16", "mixed_bf16": "mixed_bfloat16",
+                      "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
+
+
+def backoff_delays(first: float = 0.5, cap: float = 10.0):
+    """0.5, 1, 2, 4, ... seconds, capped: waits between retries to the master."""
+    delay = first
+    while True:
+        yield delay
+        delay = min(delay * 2, cap)
+
+
+class Outbox:
+    """Sends result-carrying calls in order on a thread, retrying transient errors.
+
+    Progress reports are idempotent on (model, seq), so a retry after a lost
+    reply is safe. A permanent error (the model was abandoned, the run is over)
+    is logged and the call dropped: retrying it cannot succeed.
+    """
+
+    def __init__(self, name: str = "outbox") -> None:
+        self._queue: "queue.Queue[tuple[str, Callable[[], Any]] | None]" = queue.Queue()
+        self._stopping = threading.Event()
+        self.sent = 0
+        self.dropped: list[tuple[str, str]] = []
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, what: str, call: Callable[[], Any]) -> None:
+        self._queue.put((what, call))
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                self._queue.task_done()
+                return
+            what, call = item
+            for delay in backoff_delays():
+                try:
+                    call()
+                    self.sent += 1
+                    break
+                except ApiError as exc:
+                    if exc.code in _TRANSIENT and not self._stopping.is_set():
+                        log.warning("event=retry what=%s code=%s in=%.1fs", what, exc.code.name, delay)
+                        time.sleep(delay)
+                        continue
+                    log.warning("event=dropped what=%s error=%s", what, exc)
+                    self.dropped.append((what, str(exc)))
+                    break
+                except Exception as exc:  # noqa: BLE001 - a bug in one call must not stop the rest
+                    log.exception("event=dropped what=%s", what)
+                    self.dropped.append((what, repr(exc)))
+                    break
+            self._queue.task_done()
+
+    def flush(self, timeout_s: float = 60.0) -> bool:
+        """Wait until everything queued so far was sent (or dropped)."""
+        deadline = time.monotonic() + timeout_s
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not self._queue.unfinished_tasks
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        self.flush(timeout_s)
+        self._stopping.set()
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+
+
+@dataclass
+class AgentConfig:
+    master: str
+    token: str
+    name: str = field(default_factory=socket.gethostname)
+    dataset_kind: str | None = None  # None: the profile's default
+    dataset_path: str | None = None
+    generator_processes: int | None = None  # None: CPUs minus input-pipeline CPUs
+    input_pipeline_cpus: int = 1
+    exit_when_run_ends: bool = False
+    xla: bool = False
+    root_certificates: bytes | None = None
+    tls: bool = False
+
+
+@dataclass
+class RunContext:
+    """What the agent knows about the run it works for."""
+
+    run_id: int
+    profile: Profile
+    seed: int
+    precision: str
+    warmup_rounds: int
+    report_interval_s: float
+    resource_interval_s: float
+    max_epochs_per_round: int
+    max_rounds: int
+
+
+class Agent:
+    """One worker process. `run()` blocks until stopped (or the run ends, if asked)."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.client = WorkerClient(config.master, config.token,
+                                   root_certificates=config.root_certificates, tls=config.tls)
+        self.worker_id = 0
+        self.inventory: Inventory | None = None  # taken at registration
+        self.heartbeat_interval_s = 5.0
+        self._run: pb.RunInfo | None = None
+        self._lost = threading.Event()  # the master gave up on our current model
+        self._stop = threading.Event()
+        self._run_lock = threading.Lock()
+        self._current_model = 0
+        self._history: dict[int, pb.Model] = {}
+        self._graphs: dict[int, Graph] = {}  # parsed once per model
+        self._datasets: dict[tuple, Any] = {}
+        self.rounds_done = 0
+
+    # -- public -------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the agent to stop: the epoch in flight is reported up to its last report."""
+        self._stop.set()
+
+    def run(self) -> None:
+        self._register()
+        hb = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
+        hb.start()
+        try:
+            while not self._stop.is_set():
+                run = self._wait_for_running_run()
+                if run is None:
+                    break
+                self._work_on(run)
+                if self.config.exit_when_run_ends:
+                    break
+        finally:
+            self._stop.set()
+            hb.join(timeout=self.heartbeat_interval_s + 1)
+            self.client.close()
+
+    # -- registration and heartbeat ---------------------------------------
+    def _register(self) -> None:
+        inv = self.inventory = inventory()
+        for delay in backoff_delays():
+            try:
+                reg = self.client.register(
+                    name=self.config.name, host=socket.gethostname(),
+                    accelerators=[Accelerator(a.model, a.memory_bytes) for a in inv.accelerators],
+                    cpus=inv.cpus, memory_bytes=inv.memory_bytes, software=inv.software)
+                break
+            except ApiError as exc:
+                if exc.code not in _TRANSIENT or self._stop.is_set():
+                    raise
+                log.warning("event=register_retry code=%s in=%.1fs", exc.code.name, delay)
+                time.sleep(delay)
+        self.worker_id = reg.worker_id
+        self.heartbeat_interval_s = reg.heartbeat_interval_s or 5.0
+        if reg.abandoned_model_ids:
+            log.info("event=abandoned_by_restart models=%s", list(reg.abandoned_model_ids))
+        with self._run_lock:
+            self._run = reg.run if reg.has_run else None
+        self._lost.clear()
+        log.info("event=registered worker_id=%d name=%s accelerators=%d", self.worker_id,
+                 self.config.name, len(inv.accelerators))
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self.heartbeat_interval_s):
+            try:
+                hb = self.client.heartbeat(self.worker_id, self._current_model)
+            except ApiError as exc:
+                if exc.code == grpc.StatusCode.NOT_FOUND:  # master lost us (new database?)
+                    log.warning("event=reregister reason=%s", exc.details)
+                    self._lost.set()
+                    try:
+                        self._register()
+                    except ApiError as again:
+                        log.warning("event=reregister_failed error=%s", again)
+                else:
+                    log.warning("event=heartbeat_failed code=%s", exc.code.name)
+                continue
+            with self._run_lock:
+                self._run = hb.run if hb.has_run else None
+            if hb.heartbeat_interval_s:
+                self.heartbeat_interval_s = hb.heartbeat_interval_s
+            if hb.worker_state == pb.WORKER_LOST and not self._lost.is_set():
+                log.warning("event=marked_lost model=%d", self._current_model)
+                self._lost.set()
+
+    def _run_state(self, run_id: int) -> int:
+        with self._run_lock:
+            run = self._run
+        if run is None or run.config.run_id != run_id:
+            return pb.RUN_FINISHED
+        return run.state
+
+    def _wait_for_running_run(self) -> pb.RunInfo | None:
+        announced = False
+        while not self._stop.is_set():
+            with self._run_lock:
+                run = self._run
+            if run is not None and run.state == pb.RUN_RUNNING:
+                return run
+            if not announced:
+                log.info("event=waiting_for_run")
+                announced = True
+            self._stop.wait(min(1.0, self.heartbeat_interval_s))
+        return None
+
+    # -- a run --------------------------------------------------------------
+    def _context(self, run: pb.RunInfo) -> RunContext:
+        cfg = run.config
+        # Batch sizes scale with the accelerator's memory (448 on a 32 GiB V100).
+        accelerators = self.inventory.accelerators if self.inventory else ()
+        memory = min((a.memory_bytes for a in accelerators), default=0)
+        profile = get_profile(PROFILES.get(cfg.profile, "smoke")).for_accelerator_memory(memory)
+        precision = PRECISIONS.get(cfg.precision, "fp32")
+        return RunContext(
+            run_id=cfg.run_id, profile=profile, seed=int(cfg.seed), precision=precision,
+            warmup_rounds=int(cfg.warmup_rounds) or profile.warmup_rounds,
+            report_interval_s=float(cfg.report_interval_s) or 30.0,
+            resource_interval_s=float(cfg.resource_interval_s) or 30.0,
+            max_epochs_per_round=int(cfg.limits.max_epochs_per_round),
+            max_rounds=int(cfg.limits.max_rounds_per_worker),
+        )
+
+    def _dataset(self, ctx: RunContext):
+        from worker.data import load_dataset
+
+        kind = self.config.dataset_kind or ctx.profile.dataset
+        key = (kind, self.config.dataset_path, ctx.profile.input_size)
+        if key not in self._datasets:
+            self._datasets[key] = load_dataset(kind, self.config.dataset_path,
+                                               image_size=ctx.profile.input_size)
+        return self._datasets[key]
+
+    def _work_on(self, run: pb.RunInfo) -> None:
+        from worker.generator import GeneratorPool
+        from worker.monitor import Monitor
+
+        ctx = self._context(run)
+        dataset = self._dataset(ctx)
+        outbox = Outbox()
+        seed = worker_seed(ctx.seed, self.worker_id)
+        base = ctx.profile.base_graph()
+        monitor = Monitor(interval_s=ctx.resource_interval_s, send=lambda sample: outbox.put(
+            "resources", lambda: self.client.send_resource_samples(self.worker_id, resource_samples(sample))))
+        self._history.clear()
+        self._graphs.clear()
+        log.info("event=run_start run_id=%d profile=%s seed=%d worker_seed=%d", ctx.run_id,
+                 ctx.profile.name, ctx.seed, seed)
+        monitor.start()
+        try:
+            with GeneratorPool(base, seed=seed, workers=self.config.generator_processes,
+                               input_pipeline_cpus=self.config.input_pipeline_cpus) as pool:
+                pool.update_history(self._history_entries())
+                round_index = 1 + sum(1 for m in self._history.values() if m.worker_id == self.worker_id)
+                while not self._stop.is_set() and self._run_state(ctx.run_id) == pb.RUN_RUNNING:
+                    if ctx.max_rounds and round_index > ctx.max_rounds:
+                        log.info("event=max_rounds rounds=%d", ctx.max_rounds)
+                        break
+                    if self._lost.is_set():
+                        self._register()
+                    self._round(ctx, dataset, pool, outbox, round_index)
+                    self.rounds_done += 1
+                    round_index += 1
+                    pool.update_history(self._history_entries())
+        finally:
+            monitor.stop()
+            outbox.close()
+            log.info("event=run_end run_id=%d rounds=%d dropped=%d", ctx.run_id, self.rounds_done,
+                     len(outbox.dropped))
+
+    def _history_entries(self) -> list[HistoryEntry]:
+        """Fetch new and still-open models; return the run's history for selection."""
+        open_ids = [mid for mid, m in self._history.items()
+                    if m.state in (pb.MODEL_QUEUED, pb.MODEL_TRAINING)]
+        since = (min(open_ids) - 1) if open_ids else max(self._history, default=0)
+        try:
+            resp = self.client.get_history(self.worker_id, since_model_id=since)
+        except ApiError as exc:
+            log.warning("event=history_failed error=%s", exc)
+            resp = None
+        if resp is not None:
+            for m in resp.models:
+                self._history[m.model_id] = m
+        entries = []
+        for mid in sorted(self._history):
+            m = self._history[mid]
+            accuracy = None
+            if m.state == pb.MODEL_DONE and m.has_accuracy:
+                accuracy = m.predicted_accuracy or m.best_accuracy
+            if mid not in self._graphs:
+                self._graphs[mid] = Graph.from_json(m.graph_json)
+            entries.append(HistoryEntry(model_id=mid, graph=self._graphs[mid], accuracy=accuracy,
+                                      graph_hash=m.graph_hash))
+        return entries
+
+    def _model_with_hash(self, graph_hash: str | None) -> int:
+        """The model id of an architecture in the history; 0 when unknown.
+
+        A child generated before its parent had a model id (the pool works
+        ahead) names its parent by hash only.
+        """
+        if graph_hash:
+            for mid, m in self._history.items():
+                if m.graph_hash == graph_hash:
+                    return mid
+        return 0
+
+    def _round(self, ctx: RunContext, dataset, pool, outbox: Outbox, round_index: int) -> None:
+        from aiperf.flops import count_flops
+        from aiperf.graph import with_inserted_kernel
+        from aiperf.hpo import choose_hyperparameters
+        from worker.trainer import train_model
+
+        candidate = pool.take(timeout=600)
+        observations = []
+        if round_index > ctx.warmup_rounds:
+            try:
+                obs = self.client.get_hyperparameter_history(self.worker_id).observations
+                observations = [(hyperparameters_dict(o.hyperparameters), o.accuracy) for o in obs]
+            except ApiError as exc:
+                log.warning("event=hyper_history_failed error=%s", exc)
+        hyper, source = choose_hyperparameters(ctx.profile, round_index, observations,
+                                               seed=derive_seed(ctx.seed, "hpo", self.worker_id, round_index),
+                                               warmup_rounds=ctx.warmup_rounds)
+        graph = candidate.graph
+        parent_id = candidate.parent_model_id or self._model_with_hash(graph.meta.get("parent"))
+        try:
+            sub = self.client.submit_model(self.worker_id, graph.to_json(), graph.hash(),
+                                           parent_id=parent_id, round=round_index,
+                                           hyperparameters=hyper)
+        except ApiError as exc:
+            if exc.code in _TRANSIENT:
+                log.warning("event=submit_failed error=%s", exc)
+                time.sleep(1.0)
+                return
+            raise
+        model_id = sub.model_id
+        self._current_model = model_id
+        log.info("event=round_start round=%d model=%d parent=%d source=%s batch=%d kernel=%d",
+                 round_index, model_id, parent_id, source,
+                 hyper["batch_size"], hyper["kernel_size"])
+        seq = [0]
+
+        def on_progress(p) -> None:
+            seq[0] += 1
+            n = seq[0]
+            outbox.put(f"progress model={model_id} seq={n}", lambda: self.client.report_progress(
+                self.worker_id, model_id, seq=n, images_trained=p.images_trained,
+                images_validated=p.images_validated, epoch=p.epoch,
+                val_accuracy=p.val_accuracy, worker_flops=p.worker_flops))
+
+        def should_stop() -> bool:
+            return (self._stop.is_set() or self._lost.is_set()
+                    or self._run_state(ctx.run_id) != pb.RUN_RUNNING)
+
+        epochs = ctx.profile.epochs_for_round(round_index)
+        if ctx.max_epochs_per_round:
+            epochs = min(epochs, ctx.max_epochs_per_round)
+        result = train_model(graph, hyper, dataset, ctx.profile, round_index,
+                             on_progress=on_progress, should_stop=should_stop,
+                             precision=_TRAINER_PRECISION.get(ctx.precision, "fp32"),
+                             xla=self.config.xla, progress_interval_s=ctx.report_interval_s,
+                             seed=derive_seed(ctx.seed, "train", self.worker_id, round_index),
+                             epochs=epochs)
+        self._current_model = 0
+        if self._lost.is_set():
+            log.warning("event=model_abandoned model=%d", model_id)
+            return
+        if result.state == "failed":
+            outbox.put(f"finish model={model_id}", lambda: self.client.finish_model(
+                self.worker_id, model_id, "failed", reason=result.reason))
+            log.warning("event=model_failed model=%d reason=%s", model_id, result.reason)
+            return
+        if not result.val_accuracies:
+            # Cut (run stopping, worker stopping) before a first validation:
+            # there is no accuracy to rank it by. Close it so the master need
+            # not wait for it; the progress already reported stays counted.
+            reason = result.reason or "stopped before its first validation"
+            outbox.put(f"finish model={model_id}", lambda: self.client.finish_model(
+                self.worker_id, model_id, "failed", reason=reason))
+            log.info("event=round_cut model=%d state=%s", model_id, result.state)
+            return
+        best = float(result.best_val_accuracy)
+        predicted = float(result.predicted_accuracy if result.predicted_accuracy is not None else best)
+        outbox.put(f"finish model={model_id}", lambda: self.client.finish_model(
+            self.worker_id, model_id, "done", best_accuracy=best, predicted_accuracy=predicted))
+        outbox.flush()
+        log.info("event=round_end round=%d model=%d state=%s best=%.4f predicted=%.4f epochs=%d",
+                 round_index, model_id, result.state, best, predicted, result.epochs)
+
+
+def resource_samples(sample) -> list[ResourceSample]:
+    """A monitor sample as the API's samples: one host-wide, one per accelerator."""
+    age = max(0.0, time.time() - sample.time)
+    out = [ResourceSample(age_s=age, accelerator_index=-1, cpu_util=sample.cpu_percent / 100.0,
+                          memory_used=sample.memory_used_bytes)]
+    for acc in sample.accelerators:
+        out.append(ResourceSample(age_s=age, accelerator_index=acc.index,
+                                  accelerator_util=acc.utilization_percent / 100.0,
+                                  accelerator_memory_used=acc.memory_used_bytes))
+    return out
+
+
+def default_name() -> str:
+    """Stable across restarts: the pod or host name (re-registration is idempotent on it)."""
+    return os.environ.get("AIPERF_WORKER_NAME") or socket.gethostname()

@@ -1,0 +1,85 @@
+"""What this node has: accelerators (NVML, else TensorFlow), CPUs, memory, software."""
+
+from __future__ import annotations
+
+import logging
+import platform
+from dataclasses import dataclass, field
+from importlib import metadata
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+SOFTWARE = ("aiperf", "tensorflow", "keras", "nni", "hyperopt", "numpy", "grpcio")
+
+
+@dataclass(frozen=True)
+class AcceleratorInfo:
+    model: str
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class Inventory:
+    accelerators: tuple[AcceleratorInfo, ...]
+    cpus: int
+    memory_bytes: int
+    software: dict[str, str] = field(default_factory=dict)
+
+
+def nvml_accelerators() -> list[AcceleratorInfo] | None:
+    """GPUs as NVML sees them; None when NVML (the NVIDIA driver) is absent."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # pynvml.NVMLError: no driver on this node
+        return None
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(handle)
+            name = name.decode() if isinstance(name, bytes) else name
+            out.append(AcceleratorInfo(name, int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)))
+        return out
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def tensorflow_accelerators() -> list[AcceleratorInfo]:
+    """GPUs TensorFlow can use (names from device details; memory unknown: 0)."""
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return []
+    out = []
+    for dev in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(dev)
+        out.append(AcceleratorInfo(details.get("device_name", dev.name), 0))
+    return out
+
+
+def software_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in SOFTWARE:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def inventory() -> Inventory:
+    accelerators = nvml_accelerators()
+    if accelerators is None:
+        accelerators = tensorflow_accelerators()
+    return Inventory(
+        accelerators=tuple(accelerators),
+        cpus=psutil.cpu_count(logical=True) or 1,
+        memory_bytes=int(psutil.virtual_memory().total),
+        software=software_versions(),
+    )

@@ -1,0 +1,368 @@
+"""Training of one round: a graph, its hyperparameters, a dataset -> a `TrainResult`.
+
+Keras 3 on TensorFlow, following SPEC section 3:
+
+- Data parallelism: `tf.distribute.MirroredStrategy` over all local GPUs
+  (synchronous all-reduce). Without a GPU the same strategy runs on the single
+  device ``/cpu:0``, so one code path is used and tested everywhere.
+  The hyperparameter ``batch_size`` is per accelerator: the global batch is
+  ``batch_size × replicas``.
+- SGD with momentum (profile, 0.9), learning rate from the profile (0.1) with
+  linear decay to 0 over the round's steps, categorical cross-entropy.
+- Precision: ``fp32``, ``mixed_float16`` or ``mixed_bfloat16`` (the scoring
+  names ``mixed_fp16``/``mixed_bf16`` are accepted too). The Keras dtype policy
+  is set while the model is built and restored afterwards; Keras wraps the
+  optimizer in a loss-scale optimizer for ``mixed_float16``.
+- Optional XLA (``jit_compile``).
+
+Progress: a callback reads an image-count metric (the batch dimension of
+every batch actually processed, so a partial last batch counts what it holds;
+summed over replicas) and calls ``on_progress`` at least every
+``progress_interval_s`` seconds, at each epoch end, and once more at the end
+if anything is left, with the images trained and validated *since the previous
+report* and the worker's own FLOP figure for them. Summing the reports gives
+exactly the images processed. ``on_progress`` and ``should_stop`` run on the
+training thread between batches: keep them quick (queue, don't block on I/O).
+
+Stopping: early stopping with the profile's patience min(6+2r, 20) on
+validation accuracy (state ``done``); ``should_stop()`` turning true stops the
+round within a batch (training or validation; state ``stopped``; a partly
+validated epoch is not recorded as an epoch). Out of memory for the batch size
+gives state ``failed`` with the reason; a loss that becomes NaN too. The
+caller goes on with its next round either way. Every round ends with
+``keras.backend.clear_session()`` (the dtype policy is restored after it), so a
+long-running worker does not accumulate models.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from aiperf.flops import count_flops
+from aiperf.graph import Graph, with_inserted_kernel
+from aiperf.learning_curve import predict_final_accuracy
+from aiperf.profiles import Profile
+
+log = logging.getLogger(__name__)
+
+# Accepted precision names -> Keras dtype policy.
+PRECISIONS: dict[str, str] = {
+    "fp32": "float32",
+    "mixed_float16": "mixed_float16",
+    "mixed_bfloat16": "mixed_bfloat16",
+    "mixed_fp16": "mixed_float16",
+    "mixed_bf16": "mixed_bfloat16",
+}
+
+DONE, FAILED, STOPPED = "done", "failed", "stopped"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One progress report; image counts and FLOPs are increments since the previous report."""
+
+    images_trained: int
+    images_validated: int
+    worker_flops: int            # worker's own count: count_flops(graph with kernel).ops(trained, validated)
+    epoch: int                   # 1-based epoch in progress (or just finished when epoch_end)
+    val_accuracy: float | None   # validation accuracy of the last completed epoch
+    epoch_end: bool              # this report closes `epoch` (after its validation)
+    elapsed_s: float             # since the start of training
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """Outcome of one round."""
+
+    state: str                               # "done" | "failed" | "stopped"
+    val_accuracies: tuple[float, ...]        # per completed epoch
+    epochs: int                              # completed epochs (trained and validated)
+    images_trained: int                      # totals, equal to the sums of the progress reports
+    images_validated: int
+    worker_flops: int                        # count_flops(graph with kernel).ops(totals)
+    best_val_accuracy: float | None          # None when no epoch completed
+    predicted_accuracy: float | None         # learning-curve prediction at the profile's final epoch
+    early_stopped: bool = False
+    reason: str = ""
+    duration_s: float = 0.0
+    replicas: int = 1
+    global_batch_size: int = 0
+    hyperparameters: Mapping[str, int] = field(default_factory=dict)
+
+
+@functools.lru_cache(maxsize=1)
+def local_strategy() -> Any:
+    """MirroredStrategy over all local GPUs, or over ``/cpu:0`` when there is none.
+
+    Created once per process and reused by every round.
+    """
+    import tensorflow as tf
+
+    gpus = tf.config.list_logical_devices("GPU")
+    devices = [d.name for d in gpus] if gpus else ["/cpu:0"]
+    return tf.distribute.MirroredStrategy(devices=devices)
+
+
+def train_model(graph: Graph, hyper: Mapping[str, int], dataset: Any, profile: Profile,
+                round_index: int, *, on_progress: Callable[[Progress], None],
+                should_stop: Callable[[], bool] = lambda: False, precision: str = "fp32",
+                xla: bool = False, progress_interval_s: float = 30.0, seed: int = 0,
+                strategy: Any = None, epochs: int | None = None) -> TrainResult:
+    """Train `graph` for round `round_index` (1-based) of `profile`.
+
+    `hyper` is ``{"batch_size": per-accelerator batch, "kernel_size": k}``;
+    `dataset` offers ``train(batch_size, seed=)``, ``validation(batch_size)``,
+    ``train_steps(batch_size)``, ``num_classes`` and ``image_size``
+    (`worker.data.Dataset`). `strategy` defaults to `local_strategy()`.
+    `epochs` overrides the profile's epochs for this round (a run's cap on round
+    length); the learning rate decays to 0 over the epochs actually planned.
+    """
+    import keras
+    import tensorflow as tf
+
+    from aiperf.keras_builder import build_model
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r} (choose from {', '.join(PRECISIONS)})")
+    batch_size, kernel_size = int(hyper["batch_size"]), int(hyper["kernel_size"])
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    graph = with_inserted_kernel(graph, kernel_size)
+    if tuple(graph.input_shape) != (dataset.image_size, dataset.image_size, graph.input_shape[2]) \
+            or graph.num_classes != dataset.num_classes:
+        raise ValueError(f"graph input {graph.input_shape}/{graph.num_classes} classes does not match the "
+                         f"dataset's {dataset.image_size}x{dataset.image_size}/{dataset.num_classes} classes")
+    flop_count = count_flops(graph)
+    epochs = int(epochs) if epochs is not None else profile.epochs_for_round(round_index)
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    strategy = strategy or local_strategy()
+    replicas = int(strategy.num_replicas_in_sync)
+    global_batch = batch_size * replicas
+    steps_per_epoch = _train_steps(dataset, global_batch)
+    hyper_out = {"batch_size": batch_size, "kernel_size": kernel_size}
+
+    tracker = _Tracker(flop_count, on_progress, should_stop, profile.patience(round_index),
+                       progress_interval_s)
+    if should_stop():  # nothing to do: skip building and tracing the model
+        return TrainResult(state=STOPPED, val_accuracies=(), epochs=0, images_trained=0,
+                           images_validated=0, worker_flops=0, best_val_accuracy=None, predicted_accuracy=None,
+                           reason="stop requested", replicas=replicas, global_batch_size=global_batch,
+                           hyperparameters=hyper_out)
+    start = time.monotonic()
+    previous_policy = keras.config.dtype_policy()
+    try:
+        try:
+            keras.config.set_dtype_policy(PRECISIONS[precision])
+            with strategy.scope():
+                model = build_model(graph, seed=seed)
+                if profile.bn_momentum is not None:
+                    for layer in model.layers:
+                        if isinstance(layer, keras.layers.BatchNormalization):
+                            layer.momentum = profile.bn_momentum
+                schedule = keras.optimizers.schedules.PolynomialDecay(
+                    profile.learning_rate, decay_steps=max(1, epochs * steps_per_epoch),
+                    end_learning_rate=0.0, power=1.0)
+                model.compile(
+                    optimizer=keras.optimizers.SGD(schedule, momentum=profile.momentum),
+                    loss="categorical_crossentropy",
+                    metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
+                             _image_count_metric()(name="images")],
+                    jit_compile=bool(xla))
+        finally:
+            keras.config.set_dtype_policy(previous_policy)
+        model.fit(dataset.train(global_batch, seed=seed), validation_data=dataset.validation(global_batch),
+                  epochs=epochs, callbacks=[tracker.callback()], verbose=0,
+                  shuffle=False)  # the dataset shuffles itself
+        state = STOPPED if tracker.stopped else (FAILED if tracker.nan_epoch else DONE)
+        reason = ("stop requested" if tracker.stopped else
+                  f"loss became NaN in epoch {tracker.nan_epoch}" if tracker.nan_epoch else
+                  f"early stop after {tracker.epochs_run} epochs (patience {tracker.patience})"
+                  if tracker.early_stopped else "")
+    except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
+        if not _is_out_of_memory(exc, tf):
+            raise
+        state = FAILED
+        reason = (f"out of memory at batch size {batch_size} per accelerator "
+                  f"(global {global_batch}, {precision}): {_first_line(exc)}")
+        log.warning("round %d: %s", round_index, reason)
+    finally:
+        tracker.flush(epoch_end=False)
+        keras.backend.clear_session(free_memory=True)
+        keras.config.set_dtype_policy(previous_policy)  # clear_session resets it
+    accs = tuple(tracker.val_accuracies)
+    best = max(accs) if accs else None
+    predicted = None
+    if accs:
+        predicted = best if tracker.early_stopped else predict_final_accuracy(accs, profile.final_epochs)
+    return TrainResult(
+        state=state, val_accuracies=accs, epochs=len(accs),
+        images_trained=tracker.total_trained, images_validated=tracker.total_validated,
+        worker_flops=flop_count.ops(tracker.total_trained, tracker.total_validated),
+        best_val_accuracy=best, predicted_accuracy=predicted, early_stopped=tracker.early_stopped,
+        reason=reason, duration_s=time.monotonic() - start, replicas=replicas,
+        global_batch_size=global_batch, hyperparameters=hyper_out)
+
+
+# ---------------------------------------------------------------------------
+class _Tracker:
+    """State shared by the Keras callback: image counts, reports, stopping."""
+
+    def __init__(self, flop_count: Any, on_progress: Callable[[Progress], None],
+                 should_stop: Callable[[], bool], patience: int, interval_s: float) -> None:
+        self.flop_count = flop_count
+        self.on_progress = on_progress
+        self.should_stop = should_stop
+        self.patience = patience
+        self.interval_s = interval_s
+        self.start = time.monotonic()
+        self.last_report = self.start
+        self.epoch = 0
+        self.val_accuracies: list[float] = []
+        self.best = -math.inf
+        self.since_best = 0
+        self.early_stopped = False
+        self.stopped = False
+        self.nan_epoch = 0
+        self.total_trained = self.total_validated = 0
+        self.pending_trained = self.pending_validated = 0
+        self._seen_train = self._seen_val = 0  # cumulative metric values within epoch / evaluation
+
+    @property
+    def epochs_run(self) -> int:
+        return len(self.val_accuracies)
+
+    def callback(self) -> Any:
+        import keras
+
+        tracker = self
+
+        class ProgressCallback(keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+                tracker.epoch = epoch + 1
+                tracker._seen_train = 0
+
+            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+                tracker._count_train(logs)
+                if tracker._check_stop():
+                    self.model.stop_training = True
+                if logs and math.isnan(float(logs.get("loss", 0.0))):
+                    tracker.nan_epoch = tracker.epoch
+                    self.model.stop_training = True
+                tracker._maybe_report()
+
+            def on_test_begin(self, logs: Any = None) -> None:
+                tracker._seen_val = 0
+
+            def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+                tracker._count_val(logs)
+                if tracker._check_stop():
+                    self.model.stop_evaluating = True
+                tracker._maybe_report()
+
+            def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+                if tracker.stopped or tracker.nan_epoch:
+                    return  # a partial epoch: nothing recorded, the final flush reports its images
+                acc = float((logs or {}).get("val_accuracy", float("nan")))
+                tracker._end_epoch(acc)
+                if tracker.early_stopped:
+                    self.model.stop_training = True
+
+        return ProgressCallback()
+
+    def _count_train(self, logs: Any) -> None:
+        seen = int(round(float((logs or {}).get("images", self._seen_train))))
+        self.pending_trained += seen - self._seen_train
+        self.total_trained += seen - self._seen_train
+        self._seen_train = seen
+
+    def _count_val(self, logs: Any) -> None:
+        seen = int(round(float((logs or {}).get("images", self._seen_val))))
+        self.pending_validated += seen - self._seen_val
+        self.total_validated += seen - self._seen_val
+        self._seen_val = seen
+
+    def _check_stop(self) -> bool:
+        if not self.stopped and self.should_stop():
+            log.info("stop requested in epoch %d", self.epoch)
+            self.stopped = True
+        return self.stopped
+
+    def _end_epoch(self, acc: float) -> None:
+        if math.isnan(acc):
+            acc = 0.0
+        self.val_accuracies.append(acc)
+        if acc > self.best:
+            self.best, self.since_best = acc, 0
+        else:
+            self.since_best += 1
+            if self.since_best >= self.patience:
+                self.early_stopped = True
+                log.info("early stop in epoch %d: no better val accuracy for %d epochs",
+                         self.epoch, self.patience)
+        self.flush(epoch_end=True)
+
+    def _maybe_report(self) -> None:
+        if time.monotonic() - self.last_report >= self.interval_s:
+            self.flush(epoch_end=False)
+
+    def flush(self, epoch_end: bool) -> None:
+        if not epoch_end and not (self.pending_trained or self.pending_validated):
+            return
+        now = time.monotonic()
+        report = Progress(
+            images_trained=self.pending_trained, images_validated=self.pending_validated,
+            worker_flops=self.flop_count.ops(self.pending_trained, self.pending_validated),
+            epoch=max(self.epoch, 1), val_accuracy=self.val_accuracies[-1] if self.val_accuracies else None,
+            epoch_end=epoch_end, elapsed_s=now - self.start)
+        self.pending_trained = self.pending_validated = 0
+        self.last_report = now
+        self.on_progress(report)
+
+
+@functools.lru_cache(maxsize=1)
+def _image_count_metric() -> type:
+    """A Keras metric counting the images (batch rows) it has seen, summed over replicas."""
+    import keras
+
+    class ImageCount(keras.metrics.Metric):
+        def __init__(self, name: str = "images", **kwargs: Any) -> None:
+            super().__init__(name=name, dtype="float32", **kwargs)
+            # Exact in float32 up to 2^24 = 16.7M images per epoch (ImageNet: 1.28M).
+            self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+        def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+            self.count.assign(self.count + keras.ops.cast(keras.ops.shape(y_true)[0], "float32"))
+
+        def result(self) -> Any:
+            return self.count
+
+        def reset_state(self) -> None:
+            self.count.assign(0.0)
+
+    return ImageCount
+
+
+def _train_steps(dataset: Any, global_batch: int) -> int:
+    if hasattr(dataset, "train_steps"):
+        return int(dataset.train_steps(global_batch))
+    return math.ceil(int(dataset.train_size) / global_batch)
+
+
+def _is_out_of_memory(exc: BaseException, tf: Any) -> bool:
+    if isinstance(exc, tf.errors.ResourceExhaustedError):
+        return True
+    text = str(exc)
+    # XLA and some allocators report OOM through other error types.
+    return isinstance(exc, (tf.errors.InternalError, tf.errors.UnknownError)) and (
+        "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
