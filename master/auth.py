@@ -16,7 +16,7 @@ import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 import grpc
 
@@ -97,8 +97,8 @@ def _bearer(metadata: Any) -> str | None:
 
 
 def _denied(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
-    def abort(_request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+    async def abort(_request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
     # the replacement must have the same streaming shape as the real method
     if handler.request_streaming and handler.response_streaming:
@@ -110,7 +110,7 @@ def _denied(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandl
     return grpc.unary_unary_rpc_method_handler(abort)
 
 
-class TokenInterceptor(grpc.ServerInterceptor):
+class TokenInterceptor(grpc.aio.ServerInterceptor):
     """Rejects calls without the right bearer token with UNAUTHENTICATED."""
 
     def __init__(self, tokens: Tokens) -> None:
@@ -135,12 +135,12 @@ class TokenInterceptor(grpc.ServerInterceptor):
             return f"wrong {kind} token"
         return None
 
-    def intercept_service(
+    async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(details)
+        handler = await continuation(details)
         if handler is None:
             return None
         reason = self.check(details.method, details.invocation_metadata)

@@ -13,13 +13,14 @@ In-process use (tests, `aiperf demo`)::
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -55,8 +56,11 @@ class MasterHandle:
     store: SqlStore
     metrics_port: int | None
     tls: bool
-    _server: grpc.Server
-    _health: health.HealthServicer
+    _server: grpc.aio.Server
+    _health: health.aio.HealthServicer
+    _loop: asyncio.AbstractEventLoop
+    _loop_thread: threading.Thread
+    _pool: futures.ThreadPoolExecutor
     _stop_event: threading.Event
     _thread: threading.Thread
     _stopped: bool = field(default=False)
@@ -76,18 +80,26 @@ class MasterHandle:
 
     def wait(self) -> None:
         """Block until the server stops (Ctrl-C in `aiperf master serve`)."""
-        # wait_for_termination returns True on timeout; short waits keep Ctrl-C responsive
-        while self._server.wait_for_termination(timeout=0.5):
-            pass
+        # short joins keep Ctrl-C responsive
+        while self._loop_thread.is_alive():
+            self._loop_thread.join(timeout=0.5)
+
+    def _call(self, coro: Any, timeout_s: float = 60.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
     def stop(self, grace_s: float = 1.0) -> None:
         if self._stopped:
             return
         self._stopped = True
-        self._health.enter_graceful_shutdown()
+        if self._loop_thread.is_alive():
+            self._call(self._health.enter_graceful_shutdown())
+            self._stop_event.set()
+            self._call(self._server.stop(grace_s), timeout_s=grace_s + 60)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop_thread.join(timeout=30)
         self._stop_event.set()
-        self._server.stop(grace_s).wait()
         self._thread.join(timeout=30)
+        self._pool.shutdown(wait=True)
         self.master.close()
         try:
             self.master.tick()  # persist the last heartbeats
@@ -129,9 +141,11 @@ def serve(
 
     The database is migrated first (refused when its schema is newer).
     Tokens: argument > env (AIPERF_TOKEN / AIPERF_ADMIN_TOKEN) > file > generated
-    into data_dir. TLS when tls_cert and tls_key are given. The synchronous
-    gRPC server is used: on this workload it costs half the CPU per call of
-    grpc.aio (measured with benchmarks/master_bench.py).
+    into data_dir. TLS when tls_cert and tls_key are given.
+
+    The gRPC server is grpc.aio on an event-loop thread: thousands of
+    workers each hold one Connect stream, which a thread-per-call server
+    cannot do; database work runs on a pool of max_workers threads.
     """
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -145,36 +159,50 @@ def serve(
     metrics = MasterMetrics()
     master = Master(store, heartbeat_interval_s=heartbeat_interval_s, stop_grace_s=stop_grace_s,
                     clock=clock, metrics=metrics)
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="aiperf-rpc"),
-        interceptors=[TokenInterceptor(tokens)],
-        options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.so_reuseport", 0),
-        ],
-    )
-    pb_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(master), server)
-    pb_grpc.add_ControlServiceServicer_to_server(ControlServicer(master), server)
-    health_servicer = health.HealthServicer(experimental_non_blocking=True)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="aiperf-rpc")
     address = f"{host}:{port}"
 
     def abandon(message: str) -> OSError:
         master.close()
         store.close()
+        pool.shutdown(wait=False)
         return OSError(message)
 
+    loop = asyncio.new_event_loop()
+    loop_thread = threading.Thread(target=loop.run_forever, name="aiperf-grpc", daemon=True)
+    loop_thread.start()
+
+    async def start() -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+        server = grpc.aio.server(
+            interceptors=[TokenInterceptor(tokens)],
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        pb_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(master, pool), server)
+        pb_grpc.add_ControlServiceServicer_to_server(ControlServicer(master, pool), server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        try:
+            bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {address}: {exc}") from None
+        if bound == 0:
+            raise OSError(f"cannot listen on {address}")
+        await server.start()
+        for name in ("", *SERVICE_NAMES):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        return server, health_servicer, bound
+
     try:
-        bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
-    except RuntimeError as exc:
-        raise abandon(f"cannot listen on {address}: {exc}") from None
-    if bound == 0:
-        raise abandon(f"cannot listen on {address}")
+        server, health_servicer, bound = asyncio.run_coroutine_threadsafe(start(), loop).result(60)
+    except OSError as exc:
+        loop.call_soon_threadsafe(loop.stop)
+        loop_thread.join(timeout=30)
+        raise abandon(str(exc)) from None
     metrics_bound = metrics.serve(metrics_port) if metrics_port is not None else None
-    server.start()
-    for name in ("", *SERVICE_NAMES):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     stop = threading.Event()
     period = tick_s if tick_s is not None else max(0.05, min(1.0, heartbeat_interval_s / 4))
     master.tick()
@@ -185,5 +213,6 @@ def serve(
              heartbeat_interval_s)
     return MasterHandle(
         port=bound, host=host, tokens=tokens, master=master, store=store, metrics_port=metrics_bound,
-        tls=tls_cert is not None, _server=server, _health=health_servicer, _stop_event=stop, _thread=thread,
+        tls=tls_cert is not None, _server=server, _health=health_servicer, _loop=loop, _loop_thread=loop_thread,
+        _pool=pool, _stop_event=stop, _thread=thread,
     )

@@ -13,6 +13,7 @@ figure is stored next to it and a disagreement above 1% is flagged.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import functools
 import logging
@@ -21,8 +22,9 @@ import platform
 import queue
 import threading
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, AsyncIterator, Callable, TypeVar
 
 import grpc
 
@@ -173,6 +175,15 @@ class ProgressWriter:
             for inputs, done in jobs:
                 done(results[k:k + len(inputs)], None)
                 k += len(inputs)
+
+
+def _resolve(future: asyncio.Future, results: list[ProgressResult] | None, exc: BaseException | None) -> None:
+    if future.cancelled():  # the caller went away (stream closed)
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(results or [])
 
 
 @dataclass
@@ -633,6 +644,23 @@ class Master:
                     self._run_ops[run_id] += inp.master_flops
         return kept, error
 
+    async def report_progress_async(
+        self, reports: list[pb.ProgressReport]
+    ) -> tuple[list[ProgressResult], StoreError | None]:
+        """report_progress for the event loop: waits for the group commit without blocking it."""
+        inputs, run_ids, error = self.prepare_reports(reports)
+        results: list[ProgressResult] = []
+        if inputs:
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[list[ProgressResult]] = loop.create_future()
+
+            def done(res: list[ProgressResult] | None, exc: BaseException | None) -> None:
+                loop.call_soon_threadsafe(_resolve, future, res, exc)
+
+            self._writer.submit(inputs, done)
+            results = await future
+        return self.settle_reports(results, inputs, run_ids, error)
+
     def report_progress(self, reports: list[pb.ProgressReport]) -> tuple[list[ProgressResult], StoreError | None]:
         """Validate and record reports in order. Stops at the first invalid
         one: the reports before it are recorded; its error is returned."""
@@ -794,25 +822,36 @@ def _status(exc: StoreError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-def rpc(fn: Callable[[Any, Any], T]) -> Callable[[Any, Any, grpc.ServicerContext], T]:
-    """Map store/validation errors to gRPC status codes with their message."""
+def rpc(fn: Callable[[Any, Any], T] | None = None, *, inline: bool = False) -> Any:
+    """Serve a synchronous method as an asyncio gRPC handler.
 
-    @functools.wraps(fn)
-    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> T:
-        try:
-            return fn(self, request)
-        except StoreError as exc:
-            log.info("event=rpc_error method=%s code=%s message=%r", fn.__name__, _status(exc).name, str(exc))
-            context.abort(_status(exc), str(exc))
-        raise AssertionError("unreachable")  # context.abort raises
+    The body runs on the servicer's thread pool (it may touch the database),
+    or on the event loop itself when `inline` (in-memory work only). Store and
+    validation errors become gRPC status codes with their message.
+    """
 
-    return wrapper
+    def decorate(fn: Callable[[Any, Any], T]) -> Callable[[Any, Any, grpc.aio.ServicerContext], Any]:
+        @functools.wraps(fn)
+        async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
+            try:
+                if inline:
+                    return fn(self, request)
+                return await asyncio.get_running_loop().run_in_executor(self.pool, fn, self, request)
+            except StoreError as exc:
+                log.info("event=rpc_error method=%s code=%s message=%r", fn.__name__, _status(exc).name, str(exc))
+                await context.abort(_status(exc), str(exc))
+            raise AssertionError("unreachable")  # context.abort raises
+
+        return wrapper
+
+    return decorate(fn) if fn is not None else decorate
 
 
 class WorkerServicer(pb_grpc.WorkerServiceServicer):
 
-    def __init__(self, master: Master) -> None:
+    def __init__(self, master: Master, pool: Executor) -> None:
         self.m = master
+        self.pool = pool
 
     def _run_reply(self) -> tuple[bool, pb.RunInfo]:
         run = self.m.current_run()
@@ -834,7 +873,7 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
             worker_state=WORKER_STATE_VALUES[state],
         )
 
-    @rpc
+    @rpc(inline=True)  # in memory after the worker's first beat
     def Heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
         return self._heartbeat_reply(*self.m.heartbeat(request.worker_id))
 
@@ -879,19 +918,43 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
             model_state=MODEL_STATE_VALUES.get(res.model_state, pb.MODEL_STATE_UNSPECIFIED),
         )
 
-    def _report(self, reports: list[pb.ProgressReport]) -> list[ProgressResult]:
-        results, error = self.m.report_progress(reports)
-        if error is not None:
-            raise error
-        return results
+    async def _report(self, reports: list[pb.ProgressReport], context: grpc.aio.ServicerContext) -> list[pb.ProgressAck]:
+        try:
+            results, error = await self.m.report_progress_async(reports)
+            if error is not None:
+                raise error
+        except StoreError as exc:
+            log.info("event=rpc_error method=ReportProgress code=%s message=%r", _status(exc).name, str(exc))
+            await context.abort(_status(exc), str(exc))
+        return [self._ack(r) for r in results]
 
-    @rpc
-    def ReportProgress(self, request: pb.ProgressReport) -> pb.ProgressAck:
-        return self._ack(self._report([request])[0])
+    async def ReportProgress(self, request: pb.ProgressReport, context: grpc.aio.ServicerContext) -> pb.ProgressAck:
+        return (await self._report([request], context))[0]
 
-    @rpc
-    def StreamProgress(self, request_iterator: Iterator[pb.ProgressReport]) -> pb.ProgressSummary:
-        return pb.ProgressSummary(acks=[self._ack(r) for r in self._report(list(request_iterator))])
+    async def StreamProgress(self, request_iterator: AsyncIterator[pb.ProgressReport],
+                             context: grpc.aio.ServicerContext) -> pb.ProgressSummary:
+        return pb.ProgressSummary(acks=await self._report([r async for r in request_iterator], context))
+
+    async def Connect(self, request_iterator: AsyncIterator[pb.WorkerMessage],
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[pb.MasterMessage]:
+        # One reply per message, in order; a refused message gets an error
+        # reply and the stream stays open.
+        async for message in request_iterator:
+            kind = message.WhichOneof("body")
+            try:
+                if kind == "heartbeat":
+                    reply = pb.MasterMessage(heartbeat=self._heartbeat_reply(*self.m.heartbeat(message.heartbeat.worker_id)))
+                elif kind == "progress":
+                    results, error = await self.m.report_progress_async([message.progress])
+                    if error is not None:
+                        raise error
+                    reply = pb.MasterMessage(progress=self._ack(results[0]))
+                else:
+                    raise InvalidArgument("empty message: set heartbeat or progress")
+            except StoreError as exc:
+                log.info("event=rpc_error method=Connect.%s code=%s message=%r", kind, _status(exc).name, str(exc))
+                reply = pb.MasterMessage(error=pb.MessageError(code=_status(exc).value[0], message=str(exc)))
+            yield reply
 
     @rpc
     def FinishModel(self, request: pb.FinishModelRequest) -> pb.FinishModelResponse:
@@ -906,8 +969,9 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
 
 
 class ControlServicer(pb_grpc.ControlServiceServicer):
-    def __init__(self, master: Master) -> None:
+    def __init__(self, master: Master, pool: Executor) -> None:
         self.m = master
+        self.pool = pool
 
     @rpc
     def StartRun(self, request: pb.StartRunRequest) -> pb.StartRunResponse:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import grpc
+import pytest
 
 from aiperf.api.client import ApiError
 from worker.agent import Outbox, resource_samples
@@ -77,3 +78,39 @@ def test_resource_samples_map_percentages_to_fractions():
     assert gpu.accelerator_index == 0 and gpu.accelerator_util == 0.75
     assert gpu.accelerator_memory_used == 2 << 30
     assert host.age_s > 0
+
+
+def test_a_run_closing_just_before_a_submission_is_a_normal_end_not_a_crash(master_server, small_graph):
+    # The run stops between the agent's last heartbeat and its next submission:
+    # the master refuses the model (FAILED_PRECONDITION) and the agent must treat
+    # that as the end of its work on the run (a worker exiting with an error here
+    # was a real failure at the end of timed runs).
+    from aiperf.api.client import ControlClient
+    from aiperf.search import Candidate
+    from worker.agent import Agent, AgentConfig, _RunClosed
+
+    h = master_server(stop_grace_s=600.0)  # the run stays STOPPING
+    with ControlClient(h.address, h.admin_token) as control:
+        control.start_run(600, profile="smoke", seed=1)
+        agent = Agent(AgentConfig(master=h.address, token=h.worker_token, name="racer"))
+        try:
+            agent._register()
+            run = agent._wait_for_running_run()
+            assert run is not None
+            ctx = agent._context(run)
+            control.stop_run(reason="deadline")
+
+            class OneCandidate:
+                def take(self, timeout: float) -> Candidate:
+                    return Candidate(graph=small_graph, parent_model_id=None)
+
+            box = Outbox()
+            try:
+                with pytest.raises(_RunClosed, match="stopping"):
+                    agent._round(ctx, None, OneCandidate(), box, 1)
+            finally:
+                box.close()
+            assert control.list_models().total == 0, "nothing was created in the closed run"
+        finally:
+            agent.stream.close()
+            agent.client.close()

@@ -470,3 +470,66 @@ def test_tls(master_server, tmp_path: Path):
     with pytest.raises(ApiError) as e:
         plain.run_status()
     assert code_of(e) == grpc.StatusCode.UNAVAILABLE
+
+
+# ---------------------------------------------------------------- Connect stream
+
+
+def test_connect_stream_carries_heartbeats_and_reports_like_the_unary_calls(master_server, small_graph, db_url):
+    h = master_server(db_url)
+    w, c = clients(h)
+    wid = register(w)
+    c.start_run(600, profile="smoke")
+    fc = count_flops(small_graph)
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    with w.connect() as s:
+        hb = s.heartbeat(wid, mid)
+        assert hb.has_run and hb.run.state == pb.RUN_RUNNING and hb.worker_state == pb.WORKER_ALIVE
+        first = s.report_progress(wid, mid, 1, 1000, 0, 1, fc.ops(1000, 0))
+        assert not first.duplicate and first.master_flops == fc.ops(1000, 0)
+        assert s.report_progress(wid, mid, 1, 1000, 0, 1, fc.ops(1000, 0)).duplicate  # a resent report
+        # refused messages answer with the unary call's status and leave the stream open
+        with pytest.raises(ApiError) as e:
+            s.report_progress(wid, mid, 2, -5, 0, 1, 0)
+        assert code_of(e) == grpc.StatusCode.INVALID_ARGUMENT and "must be >= 0" in e.value.details
+        with pytest.raises(ApiError) as e:
+            s.heartbeat(wid + 1000)
+        assert code_of(e) == grpc.StatusCode.NOT_FOUND
+        other = register(w, "node-2")
+        with pytest.raises(ApiError) as e:
+            s.report_progress(other, mid, 2, 10, 0, 1, fc.ops(10, 0))
+        assert code_of(e) == grpc.StatusCode.PERMISSION_DENIED
+        ack = s.report_progress(wid, mid, 2, 500, 100, 1, fc.ops(500, 100), val_accuracy=0.3)
+        assert not ack.duplicate and ack.model_state == pb.MODEL_TRAINING
+    # the unary call sees what the stream recorded, and nothing the stream refused
+    assert w.report_progress(wid, mid, 2, 500, 100, 1, fc.ops(500, 100)).duplicate
+    sb = c.scoreboard()
+    assert sb.reports == 2 and sb.images_trained == 1500 and sb.total_ops == pytest.approx(fc.ops(1500, 100))
+
+
+def test_connect_needs_the_worker_token(master_server):
+    h = master_server()
+    for token in ("nope", h.admin_token):
+        with WorkerClient(h.address, token, retries=0).connect() as s, pytest.raises(ApiError) as e:
+            s.heartbeat(1)
+        assert code_of(e) == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_connect_stream_survives_a_master_restart(master_server, small_graph, tmp_path):
+    db = f"sqlite:///{tmp_path / 'restart.db'}"
+    h = master_server(db)
+    w, c = clients(h)
+    wid = register(w)
+    c.start_run(600, profile="smoke")
+    fc = count_flops(small_graph)
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    port = h.port
+    s = WorkerClient(h.address, h.worker_token, retries=20).connect()
+    s.report_progress(wid, mid, 1, 100, 0, 1, fc.ops(100, 0))
+    h.stop()
+    h2 = master_server(db, port=port)
+    # the broken stream fails the next call over to a new stream on the new master
+    assert s.report_progress(wid, mid, 2, 100, 0, 1, fc.ops(100, 0)).master_flops == fc.ops(100, 0)
+    assert s.heartbeat(wid).worker_state == pb.WORKER_ALIVE
+    s.close()
+    assert ControlClient(h2.address, h2.admin_token).scoreboard().images_trained == 200

@@ -141,6 +141,8 @@ class Agent:
         self.config = config
         self.client = WorkerClient(config.master, config.token,
                                    root_certificates=config.root_certificates, tls=config.tls)
+        # heartbeats and progress reports share one Connect stream: cheaper for the master
+        self.stream = self.client.connect()
         self.worker_id = 0
         self.inventory: Inventory | None = None  # taken at registration
         self.heartbeat_interval_s = 5.0
@@ -152,6 +154,7 @@ class Agent:
         self._history: dict[int, pb.Model] = {}
         self._graphs: dict[int, Graph] = {}  # parsed once per model
         self._datasets: dict[tuple, Any] = {}
+        self._closed_runs: set[int] = set()  # runs that refused new models (stopping, model limit)
         self.rounds_done = 0
 
     # -- public -------------------------------------------------------------
@@ -174,6 +177,7 @@ class Agent:
         finally:
             self._stop.set()
             hb.join(timeout=self.heartbeat_interval_s + 1)
+            self.stream.close()
             self.client.close()
 
     # -- registration and heartbeat ---------------------------------------
@@ -204,7 +208,7 @@ class Agent:
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self.heartbeat_interval_s):
             try:
-                hb = self.client.heartbeat(self.worker_id, self._current_model)
+                hb = self.stream.heartbeat(self.worker_id, self._current_model)
             except ApiError as exc:
                 if exc.code == grpc.StatusCode.NOT_FOUND:  # master lost us (new database?)
                     log.warning("event=reregister reason=%s", exc.details)
@@ -236,7 +240,7 @@ class Agent:
         while not self._stop.is_set():
             with self._run_lock:
                 run = self._run
-            if run is not None and run.state == pb.RUN_RUNNING:
+            if run is not None and run.state == pb.RUN_RUNNING and run.config.run_id not in self._closed_runs:
                 return run
             if not announced:
                 log.info("event=waiting_for_run")
@@ -298,7 +302,14 @@ class Agent:
                         break
                     if self._lost.is_set():
                         self._register()
-                    self._round(ctx, dataset, pool, outbox, round_index)
+                    try:
+                        self._round(ctx, dataset, pool, outbox, round_index)
+                    except _RunClosed as exc:
+                        # The run ended (or hit its model limit) between our last heartbeat and this
+                        # submission: a normal end of run, not an error.
+                        log.info("event=run_closed run_id=%d reason=%s", ctx.run_id, exc)
+                        self._closed_runs.add(ctx.run_id)
+                        break
                     self.rounds_done += 1
                     round_index += 1
                     pool.update_history(self._history_entries())
@@ -373,6 +384,8 @@ class Agent:
                 log.warning("event=submit_failed error=%s", exc)
                 time.sleep(1.0)
                 return
+            if exc.code == grpc.StatusCode.FAILED_PRECONDITION:
+                raise _RunClosed(exc.details) from None
             raise
         model_id = sub.model_id
         self._current_model = model_id
@@ -384,7 +397,7 @@ class Agent:
         def on_progress(p) -> None:
             seq[0] += 1
             n = seq[0]
-            outbox.put(f"progress model={model_id} seq={n}", lambda: self.client.report_progress(
+            outbox.put(f"progress model={model_id} seq={n}", lambda: self.stream.report_progress(
                 self.worker_id, model_id, seq=n, images_trained=p.images_trained,
                 images_validated=p.images_validated, epoch=p.epoch,
                 val_accuracy=p.val_accuracy, worker_flops=p.worker_flops))
@@ -427,6 +440,10 @@ class Agent:
         outbox.flush()
         log.info("event=round_end round=%d model=%d state=%s best=%.4f predicted=%.4f epochs=%d",
                  round_index, model_id, result.state, best, predicted, result.epochs)
+
+
+class _RunClosed(Exception):
+    """The master accepts no more models in this run."""
 
 
 def resource_samples(sample) -> list[ResourceSample]:

@@ -475,6 +475,32 @@ class SendResourceSamplesResponse(_message.Message):
     stored: int
     def __init__(self, stored: _Optional[int] = ...) -> None: ...
 
+class WorkerMessage(_message.Message):
+    __slots__ = ("heartbeat", "progress")
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    heartbeat: HeartbeatRequest
+    progress: ProgressReport
+    def __init__(self, heartbeat: _Optional[_Union[HeartbeatRequest, _Mapping]] = ..., progress: _Optional[_Union[ProgressReport, _Mapping]] = ...) -> None: ...
+
+class MessageError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class MasterMessage(_message.Message):
+    __slots__ = ("heartbeat", "progress", "error")
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    heartbeat: HeartbeatResponse
+    progress: ProgressAck
+    error: MessageError
+    def __init__(self, heartbeat: _Optional[_Union[HeartbeatResponse, _Mapping]] = ..., progress: _Optional[_Union[ProgressAck, _Mapping]] = ..., error: _Optional[_Union[MessageError, _Mapping]] = ...) -> None: ...
+
 class StartRunRequest(_message.Message):
     __slots__ = ("duration_s", "profile", "seed", "limits", "precision", "warmup_rounds", "min_workers", "allow_concurrent", "report_interval_s", "resource_interval_s")
     DURATION_S_FIELD_NUMBER: _ClassVar[int]

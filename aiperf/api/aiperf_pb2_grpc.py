@@ -79,6 +79,11 @@ class WorkerServiceStub:
                 request_serializer=aiperf__pb2.SendResourceSamplesRequest.SerializeToString,
                 response_deserializer=aiperf__pb2.SendResourceSamplesResponse.FromString,
                 _registered_method=True)
+        self.Connect = channel.stream_stream(
+                '/aiperf.v1.WorkerService/Connect',
+                request_serializer=aiperf__pb2.WorkerMessage.SerializeToString,
+                response_deserializer=aiperf__pb2.MasterMessage.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -140,6 +145,14 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Connect(self, request_iterator, context):
+        """Heartbeats and progress reports on one stream (the unary Heartbeat and
+        ReportProgress do the same, one call each).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -187,6 +200,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.SendResourceSamples,
                     request_deserializer=aiperf__pb2.SendResourceSamplesRequest.FromString,
                     response_serializer=aiperf__pb2.SendResourceSamplesResponse.SerializeToString,
+            ),
+            'Connect': grpc.stream_stream_rpc_method_handler(
+                    servicer.Connect,
+                    request_deserializer=aiperf__pb2.WorkerMessage.FromString,
+                    response_serializer=aiperf__pb2.MasterMessage.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -432,6 +450,33 @@ class WorkerService:
             '/aiperf.v1.WorkerService/SendResourceSamples',
             aiperf__pb2.SendResourceSamplesRequest.SerializeToString,
             aiperf__pb2.SendResourceSamplesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Connect(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/aiperf.v1.WorkerService/Connect',
+            aiperf__pb2.WorkerMessage.SerializeToString,
+            aiperf__pb2.MasterMessage.FromString,
             options,
             channel_credentials,
             insecure,

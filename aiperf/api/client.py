@@ -14,6 +14,8 @@ A worker's life, in calls::
                      software={"tensorflow": "2.21.0"})
     # reg.worker_id, reg.heartbeat_interval_s, reg.has_run, reg.run (RunInfo)
     hb = c.heartbeat(reg.worker_id)          # every heartbeat_interval_s, from a thread
+    s = c.connect()                          # or: the same calls on one Connect stream,
+    hb = s.heartbeat(reg.worker_id)          # what the worker agent uses (cheaper for the master)
     # hb.has_run / hb.run.state (aiperf_pb2.RUN_RUNNING ...), hb.run.config:
     #   run_id, profile, seed, duration_s, precision, limits, warmup_rounds, ...
     hist = c.get_history(reg.worker_id, since_model_id=last_seen)  # .models, .ranked_model_ids
@@ -49,10 +51,13 @@ Rules the master enforces (violations raise ApiError):
 
 from __future__ import annotations
 
+import collections
 import logging
+import queue
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import grpc
 
@@ -296,6 +301,12 @@ class WorkerClient(_Client):
             worker_id, model_id, seq, images_trained, images_validated, epoch, worker_flops, val_accuracy
         )
         return self._call("ReportProgress", self._stub.ReportProgress, req, retry=True)
+
+    def connect(self) -> "WorkerStream":
+        """A Connect stream for this worker's heartbeats and progress reports:
+        the same calls as heartbeat() and report_progress(), at a fraction of
+        the master's cost per message. Opened on first use."""
+        return WorkerStream(self._stub, self._metadata, timeout_s=self.timeout_s, retries=self.retries)
 
     def stream_progress(self, reports: Iterable[pb.ProgressReport]) -> pb.ProgressSummary:
         """Send several reports over one stream (e.g. a backlog after a network
@@ -549,3 +560,146 @@ def model_to_dict(m: pb.Model) -> dict[str, Any]:
     if m.graph_json:
         d["graph_json"] = m.graph_json
     return d
+
+
+_CODE_BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
+
+
+class _Pending:
+    """One message waiting for its reply."""
+
+    __slots__ = ("done", "reply", "error")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.reply: pb.MasterMessage | None = None
+        self.error: ApiError | None = None
+
+
+class _OpenStream:
+    def __init__(self, call: Any, requests: "queue.SimpleQueue[pb.WorkerMessage | None]") -> None:
+        self.call = call
+        self.requests = requests
+        self.waiting: collections.deque[_Pending] = collections.deque()
+
+
+class WorkerStream:
+    """Heartbeats and progress reports over one Connect stream.
+
+    Each call blocks until the master's reply (one per message, in order) and
+    raises ApiError like the unary calls: a refused message with the code the
+    unary RPC would return; a broken stream (master restarting, network) with
+    its transport code, after which the next call opens a new stream. Transient
+    failures are retried as the unary calls are; both calls are idempotent.
+    Thread-safe: a heartbeat thread and a progress sender can share one.
+    """
+
+    def __init__(self, stub: pb_grpc.WorkerServiceStub, metadata: tuple, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 retries: int = 3) -> None:
+        self._stub = stub
+        self._metadata = metadata
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self._lock = threading.Lock()
+        self._open: _OpenStream | None = None
+        self._closed = False
+
+    def heartbeat(self, worker_id: int, model_id: int = 0) -> pb.HeartbeatResponse:
+        """As WorkerClient.heartbeat."""
+        msg = pb.WorkerMessage(heartbeat=pb.HeartbeatRequest(worker_id=worker_id, model_id=model_id))
+        return self._retrying("Heartbeat", msg).heartbeat
+
+    def report_progress(self, worker_id: int, model_id: int, seq: int, images_trained: int, images_validated: int,
+                        epoch: int, worker_flops: int, val_accuracy: float | None = None) -> pb.ProgressAck:
+        """As WorkerClient.report_progress."""
+        report = WorkerClient.progress_report(worker_id, model_id, seq, images_trained, images_validated, epoch,
+                                              worker_flops, val_accuracy)
+        return self._retrying("ReportProgress", pb.WorkerMessage(progress=report)).progress
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            stream, self._open = self._open, None
+        if stream is not None:
+            stream.requests.put(None)  # half-close: the master ends the stream
+            stream.call.cancel()
+
+    def __enter__(self) -> "WorkerStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ----------------------------------------------------------
+    def _retrying(self, method: str, msg: pb.WorkerMessage) -> pb.MasterMessage:
+        delay = 0.2
+        for attempt in range(self.retries + 1):
+            try:
+                return self._exchange(method, msg)
+            except ApiError as exc:
+                if exc.code in _TRANSIENT and attempt < self.retries:
+                    log.warning("event=retry method=Connect.%s code=%s attempt=%d", method, exc.code.name, attempt + 1)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    def _start(self) -> _OpenStream:
+        requests: queue.SimpleQueue[pb.WorkerMessage | None] = queue.SimpleQueue()
+
+        def messages() -> Iterator[pb.WorkerMessage]:
+            while (m := requests.get()) is not None:
+                yield m
+
+        stream = _OpenStream(self._stub.Connect(messages(), metadata=self._metadata), requests)
+        threading.Thread(target=self._read, args=(stream,), name="aiperf-connect-reader", daemon=True).start()
+        return stream
+
+    def _read(self, stream: _OpenStream) -> None:
+        try:
+            for reply in stream.call:
+                with self._lock:
+                    pending = stream.waiting.popleft() if stream.waiting else None
+                if pending is not None:
+                    pending.reply = reply
+                    pending.done.set()
+            error = ApiError(grpc.StatusCode.UNAVAILABLE, "the master closed the stream", "Connect")
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+            error = ApiError(code, (exc.details() if hasattr(exc, "details") else str(exc)) or "", "Connect")
+        self._fail(stream, error)
+
+    def _fail(self, stream: _OpenStream, error: ApiError) -> None:
+        with self._lock:
+            if self._open is stream:
+                self._open = None
+            waiting = list(stream.waiting)
+            stream.waiting.clear()
+        for pending in waiting:
+            pending.error = error
+            pending.done.set()
+
+    def _exchange(self, method: str, msg: pb.WorkerMessage) -> pb.MasterMessage:
+        pending = _Pending()
+        with self._lock:
+            if self._closed:
+                raise ApiError(grpc.StatusCode.CANCELLED, "the stream is closed", method)
+            if self._open is None:
+                self._open = self._start()
+            stream = self._open
+            stream.waiting.append(pending)  # under the lock: replies come in this order
+            stream.requests.put(msg)
+        if not pending.done.wait(self.timeout_s):
+            # no reply in time: give up on this stream; the next call opens another
+            stream.call.cancel()
+            self._fail(stream, ApiError(grpc.StatusCode.DEADLINE_EXCEEDED, f"no reply in {self.timeout_s:g} s", method))
+            pending.done.wait(self.timeout_s)  # set by _fail, or by the reader if the reply just came
+        if pending.error is not None:
+            raise ApiError(pending.error.code, pending.error.details, method)
+        reply = pending.reply
+        assert reply is not None
+        if reply.WhichOneof("body") == "error":
+            code = _CODE_BY_NUMBER.get(reply.error.code, grpc.StatusCode.UNKNOWN)
+            raise ApiError(code, reply.error.message, method)
+        return reply
