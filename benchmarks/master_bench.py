@@ -1,7 +1,9 @@
 """Master load benchmark: N simulated workers heartbeating and reporting every second.
 
 The master runs in its own process (as in production); the simulated workers
-are asyncio gRPC clients in this process, spread evenly over each second.
+are asyncio gRPC clients in this process, spread evenly over each second. By
+default each holds a Connect stream and sends its heartbeat and report on it,
+as the worker agent does (--transport unary: one unary call each instead).
 For growing N it prints the sustained reports/s, p50/p99 latency of the
 reports and heartbeats, and the largest N held (p99 of both < 100 ms, no
 errors and at least 95% of the offered reports answered), on SQLite and, when
@@ -9,9 +11,10 @@ AIPERF_TEST_POSTGRES_URL is set, on PostgreSQL (a fresh schema, dropped after).
 
     python benchmarks/master_bench.py [--steps 250,500,1000,1500,2000] [--window 6] [--production 2000:5]
                                       [--backends noop,sqlite,postgres] [--max-workers N]
+                                      [--transport stream|unary]
 
-The `noop` backend is the baseline: the same gRPC server (sync, thread pool,
-token check) with handlers that do nothing, against the same clients. Its
+The `noop` backend is the baseline: the same gRPC server (grpc.aio, token
+check) with handlers that do nothing, against the same clients. Its
 largest N held is the ceiling of any Python master on the machine; each
 backend's figures are printed next to it, with the master's CPU per RPC as a
 multiple of the no-op server's (steadier than latency when the machine is shared).
@@ -37,6 +40,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -70,10 +74,9 @@ def _serve(db_url: str, port: int, data_dir: str, ready: mp.Event, stop: mp.Even
 
 
 def _serve_noop(port: int, ready: mp.Event, stop: mp.Event, max_workers: int) -> None:
-    """The same gRPC server (sync, thread pool, options, token check) with
-    handlers that do nothing: the ceiling any master on this machine can reach."""
+    """The same gRPC server (grpc.aio, options, token check) with handlers
+    that do nothing: the ceiling any master on this machine can reach."""
     import itertools
-    from concurrent import futures
 
     from aiperf.api.client import MAX_MESSAGE_BYTES
     from master.auth import TokenInterceptor, Tokens
@@ -81,35 +84,52 @@ def _serve_noop(port: int, ready: mp.Event, stop: mp.Event, max_workers: int) ->
     ids = itertools.count(1)
     run = pb.RunInfo(config=pb.RunConfig(run_id=1), state=pb.RUN_RUNNING)
 
+    def heartbeat() -> pb.HeartbeatResponse:
+        return pb.HeartbeatResponse(has_run=True, run=run, master_time=time.time(), heartbeat_interval_s=600.0,
+                                    worker_state=pb.WORKER_ALIVE)
+
+    def ack(r: pb.ProgressReport) -> pb.ProgressAck:
+        return pb.ProgressAck(model_id=r.model_id, seq=r.seq, master_flops=r.worker_flops,
+                              run_state=pb.RUN_RUNNING, model_state=pb.MODEL_TRAINING)
+
     class Noop(pb_grpc.WorkerServiceServicer, pb_grpc.ControlServiceServicer):
-        def Register(self, request, context):  # noqa: N802 - gRPC method names
+        async def Register(self, request, context):  # noqa: N802 - gRPC method names
             return pb.RegisterResponse(worker_id=next(ids), heartbeat_interval_s=600.0, has_run=True, run=run)
 
-        def SubmitModel(self, request, context):  # noqa: N802
+        async def SubmitModel(self, request, context):  # noqa: N802
             return pb.SubmitModelResponse(model_id=next(ids), state=pb.MODEL_TRAINING)
 
-        def Heartbeat(self, request, context):  # noqa: N802
-            return pb.HeartbeatResponse(has_run=True, run=run, master_time=time.time(), heartbeat_interval_s=600.0,
-                                        worker_state=pb.WORKER_ALIVE)
+        async def Heartbeat(self, request, context):  # noqa: N802
+            return heartbeat()
 
-        def ReportProgress(self, request, context):  # noqa: N802
-            return pb.ProgressAck(model_id=request.model_id, seq=request.seq, master_flops=request.worker_flops,
-                                  run_state=pb.RUN_RUNNING, model_state=pb.MODEL_TRAINING)
+        async def ReportProgress(self, request, context):  # noqa: N802
+            return ack(request)
 
-        def StartRun(self, request, context):  # noqa: N802
+        async def Connect(self, request_iterator, context):  # noqa: N802
+            async for m in request_iterator:
+                if m.WhichOneof("body") == "heartbeat":
+                    yield pb.MasterMessage(heartbeat=heartbeat())
+                else:
+                    yield pb.MasterMessage(progress=ack(m.progress))
+
+        async def StartRun(self, request, context):  # noqa: N802
             return pb.StartRunResponse(run=run)
 
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers), interceptors=[TokenInterceptor(Tokens(WORKER_TOKEN, ADMIN_TOKEN))],
-        options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)])
-    pb_grpc.add_WorkerServiceServicer_to_server(Noop(), server)
-    pb_grpc.add_ControlServiceServicer_to_server(Noop(), server)
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    server.start()
-    ready.set()
-    stop.wait()
-    server.stop(0)
+    async def main() -> None:
+        server = grpc.aio.server(
+            interceptors=[TokenInterceptor(Tokens(WORKER_TOKEN, ADMIN_TOKEN))],
+            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)])
+        pb_grpc.add_WorkerServiceServicer_to_server(Noop(), server)
+        pb_grpc.add_ControlServiceServicer_to_server(Noop(), server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        ready.set()
+        while not stop.is_set():
+            await asyncio.sleep(0.2)
+        await server.stop(0)
+
+    asyncio.run(main())
 
 
 @dataclass
@@ -138,22 +158,36 @@ def _pct(values: list[float], q: float) -> float:
     return v[min(len(v) - 1, int(q * len(v)))]
 
 
-class Fleet:
-    """Simulated workers sharing a few channels."""
+WORKERS_PER_CHANNEL = 64  # real workers each have their own connection; the simulation shares a few
 
-    def __init__(self, address: str, channels: int = 8) -> None:
-        self.channels = [grpc.aio.insecure_channel(address) for _ in range(channels)]
-        self.stubs = [pb_grpc.WorkerServiceStub(c) for c in self.channels]
+
+class Fleet:
+    """Simulated workers. transport "stream": each holds a Connect stream
+    and sends its heartbeat and report on it (what the worker agent does);
+    "unary": one Heartbeat and one ReportProgress call each."""
+
+    def __init__(self, address: str, transport: str = "stream") -> None:
+        self.address = address
+        self.transport = transport
+        self.channels: list[grpc.aio.Channel] = []
+        self.stubs: list[pb_grpc.WorkerServiceStub] = []
         self.md = (("authorization", f"Bearer {WORKER_TOKEN}"),)
         self.workers: list[tuple[int, int]] = []  # (worker id, model id)
+        self.streams: dict[int, Any] = {}  # worker index -> open Connect call
         self.seq: dict[int, int] = {}
+
+    def stub(self, i: int) -> pb_grpc.WorkerServiceStub:
+        while len(self.stubs) <= i // WORKERS_PER_CHANNEL:
+            self.channels.append(grpc.aio.insecure_channel(self.address))
+            self.stubs.append(pb_grpc.WorkerServiceStub(self.channels[-1]))
+        return self.stubs[i // WORKERS_PER_CHANNEL]
 
     async def grow(self, n: int, graph_json: str, graph_hash: str) -> None:
         sem = asyncio.Semaphore(64)
 
         async def one(i: int) -> tuple[int, int]:
             async with sem:
-                stub = self.stubs[i % len(self.stubs)]
+                stub = self.stub(i)
                 reg = await stub.Register(pb.RegisterRequest(name=f"sim-{i}", host=f"sim-{i}", cpus=8,
                                                              accelerators=[pb.Accelerator(model="sim", memory_bytes=1)]),
                                           metadata=self.md, timeout=60)
@@ -165,6 +199,19 @@ class Fleet:
         start = len(self.workers)
         self.workers += await asyncio.gather(*(one(i) for i in range(start, n)))
 
+    async def _exchange(self, i: int, message: pb.WorkerMessage) -> pb.MasterMessage:
+        call = self.streams.get(i)
+        if call is None:
+            call = self.streams[i] = self.stub(i).Connect(metadata=self.md)
+        await call.write(message)
+        reply = await asyncio.wait_for(call.read(), timeout=10)
+        if reply is grpc.aio.EOF:
+            self.streams.pop(i, None)
+            raise RuntimeError("stream ended")
+        if reply.WhichOneof("body") == "error":
+            raise RuntimeError(reply.error.message)
+        return reply
+
     async def load(self, n: int, window_s: float, warmup_s: float, flops_per_image: int, period_s: float = 1.0) -> Stats:
         stats = Stats()
         loop = asyncio.get_running_loop()
@@ -174,33 +221,40 @@ class Fleet:
 
         async def worker(i: int) -> None:
             wid, mid = self.workers[i]
-            stub = self.stubs[i % len(self.stubs)]
+            stub = self.stub(i)
             tick = begin + period_s * i / n  # spread evenly over the period
             while tick < end:
                 await asyncio.sleep(max(0.0, tick - loop.time()))
                 measured = tick >= measure_from
                 if measured:
                     stats.offered += 1
+                seq = self.seq.get(mid, 0) + 1
+                report = pb.ProgressReport(worker_id=wid, model_id=mid, seq=seq, images_trained=32,
+                                           images_validated=0, epoch=1, worker_flops=32 * flops_per_image)
                 try:
                     t = time.perf_counter()
-                    await stub.Heartbeat(pb.HeartbeatRequest(worker_id=wid, model_id=mid), metadata=self.md, timeout=10)
+                    if self.transport == "stream":
+                        await self._exchange(i, pb.WorkerMessage(heartbeat=pb.HeartbeatRequest(worker_id=wid, model_id=mid)))
+                    else:
+                        await stub.Heartbeat(pb.HeartbeatRequest(worker_id=wid, model_id=mid), metadata=self.md, timeout=10)
                     hb = time.perf_counter() - t
                     stats.calls += 1
-                    seq = self.seq.get(mid, 0) + 1
                     self.seq[mid] = seq
                     t = time.perf_counter()
-                    await stub.ReportProgress(pb.ProgressReport(
-                        worker_id=wid, model_id=mid, seq=seq, images_trained=32, images_validated=0, epoch=1,
-                        worker_flops=32 * flops_per_image), metadata=self.md, timeout=10)
+                    if self.transport == "stream":
+                        await self._exchange(i, pb.WorkerMessage(progress=report))
+                    else:
+                        await stub.ReportProgress(report, metadata=self.md, timeout=10)
                     rep = time.perf_counter() - t
                     stats.calls += 1
                     if measured and loop.time() <= end + 1.0:
                         stats.heartbeat.append(hb)
                         stats.report.append(rep)
-                except grpc.aio.AioRpcError as exc:
+                except (grpc.aio.AioRpcError, RuntimeError, asyncio.TimeoutError) as exc:
+                    self.streams.pop(i, None)
                     if measured:
                         stats.errors += 1
-                        name = exc.code().name
+                        name = exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else type(exc).__name__
                         stats.error_codes[name] = stats.error_codes.get(name, 0) + 1
                 tick += period_s
 
@@ -208,12 +262,14 @@ class Fleet:
         return stats
 
     async def close(self) -> None:
+        for call in self.streams.values():
+            await call.done_writing()
         for c in self.channels:
             await c.close()
 
 
 async def _bench(address: str, steps: list[tuple[int, float]], window_s: float, warmup_s: float,
-                 server_pid: int) -> list[dict]:
+                 server_pid: int, transport: str) -> list[dict]:
     from aiperf.flops import count_flops
     from aiperf.resnet import resnet50
 
@@ -222,7 +278,7 @@ async def _bench(address: str, steps: list[tuple[int, float]], window_s: float, 
     ctl = pb_grpc.ControlServiceStub(grpc.aio.insecure_channel(address))
     md = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
     await ctl.StartRun(pb.StartRunRequest(duration_s=3600, profile=pb.PROFILE_SMOKE), metadata=md, timeout=30)
-    fleet = Fleet(address)
+    fleet = Fleet(address, transport)
     rows = []
     far_over = False
     for n, period in steps:
@@ -260,7 +316,7 @@ async def _bench(address: str, steps: list[tuple[int, float]], window_s: float, 
 
 
 def run_backend(name: str, db_url: str | None, steps: list[tuple[int, float]], window_s: float,
-                warmup_s: float, max_workers: int) -> list[dict]:
+                warmup_s: float, max_workers: int, transport: str = "stream") -> list[dict]:
     """db_url None: the no-op server (baseline)."""
     port = _free_port()
     ctx = mp.get_context("spawn")
@@ -276,7 +332,7 @@ def run_backend(name: str, db_url: str | None, steps: list[tuple[int, float]], w
             raise RuntimeError(f"{name}: master did not start")
         print(f"== {name}: master pid {proc.pid} on 127.0.0.1:{port}", flush=True)
         try:
-            rows = asyncio.run(_bench(f"127.0.0.1:{port}", steps, window_s, warmup_s, proc.pid))
+            rows = asyncio.run(_bench(f"127.0.0.1:{port}", steps, window_s, warmup_s, proc.pid, transport))
         finally:
             stop.set()
             proc.join(30)
@@ -334,6 +390,9 @@ def main() -> int:
     parser.add_argument("--max-workers", type=int, default=None,
                         help="gRPC server threads (default: the master's own default)")
     parser.add_argument("--warmup", type=float, default=1.5, help="unmeasured seconds per step")
+    parser.add_argument("--transport", choices=("stream", "unary"), default="stream",
+                        help="stream: heartbeats and reports on one Connect stream per worker, as the worker "
+                             "agent sends them; unary: one Heartbeat and one ReportProgress call each")
     parser.add_argument("--backends", default="noop,sqlite,postgres",
                         help="noop: the same gRPC server with do-nothing handlers (the baseline)")
     args = parser.parse_args()
@@ -346,15 +405,15 @@ def main() -> int:
     if args.production:
         n, period = args.production.split(":")
         steps.append((int(n), float(period)))
-    print(f"master_bench: {os.cpu_count()} CPUs; each worker sends 1 heartbeat + 1 progress report per second",
-          flush=True)
+    print(f"master_bench: {os.cpu_count()} CPUs; each worker sends 1 heartbeat + 1 progress report per second "
+          f"({'on its Connect stream' if args.transport == 'stream' else 'as unary calls'})", flush=True)
     t = time.perf_counter()
     results: dict[str, list[dict]] = {}
     if "noop" in args.backends:
-        results["noop"] = run_backend("noop", None, steps, args.window, args.warmup, args.max_workers)
+        results["noop"] = run_backend("noop", None, steps, args.window, args.warmup, args.max_workers, args.transport)
     if "sqlite" in args.backends:
         with tempfile.TemporaryDirectory() as d:
-            results["sqlite"] = run_backend("sqlite", f"sqlite:///{d}/bench.db", steps, args.window, args.warmup, args.max_workers)
+            results["sqlite"] = run_backend("sqlite", f"sqlite:///{d}/bench.db", steps, args.window, args.warmup, args.max_workers, args.transport)
     if "postgres" in args.backends:
         base = os.environ.get("AIPERF_TEST_POSTGRES_URL")
         if not base:
@@ -362,7 +421,7 @@ def main() -> int:
         else:
             url, drop = _postgres_schema(base)
             try:
-                results["postgres"] = run_backend("postgres", url, steps, args.window, args.warmup, args.max_workers)
+                results["postgres"] = run_backend("postgres", url, steps, args.window, args.warmup, args.max_workers, args.transport)
             finally:
                 drop()
     if "noop" in results:

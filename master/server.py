@@ -14,6 +14,7 @@ In-process use (tests, `aiperf demo`)::
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 import time
@@ -206,6 +207,10 @@ def serve(
     stop = threading.Event()
     period = tick_s if tick_s is not None else max(0.05, min(1.0, heartbeat_interval_s / 4))
     master.tick()
+    # Everything alive now (modules, the schema, caches) lives as long as the
+    # process: keep it out of the collector, so that full collections with
+    # thousands of open worker streams stay short (they show up as RPC latency).
+    gc.freeze()
     thread = threading.Thread(target=_background, args=(master, stop, period), name="aiperf-master-tick", daemon=True)
     thread.start()
     log.info("event=master_listening address=%s tls=%s db=%s heartbeat_interval_s=%g",

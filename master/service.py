@@ -186,11 +186,45 @@ def _resolve(future: asyncio.Future, results: list[ProgressResult] | None, exc: 
         future.set_result(results or [])
 
 
-@dataclass
+class _LoopWaker:
+    """Hands the writer's results to an event loop with one wake-up per batch:
+    call_soon_threadsafe per report costs a syscall each."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._ready: list[tuple[asyncio.Future, list[ProgressResult] | None, BaseException | None]] = []
+
+    def resolve(self, future: asyncio.Future, results: list[ProgressResult] | None, exc: BaseException | None) -> None:
+        with self._lock:
+            self._ready.append((future, results, exc))
+            first = len(self._ready) == 1
+        if first:
+            self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for future, results, exc in ready:
+            _resolve(future, results, exc)
+
+
+@dataclass(frozen=True)
 class _ModelFlops:
+    """What the master needs to count a model's reports: per-image totals only
+    (a full FlopCount holds every layer; thousands of them slow the GC)."""
+
     run_id: int
     worker_id: int
-    fc: FlopCount
+    train: int  # operations per trained image
+    eval: int   # operations per validated image
+
+    @classmethod
+    def of(cls, run_id: int, worker_id: int, fc: FlopCount) -> "_ModelFlops":
+        return cls(run_id, worker_id, int(fc.train), int(fc.eval))
+
+    def ops(self, images_trained: int, images_validated: int) -> int:
+        return self.train * images_trained + self.eval * images_validated
 
 
 class Master:
@@ -235,6 +269,7 @@ class Master:
         self._current: RunRecord | None = store.current_run()
         self._writer = ProgressWriter(store)
         self._run_message: tuple[RunRecord, pb.RunInfo] | None = None
+        self._wakers: dict[asyncio.AbstractEventLoop, _LoopWaker] = {}
 
     def close(self) -> None:
         """Stop the progress writer (reports are refused afterwards)."""
@@ -513,7 +548,7 @@ class Master:
                 self._flops.move_to_end(model_id)
                 return hit
         m = self.store.get_model(model_id)  # NotFound
-        entry = _ModelFlops(m.run_id, m.worker_id, self._count(Graph.from_json(m.graph_json), m.kernel_size))
+        entry = _ModelFlops.of(m.run_id, m.worker_id, self._count(Graph.from_json(m.graph_json), m.kernel_size))
         self._remember(model_id, entry)
         return entry
 
@@ -569,7 +604,7 @@ class Master:
             flops_per_eval_image=int(fc.eval),
         )
         model = self.store.add_model(new, self.clock(), max_models=int(run.config.get("limits", {}).get("max_models", 0)))
-        self._remember(model.id, _ModelFlops(run.id, req.worker_id, fc))
+        self._remember(model.id, _ModelFlops.of(run.id, req.worker_id, fc))
         self._join(run, req.worker_id)
         log.info("event=model_submitted model_id=%d run_id=%d worker_id=%d parent_id=%s round=%d hash=%s "
                  "batch_size=%d kernel_size=%d flops_train=%d",
@@ -593,7 +628,7 @@ class Master:
         entry = self._flop_count(r.model_id)
         if entry.worker_id != r.worker_id:
             raise PermissionDenied(f"model {r.model_id} belongs to worker {entry.worker_id}, not {r.worker_id}")
-        master_flops = entry.fc.ops(int(r.images_trained), int(r.images_validated))
+        master_flops = entry.ops(int(r.images_trained), int(r.images_validated))
         mismatch = not scoring.flops_agree(master_flops, int(r.worker_flops))
         item = ProgressInput(
             model_id=r.model_id, worker_id=r.worker_id, seq=int(r.seq), t=now, epoch=int(r.epoch),
@@ -653,11 +688,10 @@ class Master:
         if inputs:
             loop = asyncio.get_running_loop()
             future: asyncio.Future[list[ProgressResult]] = loop.create_future()
-
-            def done(res: list[ProgressResult] | None, exc: BaseException | None) -> None:
-                loop.call_soon_threadsafe(_resolve, future, res, exc)
-
-            self._writer.submit(inputs, done)
+            wake = self._wakers.get(loop)
+            if wake is None:
+                wake = self._wakers.setdefault(loop, _LoopWaker(loop))
+            self._writer.submit(inputs, functools.partial(wake.resolve, future))
             results = await future
         return self.settle_reports(results, inputs, run_ids, error)
 
