@@ -53,6 +53,7 @@ OVER_RUN = ("finished", "aborted")
 OPEN_MODEL = ("queued", "training")
 MIGRATIONS = "master:migrations"
 PROGRESS_CACHE_SIZE = 16384  # models whose state add_progress keeps in memory
+HEARTBEAT_CHUNK = 256  # workers per heartbeat-flush transaction
 
 
 def _alembic_config() -> Config:
@@ -182,9 +183,9 @@ class SqlStore(Store):
                          "images_validated", "accuracy", "worker_flops", "master_flops", "flops_mismatch")
         self._insert_progress = self._driver_statement(
             insert(ProgressRow).values({c: bindparam(c) for c in progress_cols}))
-        self._update_beat = update(WorkerRow).where(WorkerRow.id == bindparam("wid")).values(
+        self._update_beat_sql = self._driver_statement(update(WorkerRow).where(WorkerRow.id == bindparam("wid")).values(
             last_heartbeat=bindparam("beat"), state="alive"
-        )
+        ))
         self._update_model = self._driver_statement(update(ModelRow).where(ModelRow.id == bindparam("mid")).values(
             state=bindparam("new_state"), started_at=bindparam("new_started_at"),
             images_trained=bindparam("new_trained"), images_validated=bindparam("new_validated"),
@@ -205,14 +206,20 @@ class SqlStore(Store):
 
     def _write_progress(self, conn: Any, rows: list[dict[str, Any]], updates: list[dict[str, Any]]) -> None:
         """INSERT the reports and UPDATE their models on the DBAPI cursor of `conn`."""
+        self._executemany(conn, [(*self._insert_progress, rows), (*self._update_model, updates)])
+
+    @staticmethod
+    def _executemany(conn: Any, statements: list[tuple[str, tuple[str, ...] | None, list[dict[str, Any]]]]) -> None:
+        """Run driver statements (see _driver_statement) on the DBAPI cursor of `conn`."""
         raw = conn.connection.dbapi_connection
-        # psycopg: one pipeline for both statements, one round trip instead of one per statement
+        # psycopg: one pipeline for all statements, one round trip instead of one per statement
         pipeline = raw.pipeline() if hasattr(raw, "pipeline") else contextlib.nullcontext()
         cursor = raw.cursor()
         try:
             with pipeline:
-                for (sql, order), params in ((self._insert_progress, rows), (self._update_model, updates)):
-                    cursor.executemany(sql, [tuple(r[k] for k in order) for r in params] if order else params)
+                for sql, order, params in statements:
+                    if params:
+                        cursor.executemany(sql, [tuple(r[k] for k in order) for r in params] if order else params)
         finally:
             cursor.close()
 
@@ -371,9 +378,15 @@ class SqlStore(Store):
     def record_heartbeats(self, beats: dict[int, float]) -> None:
         if not beats:
             return
-        # Core executemany of a prepared statement: the ORM bulk form costs ~10x more per row
-        with self._write_lock, self.engine.begin() as conn:
-            conn.execute(self._update_beat, [{"wid": wid, "beat": t} for wid, t in beats.items()])
+        # In chunks, each its own short transaction: one transaction for thousands of
+        # workers would hold the write lock long enough to delay the progress writes.
+        # Ordered by worker id, so concurrent flushes lock rows in the same order.
+        items = sorted(beats.items())
+        sql, order = self._update_beat_sql
+        for k in range(0, len(items), HEARTBEAT_CHUNK):
+            params = [{"wid": wid, "beat": t, "state": "alive"} for wid, t in items[k:k + HEARTBEAT_CHUNK]]
+            with self._write_lock, self.engine.begin() as conn:
+                self._executemany(conn, [(sql, order, params)])
 
     def mark_workers_lost(self, worker_ids: Sequence[int], now: float) -> list[int]:
         if not worker_ids:

@@ -146,6 +146,13 @@ def test_lost_workers_and_heartbeats(store: SqlStore):
     assert [x.id for x in store.list_workers("alive")] == [w]
 
 
+def test_heartbeats_of_many_workers_are_all_recorded(store: SqlStore):
+    # written in several transactions (chunks); none may be dropped at a chunk boundary
+    workers = [_worker(store, f"node-{i}") for i in range(600)]
+    store.record_heartbeats({w: 1000.0 + w for w in workers})
+    assert {w.id: w.last_heartbeat for w in store.list_workers("alive")} == {w: 1000.0 + w for w in workers}
+
+
 def test_models_parent_limit_and_history(store: SqlStore):
     run_id, w = _run(store), _worker(store)
     a = _model(store, run_id, w)
