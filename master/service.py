@@ -525,6 +525,15 @@ class Master:
             self._run_message = (run, msg)
         return msg
 
+    def heartbeat_is_in_memory(self, worker_id: int) -> bool:
+        """True when heartbeat(worker_id) will not touch the database (the
+        worker is known and has joined the running run): safe on an event loop."""
+        run = self.current_run()
+        with self._lock:
+            if worker_id not in self._beats:
+                return False
+            return run is None or run.state != "running" or (run.id, worker_id) in self._joined
+
     def heartbeat(self, worker_id: int) -> tuple[RunRecord | None, str]:
         self._known_worker(worker_id)
         now = self.clock()
@@ -856,29 +865,21 @@ def _status(exc: StoreError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-def rpc(fn: Callable[[Any, Any], T] | None = None, *, inline: bool = False) -> Any:
-    """Serve a synchronous method as an asyncio gRPC handler.
+def rpc(fn: Callable[[Any, Any], T]) -> Callable[[Any, Any, grpc.aio.ServicerContext], Any]:
+    """Serve a synchronous method as an asyncio gRPC handler: the body runs on
+    the servicer's thread pool (it may touch the database), and store and
+    validation errors become gRPC status codes with their message."""
 
-    The body runs on the servicer's thread pool (it may touch the database),
-    or on the event loop itself when `inline` (in-memory work only). Store and
-    validation errors become gRPC status codes with their message.
-    """
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.pool, fn, self, request)
+        except StoreError as exc:
+            log.info("event=rpc_error method=%s code=%s message=%r", fn.__name__, _status(exc).name, str(exc))
+            await context.abort(_status(exc), str(exc))
+        raise AssertionError("unreachable")  # context.abort raises
 
-    def decorate(fn: Callable[[Any, Any], T]) -> Callable[[Any, Any, grpc.aio.ServicerContext], Any]:
-        @functools.wraps(fn)
-        async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
-            try:
-                if inline:
-                    return fn(self, request)
-                return await asyncio.get_running_loop().run_in_executor(self.pool, fn, self, request)
-            except StoreError as exc:
-                log.info("event=rpc_error method=%s code=%s message=%r", fn.__name__, _status(exc).name, str(exc))
-                await context.abort(_status(exc), str(exc))
-            raise AssertionError("unreachable")  # context.abort raises
-
-        return wrapper
-
-    return decorate(fn) if fn is not None else decorate
+    return wrapper
 
 
 class WorkerServicer(pb_grpc.WorkerServiceServicer):
@@ -907,9 +908,23 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
             worker_state=WORKER_STATE_VALUES[state],
         )
 
-    @rpc(inline=True)  # in memory after the worker's first beat
-    def Heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
-        return self._heartbeat_reply(*self.m.heartbeat(request.worker_id))
+    def _beat(self, worker_id: int) -> pb.HeartbeatResponse:
+        return self._heartbeat_reply(*self.m.heartbeat(worker_id))
+
+    async def _beat_async(self, worker_id: int) -> pb.HeartbeatResponse:
+        # on the loop when it is all in memory (nearly always); else on the pool,
+        # e.g. thousands of workers joining a run that just started
+        if self.m.heartbeat_is_in_memory(worker_id):
+            return self._beat(worker_id)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self._beat, worker_id)
+
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.HeartbeatResponse:
+        try:
+            return await self._beat_async(request.worker_id)
+        except StoreError as exc:
+            log.info("event=rpc_error method=Heartbeat code=%s message=%r", _status(exc).name, str(exc))
+            await context.abort(_status(exc), str(exc))
+        raise AssertionError("unreachable")
 
     @rpc
     def GetHistory(self, request: pb.GetHistoryRequest) -> pb.GetHistoryResponse:
@@ -977,7 +992,7 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
             kind = message.WhichOneof("body")
             try:
                 if kind == "heartbeat":
-                    reply = pb.MasterMessage(heartbeat=self._heartbeat_reply(*self.m.heartbeat(message.heartbeat.worker_id)))
+                    reply = pb.MasterMessage(heartbeat=await self._beat_async(message.heartbeat.worker_id))
                 elif kind == "progress":
                     results, error = await self.m.report_progress_async([message.progress])
                     if error is not None:
