@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 import threading
 from typing import Any, Iterator, Sequence
 
@@ -54,6 +55,7 @@ OPEN_MODEL = ("queued", "training")
 MIGRATIONS = "master:migrations"
 PROGRESS_CACHE_SIZE = 16384  # models whose state add_progress keeps in memory
 HEARTBEAT_CHUNK = 256  # workers per heartbeat-flush transaction
+MULTIROW_CHUNK = 500  # rows per multi-row statement (SQLite allows 32,766 parameters)
 
 
 def _alembic_config() -> Config:
@@ -191,6 +193,19 @@ class SqlStore(Store):
             images_trained=bindparam("new_trained"), images_validated=bindparam("new_validated"),
             epochs=bindparam("new_epochs"), best_accuracy=bindparam("new_best"),
         ))
+        self._progress_cols = progress_cols
+        # Multi-row forms of the two statements (one INSERT ... VALUES (..), (..) and one
+        # UPDATE ... FROM (VALUES ..)): a batch then costs two statement executions, not two
+        # per report. That matters most for SQLite, whose driver releases and re-takes the
+        # GIL on every row of an executemany, each time waiting for the busy gRPC thread.
+        placeholder = {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(self.engine.dialect.paramstyle)
+        multirow = placeholder is not None and (
+            self.dialect != "sqlite" or sqlite3.sqlite_version_info >= (3, 33))  # UPDATE ... FROM
+        self._placeholder = placeholder if multirow else None
+        self._model_update_cols = (("mid", ModelRow.id), ("new_state", ModelRow.state),
+                                   ("new_started_at", ModelRow.started_at), ("new_trained", ModelRow.images_trained),
+                                   ("new_validated", ModelRow.images_validated), ("new_epochs", ModelRow.epochs),
+                                   ("new_best", ModelRow.best_accuracy))
 
     def _driver_statement(self, stmt: Any) -> tuple[str, tuple[str, ...] | None]:
         """SQL text in the driver's own parameter style, and the parameter order when positional.
@@ -206,7 +221,39 @@ class SqlStore(Store):
 
     def _write_progress(self, conn: Any, rows: list[dict[str, Any]], updates: list[dict[str, Any]]) -> None:
         """INSERT the reports and UPDATE their models on the DBAPI cursor of `conn`."""
-        self._executemany(conn, [(*self._insert_progress, rows), (*self._update_model, updates)])
+        if self._placeholder is None:
+            self._executemany(conn, [(*self._insert_progress, rows), (*self._update_model, updates)])
+            return
+        raw = conn.connection.dbapi_connection
+        pipeline = raw.pipeline() if hasattr(raw, "pipeline") else contextlib.nullcontext()
+        cursor = raw.cursor()
+        try:
+            with pipeline:
+                for k in range(0, len(rows), MULTIROW_CHUNK):
+                    cursor.execute(*self._multirow_insert(rows[k:k + MULTIROW_CHUNK]))
+                for k in range(0, len(updates), MULTIROW_CHUNK):
+                    cursor.execute(*self._multirow_update(updates[k:k + MULTIROW_CHUNK]))
+        finally:
+            cursor.close()
+
+    def _multirow_insert(self, rows: list[dict[str, Any]]) -> tuple[str, list[Any]]:
+        cols = self._progress_cols
+        one = "(" + ", ".join([self._placeholder] * len(cols)) + ")"
+        sql = (f"INSERT INTO {ProgressRow.__tablename__} ({', '.join(cols)}) VALUES "
+               + ", ".join([one] * len(rows)))
+        return sql, [r[c] for r in rows for c in cols]
+
+    def _multirow_update(self, updates: list[dict[str, Any]]) -> tuple[str, list[Any]]:
+        cols = self._model_update_cols
+        if self.dialect == "sqlite":
+            one = "(" + ", ".join([self._placeholder] * len(cols)) + ")"
+        else:  # PostgreSQL types a VALUES list from its values; a column of NULLs would be text
+            one = "(" + ", ".join(f"CAST({self._placeholder} AS {col.type.compile(dialect=self.engine.dialect)})"
+                                  for _, col in cols) + ")"
+        sets = ", ".join(f"{col.key} = v.column{i + 1}" for i, (_, col) in enumerate(cols) if i > 0)
+        sql = (f"UPDATE {ModelRow.__tablename__} SET {sets} FROM (VALUES " + ", ".join([one] * len(updates))
+               + f") AS v WHERE {ModelRow.__tablename__}.id = v.column1")
+        return sql, [u[name] for u in updates for name, _ in cols]
 
     @staticmethod
     def _executemany(conn: Any, statements: list[tuple[str, tuple[str, ...] | None, list[dict[str, Any]]]]) -> None:

@@ -196,6 +196,24 @@ def test_progress_is_idempotent_and_checked(store: SqlStore):
     assert len(store.timeline(run_id)) == 3
 
 
+def test_a_large_batch_of_reports_is_recorded_whole(store: SqlStore):
+    # more reports and models than one multi-row statement holds; queued models
+    # (no start time yet) and reports without accuracy mixed in
+    run_id, w = _run(store), _worker(store)
+    models = [_model(store, run_id, w, state="queued" if i % 3 == 0 else "training") for i in range(520)]
+    batch = [_report(m, w, seq, 200.0 + seq, trained=10 * seq, acc=0.5 if m % 2 and seq == 2 else None)
+             for seq in (1, 2) for m in models]
+    res = store.add_progress(batch)
+    assert all(r.error is None and not r.duplicate for r in res) and len(res) == 1040
+    assert store.run_images(run_id) == (520 * 30, 0)
+    for m in (models[0], models[1], models[-1]):
+        rec = store.get_model(m)
+        assert rec.state == "training" and rec.images_trained == 30 and rec.started_at is not None
+        assert rec.best_accuracy == (0.5 if m % 2 else None)
+    assert all(r.duplicate for r in store.add_progress(batch[:600]))
+    assert store.run_images(run_id) == (520 * 30, 0)
+
+
 def test_progress_state_kept_in_memory_stays_true(store: SqlStore, db_url: str):
     """add_progress keeps the models' state between batches: out-of-order reports, retries,
     other writes and a restarted store must all see what the database holds."""
