@@ -34,6 +34,8 @@ from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api.enums import (
     API_VERSION,
+    GEMM_DTYPES,
+    KNOWN_GEMM_DTYPES,
     MODEL_STATE_VALUES,
     MODEL_STATES,
     PRECISION_VALUES,
@@ -491,11 +493,18 @@ class Master:
         for a in req.accelerators:
             if not math.isfinite(a.peak_flops) or a.peak_flops < 0:
                 raise InvalidArgument("accelerator peak_flops must be >= 0")
+            for dtype, value in a.peak_flops_by_dtype.items():
+                if dtype not in KNOWN_GEMM_DTYPES:
+                    raise InvalidArgument(f"accelerator peak_flops_by_dtype: unknown compute type {dtype!r} "
+                                          f"(expected one of {', '.join(sorted(KNOWN_GEMM_DTYPES))})")
+                if not math.isfinite(value) or value < 0:
+                    raise InvalidArgument(f"accelerator peak_flops_by_dtype[{dtype!r}] must be >= 0")
         info = WorkerInput(
             name=name,
             host=req.host or name,
             accelerators=[
-                {"model": a.model, "memory_bytes": int(a.memory_bytes), "peak_flops": float(a.peak_flops)}
+                {"model": a.model, "memory_bytes": int(a.memory_bytes), "peak_flops": float(a.peak_flops),
+                 "peak_flops_by_dtype": {k: float(v) for k, v in sorted(a.peak_flops_by_dtype.items())}}
                 for a in req.accelerators
             ],
             cpus=int(req.cpus),
@@ -751,13 +760,18 @@ class Master:
         return self.store.add_resource_samples(run.id if run is not None else None, items)
 
     # ------------------------------------------------------------ scores
+    @staticmethod
+    def peaks(run: RunRecord, joined: list) -> list[float]:
+        """The GEMM peak of every accelerator that took part, for the run's precision (0: unknown)."""
+        dtype = GEMM_DTYPES.get(run.precision)
+        return [float(a.get("peak_flops_by_dtype", {}).get(dtype) or a.get("peak_flops", 0.0))
+                for rw in joined for a in rw.inventory.get("accelerators", [])]
+
     def score(self, run: RunRecord) -> scoring.ScoreResult:
         rules = self.rules_of(run)
         if run.started_at is None:
             return scoring.score_run(0.0, 0.0, [], rules, run.precision)
-        peaks: list[float] = []
-        for rw in self.store.run_workers(run.id):
-            peaks.extend(float(a.get("peak_flops", 0.0)) for a in rw.inventory.get("accelerators", []))
+        peaks = self.peaks(run, self.store.run_workers(run.id))
         return scoring.score_run(
             run.started_at, self.clock(), self.store.timeline(run.id), rules, run.precision,
             end=run.stopped_at, peaks=peaks,
@@ -835,7 +849,8 @@ def worker_message(w: WorkerRecord, inventory: dict[str, Any] | None = None) -> 
         worker_id=w.id, name=w.name, host=inv.get("host", w.host),
         accelerators=[
             pb.Accelerator(model=a.get("model", ""), memory_bytes=int(a.get("memory_bytes", 0)),
-                           peak_flops=float(a.get("peak_flops", 0.0)))
+                           peak_flops=float(a.get("peak_flops", 0.0)),
+                           peak_flops_by_dtype=a.get("peak_flops_by_dtype", {}))
             for a in inv.get("accelerators", [])
         ],
         cpus=int(inv.get("cpus", 0)), memory_bytes=int(inv.get("memory_bytes", 0)),
@@ -1054,7 +1069,7 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
         joined = self.m.store.run_workers(run.id)
         counts = self.m.store.count_models(run.id)
         ranked = self.m.store.ranked_done_ids(run.id)
-        peak = sum(float(a.get("peak_flops", 0.0)) for rw in joined for a in rw.inventory.get("accelerators", []))
+        peak = sum(self.m.peaks(run, joined))
         images_trained, images_validated = self.m.store.run_images(run.id)
         alive = [rw for rw in joined if self.m.is_alive(rw.worker.id)]
         return pb.Scoreboard(

@@ -533,3 +533,40 @@ def test_connect_stream_survives_a_master_restart(master_server, small_graph, tm
     assert s.heartbeat(wid).worker_state == pb.WORKER_ALIVE
     s.close()
     assert ControlClient(h2.address, h2.admin_token).scoreboard().images_trained == 200
+
+
+def test_efficiency_uses_the_gemm_peak_of_the_runs_compute_type(master_server, small_graph):
+    clock = FakeClock()
+    t0 = clock.t
+    h = master_server(clock=clock, heartbeat_interval_s=10_000.0)
+    w, c = clients(h)
+    by_dtype = {"float32": 1e10, "float16": 4e10, "bfloat16": 3e10}
+    a = w.register(name="a", host="a", accelerators=[Accelerator("H100", 80 << 30, 0.0, by_dtype)] * 2).worker_id
+    # an older worker that knows only one figure: used for any precision
+    b = w.register(name="b", host="b", accelerators=[Accelerator("V100", 32 << 30, 2e10)]).worker_id
+    c.start_run(600, profile="smoke", precision="mixed_fp16")
+    fc = count_flops(small_graph)
+    for wid in (a, b):
+        mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+        clock.t = t0 + 150
+        w.report_progress(wid, mid, 1, 5000, 500, 1, fc.ops(5000, 500), val_accuracy=0.5)
+    clock.t = t0 + 300
+    sb = scoreboard_to_dict(c.scoreboard())
+    peak = 2 * 4e10 + 2e10  # float16 for the mixed_fp16 run
+    assert sb["score"] > 0 and sb["peak_flops"] == pytest.approx(peak)
+    assert sb["efficiency"] == pytest.approx(sb["score"] / peak)
+    inv = {wi.name: wi for wi in c.scoreboard().inventory}
+    assert dict(inv["a"].accelerators[0].peak_flops_by_dtype) == by_dtype
+
+
+@pytest.mark.parametrize("by_dtype, message", [
+    ({"float64": 1e10}, "unknown compute type 'float64'"),
+    ({"float16": -1.0}, "must be >= 0"),
+    ({"float16": math.inf}, "must be >= 0"),
+])
+def test_bad_gemm_peaks_are_refused(master_server, by_dtype, message):
+    h = master_server()
+    w, _ = clients(h)
+    with pytest.raises(ApiError) as e:
+        w.register(name="x", host="x", accelerators=[Accelerator("H100", 80 << 30, 0.0, by_dtype)])
+    assert code_of(e) == grpc.StatusCode.INVALID_ARGUMENT and message in e.value.details

@@ -117,6 +117,7 @@ class AgentConfig:
     xla: bool = False
     root_certificates: bytes | None = None
     tls: bool = False
+    measure_peak: bool = True  # each accelerator's GEMM rate, for the scoreboard's efficiency
 
 
 @dataclass
@@ -145,6 +146,7 @@ class Agent:
         self.stream = self.client.connect()
         self.worker_id = 0
         self.inventory: Inventory | None = None  # taken at registration
+        self.peaks: list[dict[str, float]] | None = None  # GEMM rate per accelerator and compute type
         self.heartbeat_interval_s = 5.0
         self._run: pb.RunInfo | None = None
         self._lost = threading.Event()  # the master gave up on our current model
@@ -183,11 +185,18 @@ class Agent:
     # -- registration and heartbeat ---------------------------------------
     def _register(self) -> None:
         inv = self.inventory = inventory()
+        if self.peaks is None:
+            self.peaks = [{} for _ in inv.accelerators]
+            if self.config.measure_peak and inv.accelerators:
+                from worker.gemm import measure_peaks
+
+                self.peaks = measure_peaks([f"/GPU:{i}" for i in range(len(inv.accelerators))])
         for delay in backoff_delays():
             try:
                 reg = self.client.register(
                     name=self.config.name, host=socket.gethostname(),
-                    accelerators=[Accelerator(a.model, a.memory_bytes) for a in inv.accelerators],
+                    accelerators=[Accelerator(a.model, a.memory_bytes, peak_flops_by_dtype=peaks)
+                                  for a, peaks in zip(inv.accelerators, self.peaks)],
                     cpus=inv.cpus, memory_bytes=inv.memory_bytes, software=inv.software)
                 break
             except ApiError as exc:

@@ -47,6 +47,8 @@ def worker_cmd(
                                                       "(default: CPUs minus input-pipeline CPUs)."),
     input_pipeline_cpus: int = typer.Option(1, help="CPUs kept for the input pipeline."),
     exit_when_done: bool = typer.Option(False, help="Exit when the run ends instead of waiting for the next."),
+    measure_peak: bool = typer.Option(True, help="Measure each accelerator's dense GEMM rate at start (a few "
+                                      "seconds each), so the scoreboard can show efficiency."),
     xla: bool = typer.Option(False, help="Compile training steps with XLA."),
     tls_ca: Optional[Path] = typer.Option(None, help="CA certificate of the master's TLS."),
     tls: bool = typer.Option(False, help="Use TLS with the system's root certificates."),
@@ -81,7 +83,7 @@ def worker_cmd(
                               dataset_kind=dataset_format, dataset_path=dataset,
                               generator_processes=generator_processes,
                               input_pipeline_cpus=input_pipeline_cpus, exit_when_run_ends=exit_when_done,
-                              xla=xla, root_certificates=root, tls=tls))
+                              xla=xla, root_certificates=root, tls=tls, measure_peak=measure_peak))
 
     def on_signal(signum, _frame) -> None:
         log.info("event=signal signal=%d: finishing the epoch in flight", signum)

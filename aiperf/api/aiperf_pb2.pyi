@@ -146,14 +146,23 @@ class Hyperparameters(_message.Message):
     def __init__(self, batch_size: _Optional[int] = ..., kernel_size: _Optional[int] = ...) -> None: ...
 
 class Accelerator(_message.Message):
-    __slots__ = ("model", "memory_bytes", "peak_flops")
+    __slots__ = ("model", "memory_bytes", "peak_flops", "peak_flops_by_dtype")
+    class PeakFlopsByDtypeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     PEAK_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    PEAK_FLOPS_BY_DTYPE_FIELD_NUMBER: _ClassVar[int]
     model: str
     memory_bytes: int
     peak_flops: float
-    def __init__(self, model: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., peak_flops: _Optional[float] = ...) -> None: ...
+    peak_flops_by_dtype: _containers.ScalarMap[str, float]
+    def __init__(self, model: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., peak_flops: _Optional[float] = ..., peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class SoftwareVersion(_message.Message):
     __slots__ = ("name", "version")

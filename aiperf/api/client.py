@@ -56,7 +56,7 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import grpc
@@ -91,7 +91,9 @@ class Accelerator:
 
     model: str
     memory_bytes: int
-    peak_flops: float = 0.0  # measured dense GEMM rate at the run's precision; 0 unknown
+    peak_flops: float = 0.0  # a GEMM rate for any precision; 0 unknown
+    # measured dense GEMM rate per compute type ("float32", "float16", "bfloat16")
+    peak_flops_by_dtype: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,8 @@ class WorkerClient(_Client):
             name=name,
             host=host,
             accelerators=[
-                pb.Accelerator(model=a.model, memory_bytes=int(a.memory_bytes), peak_flops=float(a.peak_flops))
+                pb.Accelerator(model=a.model, memory_bytes=int(a.memory_bytes), peak_flops=float(a.peak_flops),
+                               peak_flops_by_dtype={k: float(v) for k, v in a.peak_flops_by_dtype.items()})
                 for a in accelerators
             ],
             cpus=int(cpus),

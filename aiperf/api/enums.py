@@ -45,3 +45,14 @@ PRECISION_VALUES = _inverse(PRECISIONS)
 
 ACTIVE_RUN_STATES = frozenset({"pending", "running", "stopping"})
 OPEN_MODEL_STATES = frozenset({"queued", "training"})
+
+
+# The compute type whose dense GEMM rate is the peak for a run's precision.
+GEMM_DTYPES: dict[str, str] = {
+    "fp32": "float32",
+    "mixed_fp16": "float16",
+    "fp16": "float16",
+    "mixed_bf16": "bfloat16",
+    "bf16": "bfloat16",
+}
+KNOWN_GEMM_DTYPES = frozenset(GEMM_DTYPES.values())

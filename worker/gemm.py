@@ -1,0 +1,70 @@
+"""Dense GEMM rate of an accelerator: the peak behind a run's efficiency.
+
+Efficiency = Score / peak, where peak is the sum over the accelerators that
+took part of a measured matrix-multiply rate at the run's compute type (the
+HPL Rmax/Rpeak habit). Measured, not taken from a data sheet: it is what this
+node, driver and TensorFlow build actually reach.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Sequence
+
+log = logging.getLogger(__name__)
+
+GEMM_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def gemm_flops(device: str, dtype: str, n: int = 8192, seconds: float = 0.5, trials: int = 3) -> float:
+    """Operations per second (2n³ per product) of n×n matrix products of
+    `dtype` on `device` (e.g. "/GPU:0"), the best of `trials` timings of at
+    least `seconds` each."""
+    if dtype not in GEMM_DTYPES:
+        raise ValueError(f"unknown compute type {dtype!r} (expected one of {', '.join(GEMM_DTYPES)})")
+    if n < 1 or seconds <= 0 or trials < 1:
+        raise ValueError("n and trials must be >= 1 and seconds > 0")
+    import tensorflow as tf
+
+    # TensorFlow would quietly run on the CPU for a device it does not have
+    wanted = device.upper().split("DEVICE:")[-1].lstrip("/")
+    if wanted not in {d.name.upper().split("DEVICE:")[-1] for d in tf.config.list_logical_devices()}:
+        raise ValueError(f"no device {device}")
+    with tf.device(device):
+        a = tf.cast(tf.random.stateless_uniform((n, n), seed=(1, 2), minval=-1.0, maxval=1.0), dtype)
+        b = tf.cast(tf.random.stateless_uniform((n, n), seed=(3, 4), minval=-1.0, maxval=1.0), dtype)
+
+        def run(k: int) -> float:
+            start = time.perf_counter()
+            for _ in range(k):
+                c = tf.linalg.matmul(a, b)
+            # the products run in order on the device: waiting for one element of the last waits for all
+            c[0, 0].numpy()
+            return time.perf_counter() - start
+
+        run(1)  # kernel selection, memory allocation
+        k = 1
+        while (elapsed := run(k)) < seconds / 4:
+            k *= 2
+        k = max(1, int(k * seconds / elapsed))
+        best = max(2.0 * n ** 3 * k / run(k) for _ in range(trials))
+    return best
+
+
+def measure_peaks(devices: Sequence[str], n: int = 8192, seconds: float = 0.5) -> list[dict[str, float]]:
+    """For each device, its GEMM rate per compute type it supports (a type the
+    device or TensorFlow cannot multiply is left out)."""
+    peaks: list[dict[str, float]] = []
+    for device in devices:
+        found: dict[str, float] = {}
+        for dtype in GEMM_DTYPES:
+            try:
+                found[dtype] = gemm_flops(device, dtype, n=n, seconds=seconds)
+            except Exception as exc:  # noqa: BLE001 - an unsupported type is skipped, not fatal
+                log.info("event=gemm_peak_skipped device=%s dtype=%s error=%s", device, dtype,
+                         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                continue
+            log.info("event=gemm_peak device=%s dtype=%s flops=%.3e", device, dtype, found[dtype])
+        peaks.append(found)
+    return peaks
