@@ -93,14 +93,14 @@ def _call(master: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         fail(f"{exc.details} ({exc.code.name.lower()})")
 
 
-def _si(value: float, unit: str = "FLOPS") -> str:
+def format_flops(value: float, unit: str = "FLOPS") -> str:
     for factor, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= factor:
             return f"{value / factor:.3f} {prefix}{unit}"
     return f"{value:.3f} {unit}"
 
 
-def _hms(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
     s = int(seconds)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
@@ -219,7 +219,7 @@ def start_cmd(
     if as_json:
         print(json.dumps(d))
     else:
-        print(f"run {d['run_id']} {d['state']}: profile {d['profile']}, duration {_hms(d['duration_s'])}, "
+        print(f"run {d['run_id']} {d['state']}: profile {d['profile']}, duration {format_duration(d['duration_s'])}, "
               f"seed {d['seed']}, precision {d['precision']}")
 
 
@@ -261,8 +261,8 @@ def status_cmd(
     models = ", ".join(f"{k} {v}" for k, v in d["models"].items() if v) or "none"
     remaining = ""
     if d["state"] == "running" and d["deadline"]:
-        remaining = f", {_hms(max(0.0, d['deadline'] - d['master_time']))} left"
-    print(f"run {d['run_id']} {d['state']} ({d['profile']}, seed {d['seed']}): elapsed {_hms(d['elapsed_s'])}"
+        remaining = f", {format_duration(max(0.0, d['deadline'] - d['master_time']))} left"
+    print(f"run {d['run_id']} {d['state']} ({d['profile']}, seed {d['seed']}): elapsed {format_duration(d['elapsed_s'])}"
           f"{remaining}; workers alive {d['workers_alive']}, taken part {d['workers']}; models: {models}")
 
 
@@ -276,14 +276,14 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
     table.add_column("value")
     score_label = "Score (provisional)" if d["provisional"] else "Score"
     rows = [
-        (score_label, _si(d["score"])),
-        ("Regulated score", _si(d["regulated_score"])),
-        ("Valid FLOPS", _si(d["valid_flops"])),
-        ("FLOPS now", _si(d["flops"])),
+        (score_label, format_flops(d["score"])),
+        ("Regulated score", format_flops(d["regulated_score"])),
+        ("Valid FLOPS", format_flops(d["valid_flops"])),
+        ("FLOPS now", format_flops(d["flops"])),
         ("Error", f"{d['error']:.4f}" + (f" (best accuracy {d['best_accuracy']:.4f})" if d["best_accuracy"] is not None else "")),
         ("Valid", "yes" if d["valid"] else f"no: {d['invalid_reason']}"),
-        ("Efficiency", f"{d['efficiency']:.2%} of {_si(d['peak_flops'])}" if d["efficiency"] else "peak unknown"),
-        ("Elapsed", f"{_hms(d['elapsed_s'])} (minimum {_hms(d['min_running_time_s'])})"),
+        ("Efficiency", f"{d['efficiency']:.2%} of {format_flops(d['peak_flops'])}" if d["efficiency"] else "peak unknown"),
+        ("Elapsed", f"{format_duration(d['elapsed_s'])} (minimum {format_duration(d['min_running_time_s'])})"),
         ("Workers", f"{d['workers']} ({d['workers_alive']} alive)"),
         ("Accelerators", str(d["accelerators"])),
         ("Models trained", f"{d['models_done']} done"
@@ -363,6 +363,45 @@ def models_cmd(
     Console(file=sys.stdout).print(table)
 
 
+REPORT_MODELS = 10
+
+
+def report_cmd(
+    run: int = RunOpt,
+    out: Path = typer.Option(Path("aiperf-report.html"), "--out", "-o", help="HTML file to write."),
+    master: str = MasterOpt,
+    admin_token: Optional[str] = AdminTokenOpt,
+    data_dir: Path = DataDirOpt,
+    tls_ca: Optional[Path] = TlsCaOpt,
+) -> None:
+    """Write a run's report: scores, validity, FLOPS and error over time, resource use, hardware, best models."""
+    if out.is_dir():
+        fail(f"--out {out} is a directory; give a file name")
+    if not out.parent.exists():
+        fail(f"--out {out}: directory {out.parent} does not exist")
+    client = _control(master, admin_token, data_dir, tls_ca)
+    board, text = _call(master, report_html, client, run)
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {out}: {exc.strerror}")
+    print(f"wrote {out} (run {board['run_id']}, {board['state']}, score {format_flops(board['score'])}"
+          f"{', provisional' if board['provisional'] else ''})")
+
+
+def report_html(client: Any, run: int = 0) -> tuple[dict[str, Any], str]:
+    """(scoreboard dict, report HTML) of a run, fetched through a ControlClient."""
+    from aiperf.api.client import model_to_dict, scoreboard_to_dict, timeline_to_dict
+    from master.report import render_report
+
+    board = scoreboard_to_dict(client.scoreboard(run))
+    run_id = board["run_id"]
+    timeline = timeline_to_dict(client.timeline(run_id, max_points=2000))
+    done = [model_to_dict(m) for m in client.list_models(run_id, state="done", limit=10000).models]
+    done.sort(key=lambda m: -(m["predicted_accuracy"] or m["best_accuracy"] or 0.0))
+    return board, render_report(board, timeline, done[:REPORT_MODELS])
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(master_app, name="master")
     app.command("start")(start_cmd)
@@ -370,3 +409,4 @@ def register(app: typer.Typer) -> None:
     app.command("status")(status_cmd)
     app.command("scoreboard")(scoreboard_cmd)
     app.command("models")(models_cmd)
+    app.command("report")(report_cmd)

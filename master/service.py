@@ -29,7 +29,7 @@ from typing import Any, AsyncIterator, Callable, TypeVar
 import grpc
 
 import aiperf
-from aiperf import scoring
+from aiperf import scoring, timeline
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api.enums import (
@@ -79,6 +79,8 @@ MAX_KERNEL_SIZE = 15
 FLOP_CACHE_SIZE = 4096
 LIST_LIMIT_DEFAULT = 1000
 LIST_LIMIT_MAX = 10000
+TIMELINE_BUCKETS = 200
+TIMELINE_BUCKETS_MAX = 100_000
 
 
 def software_versions() -> dict[str, str]:
@@ -1104,6 +1106,33 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
             score_time_s=result.score_time_s,
             images_trained=images_trained,
             images_validated=images_validated,
+        )
+
+    @rpc
+    def GetTimeline(self, request: pb.GetTimelineRequest) -> pb.Timeline:
+        run = self.m.resolve_run(request.run_id)
+        if request.buckets > TIMELINE_BUCKETS_MAX:
+            raise InvalidArgument(f"buckets must be at most {TIMELINE_BUCKETS_MAX}, got {request.buckets}")
+        if run.started_at is None:
+            return pb.Timeline(run=run_info(run))
+        end = run.stopped_at if run.stopped_at is not None else self.m.clock()
+        curve = timeline.flops_curve(run.started_at, self.m.store.timeline(run.id), end=end,
+                                     max_points=int(request.max_points))
+        samples = [timeline.Sample(r.t, r.accelerator_index, r.accelerator_util, r.accelerator_memory_used,
+                                   r.cpu_util, r.memory_used)
+                   for r in self.m.store.resource_samples(run_id=run.id)]
+        resources = timeline.resource_curve(run.started_at, samples, end, int(request.buckets) or TIMELINE_BUCKETS)
+        return pb.Timeline(
+            run=run_info(run),
+            points=[pb.CurvePoint(elapsed_s=c.elapsed_s, ops=float(c.ops), flops=c.flops,
+                                  has_accuracy=c.best_accuracy is not None, best_accuracy=c.best_accuracy or 0.0)
+                    for c in curve],
+            resources=[pb.ResourcePoint(
+                elapsed_s=r.elapsed_s,
+                has_accelerator=r.accelerator_util is not None, accelerator_util=r.accelerator_util or 0.0,
+                accelerator_memory_used=r.accelerator_memory_used or 0.0,
+                has_host=r.cpu_util is not None, cpu_util=r.cpu_util or 0.0, memory_used=r.memory_used or 0.0,
+            ) for r in resources],
         )
 
     @rpc

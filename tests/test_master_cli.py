@@ -149,3 +149,39 @@ def test_serve_refuses_a_database_newer_than_it_knows(tmp_path: Path, capsys):
     rc = main(["master", "serve", "--db", url, "--port", "0", "--data-dir", str(tmp_path / "d")])
     err = capsys.readouterr().err
     assert rc == 2 and "newer than this master knows" in err
+
+
+def test_report_writes_a_self_contained_html_file(cli, capsys, tmp_path, small_graph):
+    from aiperf.api.client import ResourceSample, WorkerClient
+    from aiperf.flops import count_flops
+
+    assert run(capsys, "start", "--duration", "5m", "--profile", "smoke")[0] == 0
+    w = WorkerClient(cli.address, cli.worker_token)
+    wid = w.register(name="n1", host="n1").worker_id
+    fc = count_flops(small_graph)
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1,
+                         {"batch_size": 32, "kernel_size": 3}).model_id
+    w.report_progress(wid, mid, 1, 3200, 320, 1, fc.ops(3200, 320), val_accuracy=0.5)
+    w.send_resource_samples(wid, [ResourceSample(cpu_util=0.4, memory_used=1 << 30)])
+    w.finish_model(wid, mid, "done", best_accuracy=0.5)
+
+    out = tmp_path / "r.html"
+    rc, text, err = run(capsys, "report", "--out", str(out))
+    assert rc == 0, err
+    assert text.startswith(f"wrote {out} (run 1, running, score ")
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "Invalid run" in page  # a 5-minute smoke run is never valid
+    assert page.count("<svg") == 4  # FLOPS, error, utilisation, memory
+    assert "FLOPS(t)" in page and "n1" in page and small_graph.hash()[:12] in page
+    for external in ("<script", "<link", 'src="http', 'href="http'):  # nothing fetched from the web
+        assert external not in page
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["report", "--run", "999"], "run 999 not found"),
+    (["report", "--out", "/nonexistent-dir/r.html"], "directory /nonexistent-dir does not exist"),
+])
+def test_report_errors_are_one_line_and_exit_2(cli, capsys, argv, message):
+    assert run(capsys, "start", "--duration", "5m", "--profile", "smoke")[0] == 0
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1

@@ -570,3 +570,38 @@ def test_bad_gemm_peaks_are_refused(master_server, by_dtype, message):
     with pytest.raises(ApiError) as e:
         w.register(name="x", host="x", accelerators=[Accelerator("H100", 80 << 30, 0.0, by_dtype)])
     assert code_of(e) == grpc.StatusCode.INVALID_ARGUMENT and message in e.value.details
+
+
+def test_timeline_of_a_run(master_server, small_graph):
+    clock = FakeClock()
+    t0 = clock.t
+    h = master_server(clock=clock, heartbeat_interval_s=10_000.0)
+    w, c = clients(h)
+    wid = register(w)
+    c.start_run(600, profile="smoke")
+    fc = count_flops(small_graph)
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    for seq, (dt, trained, acc) in enumerate([(30, 1000, None), (60, 1000, 0.4), (90, 2000, 0.55)], start=1):
+        clock.t = t0 + dt
+        w.report_progress(wid, mid, seq, trained, 0, 1, fc.ops(trained, 0), val_accuracy=acc)
+    w.send_resource_samples(wid, [ResourceSample(age_s=10, accelerator_index=0, accelerator_util=0.8,
+                                                 accelerator_memory_used=4 << 30),
+                                  ResourceSample(age_s=10, cpu_util=0.5, memory_used=8 << 30)])
+    clock.t = t0 + 100
+    tl = c.timeline(buckets=10)
+    assert tl.run.state == pb.RUN_RUNNING
+    assert [(p.elapsed_s, p.ops) for p in tl.points] == [(30, fc.ops(1000, 0)), (60, fc.ops(2000, 0)),
+                                                          (90, fc.ops(4000, 0))]
+    assert tl.points[2].flops == pytest.approx(fc.ops(4000, 0) / 90)
+    assert [p.has_accuracy for p in tl.points] == [False, True, True]
+    assert tl.points[2].best_accuracy == pytest.approx(0.55)
+    (r,) = tl.resources  # both samples at t0 + 80: one bucket of [80, 90)
+    assert r.elapsed_s == pytest.approx(90) and r.accelerator_util == pytest.approx(0.8)
+    assert r.cpu_util == pytest.approx(0.5) and r.memory_used == 8 << 30
+    assert len(c.timeline(max_points=2).points) == 2
+    with pytest.raises(ApiError) as e:
+        c.timeline(run_id=999)
+    assert code_of(e) == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(ApiError) as e:
+        c.timeline(buckets=10**6)
+    assert code_of(e) == grpc.StatusCode.INVALID_ARGUMENT

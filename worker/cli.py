@@ -138,10 +138,12 @@ def demo_cmd(
         run = control.start_run(duration_s=minutes * 60, profile="smoke", seed=seed, min_workers=1)
         _watch(console, control, run.config.run_id, worker)
         console.print()
-        from aiperf.api.client import scoreboard_to_dict
-        from master.cli import scoreboard_table
+        from master.cli import report_html, scoreboard_table
 
-        console.print(scoreboard_table(scoreboard_to_dict(control.scoreboard(run.config.run_id))))
+        board, page = report_html(control, run.config.run_id)
+        console.print(scoreboard_table(board))
+        (workdir / "report.html").write_text(page, encoding="utf-8")
+        console.print(f"report: {workdir / 'report.html'}")
     except KeyboardInterrupt:
         console.print("interrupted: stopping the run")
         control.stop_run(reason="interrupted")

@@ -683,3 +683,55 @@ class ListModelsResponse(_message.Message):
     models: _containers.RepeatedCompositeFieldContainer[Model]
     total: int
     def __init__(self, run_id: _Optional[int] = ..., models: _Optional[_Iterable[_Union[Model, _Mapping]]] = ..., total: _Optional[int] = ...) -> None: ...
+
+class GetTimelineRequest(_message.Message):
+    __slots__ = ("run_id", "max_points", "buckets")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_POINTS_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    run_id: int
+    max_points: int
+    buckets: int
+    def __init__(self, run_id: _Optional[int] = ..., max_points: _Optional[int] = ..., buckets: _Optional[int] = ...) -> None: ...
+
+class CurvePoint(_message.Message):
+    __slots__ = ("elapsed_s", "ops", "flops", "has_accuracy", "best_accuracy")
+    ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_FIELD_NUMBER: _ClassVar[int]
+    HAS_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    BEST_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    elapsed_s: float
+    ops: float
+    flops: float
+    has_accuracy: bool
+    best_accuracy: float
+    def __init__(self, elapsed_s: _Optional[float] = ..., ops: _Optional[float] = ..., flops: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., best_accuracy: _Optional[float] = ...) -> None: ...
+
+class ResourcePoint(_message.Message):
+    __slots__ = ("elapsed_s", "has_accelerator", "accelerator_util", "accelerator_memory_used", "has_host", "cpu_util", "memory_used")
+    ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
+    HAS_ACCELERATOR_FIELD_NUMBER: _ClassVar[int]
+    ACCELERATOR_UTIL_FIELD_NUMBER: _ClassVar[int]
+    ACCELERATOR_MEMORY_USED_FIELD_NUMBER: _ClassVar[int]
+    HAS_HOST_FIELD_NUMBER: _ClassVar[int]
+    CPU_UTIL_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_FIELD_NUMBER: _ClassVar[int]
+    elapsed_s: float
+    has_accelerator: bool
+    accelerator_util: float
+    accelerator_memory_used: float
+    has_host: bool
+    cpu_util: float
+    memory_used: float
+    def __init__(self, elapsed_s: _Optional[float] = ..., has_accelerator: _Optional[bool] = ..., accelerator_util: _Optional[float] = ..., accelerator_memory_used: _Optional[float] = ..., has_host: _Optional[bool] = ..., cpu_util: _Optional[float] = ..., memory_used: _Optional[float] = ...) -> None: ...
+
+class Timeline(_message.Message):
+    __slots__ = ("run", "points", "resources")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    run: RunInfo
+    points: _containers.RepeatedCompositeFieldContainer[CurvePoint]
+    resources: _containers.RepeatedCompositeFieldContainer[ResourcePoint]
+    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., points: _Optional[_Iterable[_Union[CurvePoint, _Mapping]]] = ..., resources: _Optional[_Iterable[_Union[ResourcePoint, _Mapping]]] = ...) -> None: ...

@@ -522,6 +522,11 @@ class ControlServiceStub:
                 request_serializer=aiperf__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=aiperf__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.GetTimeline = channel.unary_unary(
+                '/aiperf.v1.ControlService/GetTimeline',
+                request_serializer=aiperf__pb2.GetTimelineRequest.SerializeToString,
+                response_deserializer=aiperf__pb2.Timeline.FromString,
+                _registered_method=True)
 
 
 class ControlServiceServicer:
@@ -557,6 +562,13 @@ class ControlServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTimeline(self, request, context):
+        """FLOPS(t), error(t) and resource use over the run, for `aiperf report`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -584,6 +596,11 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=aiperf__pb2.ListModelsRequest.FromString,
                     response_serializer=aiperf__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'GetTimeline': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTimeline,
+                    request_deserializer=aiperf__pb2.GetTimelineRequest.FromString,
+                    response_serializer=aiperf__pb2.Timeline.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -721,6 +738,33 @@ class ControlService:
             '/aiperf.v1.ControlService/ListModels',
             aiperf__pb2.ListModelsRequest.SerializeToString,
             aiperf__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTimeline(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aiperf.v1.ControlService/GetTimeline',
+            aiperf__pb2.GetTimelineRequest.SerializeToString,
+            aiperf__pb2.Timeline.FromString,
             options,
             channel_credentials,
             insecure,

@@ -428,6 +428,11 @@ class ControlClient(_Client):
         )
         return self._call("ListModels", self._stub.ListModels, req, retry=True)
 
+    def timeline(self, run_id: int = 0, max_points: int = 0, buckets: int = 0) -> pb.Timeline:
+        """FLOPS(t), best accuracy and resource means over the run (see aiperf.timeline)."""
+        req = pb.GetTimelineRequest(run_id=run_id, max_points=max_points, buckets=buckets)
+        return self._call("GetTimeline", self._stub.GetTimeline, req, retry=True)
+
 
 # ---------------------------------------------------------------- plain dicts (JSON output, reports)
 
@@ -535,6 +540,22 @@ def scoreboard_to_dict(sb: pb.Scoreboard) -> dict[str, Any]:
         "software": {s.name: s.version for s in sb.master_software},
     })
     return d
+
+
+def timeline_to_dict(tl: pb.Timeline) -> dict[str, Any]:
+    """The run's timeline as plain dicts (None where a value is not known)."""
+    return {
+        "run": run_info_to_dict(tl.run),
+        "points": [{"elapsed_s": p.elapsed_s, "ops": p.ops, "flops": p.flops,
+                    "best_accuracy": p.best_accuracy if p.has_accuracy else None} for p in tl.points],
+        "resources": [{
+            "elapsed_s": r.elapsed_s,
+            "accelerator_util": r.accelerator_util if r.has_accelerator else None,
+            "accelerator_memory_used": r.accelerator_memory_used if r.has_accelerator else None,
+            "cpu_util": r.cpu_util if r.has_host else None,
+            "memory_used": r.memory_used if r.has_host else None,
+        } for r in tl.resources],
+    }
 
 
 def model_to_dict(m: pb.Model) -> dict[str, Any]:

@@ -1,0 +1,173 @@
+"""The run report: one self-contained HTML file with the scoreboard, the
+validity checks, FLOPS(t), error(t) and resource use over time (SPEC
+sections 7 and 8), the hardware and the best models.
+
+`render_report` is a function of the data the control API returns (as the
+plain dicts of aiperf.api.client); `aiperf report` fetches them and writes the
+file. Charts are SVG drawn by matplotlib and embedded inline, so the file
+opens anywhere without network access.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from typing import Any, Sequence
+
+from master.cli import format_duration, format_flops
+
+MAX_ERROR_LINE = 0.30  # a valid run's best error is at most 30%
+
+
+def _svg(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})  # same data, same file
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]  # drop the XML prologue: the SVG is inline
+
+
+def _figure(title: str, xlabel: str = "time since the run's start (min)") -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, searchable
+    matplotlib.rcParams["svg.hashsalt"] = "aiperf"  # same data, same file
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3)
+    return fig, ax
+
+
+def flops_chart(board: dict[str, Any], points: Sequence[dict[str, Any]]) -> str:
+    fig, ax = _figure("FLOPS(t)")
+    t = [p["elapsed_s"] / 60 for p in points]
+    ax.plot(t, [p["flops"] for p in points], color="tab:blue", label="FLOPS(t)")
+    ax.axvline(board["min_running_time_s"] / 60, color="gray", linestyle="--", label="minimum running time")
+    if board["score"] > 0:
+        label = "score (provisional)" if board["provisional"] else "score"
+        ax.plot([board["score_time_s"] / 60], [board["score"]], "o", color="tab:red", label=label)
+    ax.set_ylabel("FLOPS")
+    ax.legend(loc="lower right")
+    return _svg(fig)
+
+
+def error_chart(points: Sequence[dict[str, Any]]) -> str:
+    fig, ax = _figure("Error(t) = 1 - best validation accuracy")
+    known = [p for p in points if p["best_accuracy"] is not None]
+    ax.step([p["elapsed_s"] / 60 for p in known], [1 - p["best_accuracy"] for p in known], where="post",
+            color="tab:green", label="error")
+    ax.axhline(MAX_ERROR_LINE, color="tab:red", linestyle="--", label="validity limit (30%)")
+    ax.set_ylim(0, 1)
+    ax.legend(loc="upper right")
+    return _svg(fig)
+
+
+def utilisation_chart(resources: Sequence[dict[str, Any]]) -> str:
+    fig, ax = _figure("Utilisation (mean over all workers)")
+    acc = [r for r in resources if r["accelerator_util"] is not None]
+    host = [r for r in resources if r["cpu_util"] is not None]
+    if acc:
+        ax.plot([r["elapsed_s"] / 60 for r in acc], [100 * r["accelerator_util"] for r in acc],
+                color="tab:purple", label="accelerators")
+    if host:
+        ax.plot([r["elapsed_s"] / 60 for r in host], [100 * r["cpu_util"] for r in host],
+                color="tab:orange", label="CPUs")
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("%")
+    ax.legend(loc="lower right")
+    return _svg(fig)
+
+
+def memory_chart(resources: Sequence[dict[str, Any]]) -> str:
+    fig, ax = _figure("Memory in use (mean per worker / accelerator)")
+    acc = [r for r in resources if r["accelerator_memory_used"] is not None]
+    host = [r for r in resources if r["memory_used"] is not None]
+    if acc:
+        ax.plot([r["elapsed_s"] / 60 for r in acc], [r["accelerator_memory_used"] / 2**30 for r in acc],
+                color="tab:purple", label="accelerator")
+    if host:
+        ax.plot([r["elapsed_s"] / 60 for r in host], [r["memory_used"] / 2**30 for r in host],
+                color="tab:orange", label="host")
+    ax.set_ylabel("GiB")
+    ax.legend(loc="lower right")
+    return _svg(fig)
+
+
+def _rows(rows: Sequence[tuple[str, str]]) -> str:
+    return "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+
+
+def _validity(board: dict[str, Any]) -> list[tuple[str, str]]:
+    reasons = board["invalid_reason"] or ""
+    return [("Valid", "yes" if board["valid"] else "no")] + [("Failed check", r.strip()) for r in reasons.split(";") if r.strip()]
+
+
+def render_report(board: dict[str, Any], timeline: dict[str, Any], models: Sequence[dict[str, Any]]) -> str:
+    """The report as HTML. board: scoreboard_to_dict; timeline: timeline_to_dict;
+    models: model_to_dict of the run's best models."""
+    b = board
+    title = f"AIPerf run {b['run_id']} ({b['profile']}{'' if b['official'] else ', unofficial'}) - {b['state']}"
+    score_label = "Score (provisional)" if b["provisional"] else "Score"
+    summary = [
+        (score_label, format_flops(b["score"])),
+        ("Regulated score", format_flops(b["regulated_score"])),
+        ("Valid FLOPS", format_flops(b["valid_flops"])),
+        ("Error", f"{b['error']:.4f}"),
+        ("Efficiency", f"{b['efficiency']:.2%} of {format_flops(b['peak_flops'])}" if b["efficiency"] else "peak unknown"),
+        ("Elapsed", f"{format_duration(b['elapsed_s'])} (minimum {format_duration(b['min_running_time_s'])})"),
+        ("Total operations", f"{b['total_ops']:.4g} (workers' own count: {b['worker_ops']:.4g}; "
+                             f"{b['flops_mismatch_reports']} reports disagree by more than 1%)"),
+        ("Images", f"{b['images_trained']:,} trained, {b['images_validated']:,} validated"),
+        ("Models", ", ".join(f"{v} {k}" for k, v in b["models"].items() if v) or "none"),
+        ("Workers / accelerators", f"{b['workers']} / {b['accelerators']}"),
+        ("Profile / precision / seed", f"{b['profile']} / {b['precision']} / {b['seed']}"),
+    ]
+    hardware = [
+        (f"Worker {w['worker_id']} ({w['host']})",
+         (", ".join(f"{a['model']} ({a['memory_bytes'] / 2**30:.0f} GiB)" for a in w["accelerators"])
+          or "no accelerator") + f"; {w['cpus']} CPUs, {w['memory_bytes'] / 2**30:.0f} GiB")
+        for w in b["hardware"]
+    ] + [("Master software", ", ".join(f"{k} {v}" for k, v in b["software"].items()))]
+    model_rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+            m["model_id"], m["parent_id"] or "-", m["worker_id"], m["round"],
+            m["hyperparameters"]["batch_size"], m["hyperparameters"]["kernel_size"],
+            f"{m['best_accuracy']:.4f}" if m["best_accuracy"] is not None else "-",
+            f"{m['predicted_accuracy']:.4f}" if m["predicted_accuracy"] is not None else "-",
+            m["epochs"], m["graph_hash"][:12])) + "</tr>"
+        for m in models)
+    points, resources = timeline["points"], timeline["resources"]
+    charts = [flops_chart(b, points), error_chart(points)] if points else []
+    if resources:
+        charts += [utilisation_chart(resources), memory_chart(resources)]
+    body_charts = "".join(f"<figure>{c}</figure>" for c in charts) or "<p>No progress reported yet.</p>"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; color: #222; }}
+table {{ border-collapse: collapse; margin: 1rem 0; }}
+th, td {{ border: 1px solid #ccc; padding: .3rem .6rem; text-align: left; vertical-align: top; }}
+th {{ background: #f4f4f4; }}
+.valid {{ color: #176f2c; }} .invalid {{ color: #a3121d; }}
+figure {{ margin: 1rem 0; }}
+</style></head><body>
+<h1>{html.escape(title)}</h1>
+<h2 class="{'valid' if b['valid'] else 'invalid'}">{'Valid run' if b['valid'] else 'Invalid run'}</h2>
+<table>{_rows(_validity(b))}</table>
+<h2>Scores</h2>
+<table>{_rows(summary)}</table>
+<h2>Over time</h2>
+{body_charts}
+<h2>Best models</h2>
+<table><tr><th>id</th><th>parent</th><th>worker</th><th>round</th><th>batch</th><th>kernel</th>
+<th>best accuracy</th><th>predicted</th><th>epochs</th><th>architecture hash</th></tr>{model_rows}</table>
+<h2>Hardware and software</h2>
+<table>{_rows(hardware)}</table>
+</body></html>
+"""
