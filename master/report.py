@@ -53,7 +53,7 @@ def flops_chart(board: dict[str, Any], points: Sequence[dict[str, Any]]) -> str:
         label = "score (provisional)" if board["provisional"] else "score"
         ax.plot([board["score_time_s"] / 60], [board["score"]], "o", color="tab:red", label=label)
     ax.set_ylabel("FLOPS")
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")
     return _svg(fig)
 
 
@@ -80,7 +80,7 @@ def utilisation_chart(resources: Sequence[dict[str, Any]]) -> str:
                 color="tab:orange", label="CPUs")
     ax.set_ylim(0, 105)
     ax.set_ylabel("%")
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")
     return _svg(fig)
 
 
@@ -95,7 +95,7 @@ def memory_chart(resources: Sequence[dict[str, Any]]) -> str:
         ax.plot([r["elapsed_s"] / 60 for r in host], [r["memory_used"] / 2**30 for r in host],
                 color="tab:orange", label="host")
     ax.set_ylabel("GiB")
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")
     return _svg(fig)
 
 
