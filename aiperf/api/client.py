@@ -691,6 +691,8 @@ class WorkerStream:
             error = ApiError(grpc.StatusCode.UNAVAILABLE, "the master closed the stream", "Connect")
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+            if code == grpc.StatusCode.CANCELLED and not self._closed:
+                code = grpc.StatusCode.UNAVAILABLE  # cancelled by a master shutting down: retry elsewhere/later
             error = ApiError(code, (exc.details() if hasattr(exc, "details") else str(exc)) or "", "Connect")
         self._fail(stream, error)
 
@@ -700,6 +702,7 @@ class WorkerStream:
                 self._open = None
             waiting = list(stream.waiting)
             stream.waiting.clear()
+        stream.requests.put(None)  # ends the request generator (gRPC's sending thread waits on it)
         for pending in waiting:
             pending.error = error
             pending.done.set()
