@@ -366,8 +366,6 @@ class Agent:
         return 0
 
     def _round(self, ctx: RunContext, dataset, pool, outbox: Outbox, round_index: int) -> None:
-        from aiperf.flops import count_flops
-        from aiperf.graph import with_inserted_kernel
         from aiperf.hpo import choose_hyperparameters
         from worker.trainer import train_model
 
