@@ -398,7 +398,9 @@ def report_html(client: Any, run: int = 0) -> tuple[dict[str, Any], str]:
     run_id = board["run_id"]
     timeline = timeline_to_dict(client.timeline(run_id, max_points=2000))
     done = [model_to_dict(m) for m in client.list_models(run_id, state="done", limit=10000).models]
-    done.sort(key=lambda m: -(m["predicted_accuracy"] or m["best_accuracy"] or 0.0))
+    # the master's ranking (GetHistory): predicted accuracy, then best observed, then id
+    done.sort(key=lambda m: (-(m["predicted_accuracy"] or m["best_accuracy"] or 0.0), -(m["best_accuracy"] or 0.0),
+                             m["model_id"]))
     return board, render_report(board, timeline, done[:REPORT_MODELS])
 
 
