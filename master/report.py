@@ -68,34 +68,29 @@ def error_chart(points: Sequence[dict[str, Any]]) -> str:
     return _svg(fig)
 
 
-def utilisation_chart(resources: Sequence[dict[str, Any]]) -> str:
-    fig, ax = _figure("Utilisation (mean over all workers)")
-    acc = [r for r in resources if r["accelerator_util"] is not None]
-    host = [r for r in resources if r["cpu_util"] is not None]
-    if acc:
-        ax.plot([r["elapsed_s"] / 60 for r in acc], [100 * r["accelerator_util"] for r in acc],
-                color="tab:purple", label="accelerators")
-    if host:
-        ax.plot([r["elapsed_s"] / 60 for r in host], [100 * r["cpu_util"] for r in host],
-                color="tab:orange", label="CPUs")
-    ax.set_ylim(0, 105)
-    ax.set_ylabel("%")
+def _resource_chart(title: str, ylabel: str, resources: Sequence[dict[str, Any]], accelerator_key: str,
+                    host_key: str, scale: float, labels: tuple[str, str]) -> tuple[Any, Any]:
+    """Accelerator and host lines of one resource figure (each drawn when sampled)."""
+    fig, ax = _figure(title)
+    for key, color, label in ((accelerator_key, "tab:purple", labels[0]), (host_key, "tab:orange", labels[1])):
+        known = [r for r in resources if r[key] is not None]
+        if known:
+            ax.plot([r["elapsed_s"] / 60 for r in known], [r[key] * scale for r in known], color=color, label=label)
+    ax.set_ylabel(ylabel)
     ax.legend(loc="best")
+    return fig, ax
+
+
+def utilisation_chart(resources: Sequence[dict[str, Any]]) -> str:
+    fig, ax = _resource_chart("Utilisation (mean over all workers)", "%", resources, "accelerator_util",
+                              "cpu_util", 100, ("accelerators", "CPUs"))
+    ax.set_ylim(0, 105)
     return _svg(fig)
 
 
 def memory_chart(resources: Sequence[dict[str, Any]]) -> str:
-    fig, ax = _figure("Memory in use (mean per worker / accelerator)")
-    acc = [r for r in resources if r["accelerator_memory_used"] is not None]
-    host = [r for r in resources if r["memory_used"] is not None]
-    if acc:
-        ax.plot([r["elapsed_s"] / 60 for r in acc], [r["accelerator_memory_used"] / 2**30 for r in acc],
-                color="tab:purple", label="accelerator")
-    if host:
-        ax.plot([r["elapsed_s"] / 60 for r in host], [r["memory_used"] / 2**30 for r in host],
-                color="tab:orange", label="host")
-    ax.set_ylabel("GiB")
-    ax.legend(loc="best")
+    fig, _ = _resource_chart("Memory in use (mean per worker / accelerator)", "GiB", resources,
+                             "accelerator_memory_used", "memory_used", 1 / 2**30, ("accelerator", "host"))
     return _svg(fig)
 
 

@@ -92,13 +92,12 @@ class MasterHandle:
         if self._stopped:
             return
         self._stopped = True
+        self._stop_event.set()
         if self._loop_thread.is_alive():
             self._call(self._health.enter_graceful_shutdown())
-            self._stop_event.set()
             self._call(self._server.stop(grace_s), timeout_s=grace_s + 60)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._loop_thread.join(timeout=30)
-        self._stop_event.set()
         self._thread.join(timeout=30)
         self._pool.shutdown(wait=True)
         self.master.close()

@@ -24,7 +24,7 @@ import threading
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import Any, AsyncIterator, Callable, NoReturn, TypeVar
 
 import grpc
 
@@ -892,11 +892,16 @@ def rpc(fn: Callable[[Any, Any], T]) -> Callable[[Any, Any, grpc.aio.ServicerCon
         try:
             return await asyncio.get_running_loop().run_in_executor(self.pool, fn, self, request)
         except StoreError as exc:
-            log.info("event=rpc_error method=%s code=%s message=%r", fn.__name__, _status(exc).name, str(exc))
-            await context.abort(_status(exc), str(exc))
-        raise AssertionError("unreachable")  # context.abort raises
+            await _abort(context, fn.__name__, exc)
 
     return wrapper
+
+
+async def _abort(context: grpc.aio.ServicerContext, method: str, exc: StoreError) -> NoReturn:
+    """End the call with the error's status code and message (logged)."""
+    log.info("event=rpc_error method=%s code=%s message=%r", method, _status(exc).name, str(exc))
+    await context.abort(_status(exc), str(exc))
+    raise AssertionError("unreachable")  # context.abort raises
 
 
 class WorkerServicer(pb_grpc.WorkerServiceServicer):
@@ -939,9 +944,7 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
         try:
             return await self._beat_async(request.worker_id)
         except StoreError as exc:
-            log.info("event=rpc_error method=Heartbeat code=%s message=%r", _status(exc).name, str(exc))
-            await context.abort(_status(exc), str(exc))
-        raise AssertionError("unreachable")
+            await _abort(context, "Heartbeat", exc)
 
     @rpc
     def GetHistory(self, request: pb.GetHistoryRequest) -> pb.GetHistoryResponse:
@@ -984,22 +987,23 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
             model_state=MODEL_STATE_VALUES.get(res.model_state, pb.MODEL_STATE_UNSPECIFIED),
         )
 
-    async def _report(self, reports: list[pb.ProgressReport], context: grpc.aio.ServicerContext) -> list[pb.ProgressAck]:
+    async def _report(self, reports: list[pb.ProgressReport], context: grpc.aio.ServicerContext,
+                      method: str) -> list[pb.ProgressAck]:
         try:
             results, error = await self.m.report_progress_async(reports)
             if error is not None:
                 raise error
         except StoreError as exc:
-            log.info("event=rpc_error method=ReportProgress code=%s message=%r", _status(exc).name, str(exc))
-            await context.abort(_status(exc), str(exc))
+            await _abort(context, method, exc)
         return [self._ack(r) for r in results]
 
     async def ReportProgress(self, request: pb.ProgressReport, context: grpc.aio.ServicerContext) -> pb.ProgressAck:
-        return (await self._report([request], context))[0]
+        return (await self._report([request], context, "ReportProgress"))[0]
 
     async def StreamProgress(self, request_iterator: AsyncIterator[pb.ProgressReport],
                              context: grpc.aio.ServicerContext) -> pb.ProgressSummary:
-        return pb.ProgressSummary(acks=await self._report([r async for r in request_iterator], context))
+        reports = [r async for r in request_iterator]
+        return pb.ProgressSummary(acks=await self._report(reports, context, "StreamProgress"))
 
     async def Connect(self, request_iterator: AsyncIterator[pb.WorkerMessage],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.MasterMessage]:

@@ -201,11 +201,23 @@ class SqlStore(Store):
         placeholder = {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(self.engine.dialect.paramstyle)
         multirow = placeholder is not None and (
             self.dialect != "sqlite" or sqlite3.sqlite_version_info >= (3, 33))  # UPDATE ... FROM
-        self._placeholder = placeholder if multirow else None
-        self._model_update_cols = (("mid", ModelRow.id), ("new_state", ModelRow.state),
-                                   ("new_started_at", ModelRow.started_at), ("new_trained", ModelRow.images_trained),
-                                   ("new_validated", ModelRow.images_validated), ("new_epochs", ModelRow.epochs),
-                                   ("new_best", ModelRow.best_accuracy))
+        self._multirow = multirow
+        update_cols = (("mid", ModelRow.id), ("new_state", ModelRow.state),
+                       ("new_started_at", ModelRow.started_at), ("new_trained", ModelRow.images_trained),
+                       ("new_validated", ModelRow.images_validated), ("new_epochs", ModelRow.epochs),
+                       ("new_best", ModelRow.best_accuracy))
+        self._update_keys = tuple(name for name, _ in update_cols)
+        # the SQL around the VALUES rows, and one row, built once
+        self._insert_head = f"INSERT INTO {ProgressRow.__tablename__} ({', '.join(progress_cols)}) VALUES "
+        self._insert_row = "(" + ", ".join([placeholder or ""] * len(progress_cols)) + ")"
+        if self.dialect == "sqlite":
+            self._update_row = "(" + ", ".join([placeholder or ""] * len(update_cols)) + ")"
+        else:  # PostgreSQL types a VALUES list from its values; a column of NULLs would be text
+            self._update_row = "(" + ", ".join(f"CAST({placeholder} AS {col.type.compile(dialect=self.engine.dialect)})"
+                                               for _, col in update_cols) + ")"
+        sets = ", ".join(f"{col.key} = v.column{i + 1}" for i, (_, col) in enumerate(update_cols) if i > 0)
+        self._update_head = f"UPDATE {ModelRow.__tablename__} SET {sets} FROM (VALUES "
+        self._update_tail = f") AS v WHERE {ModelRow.__tablename__}.id = v.column1"
 
     def _driver_statement(self, stmt: Any) -> tuple[str, tuple[str, ...] | None]:
         """SQL text in the driver's own parameter style, and the parameter order when positional.
@@ -221,54 +233,38 @@ class SqlStore(Store):
 
     def _write_progress(self, conn: Any, rows: list[dict[str, Any]], updates: list[dict[str, Any]]) -> None:
         """INSERT the reports and UPDATE their models on the DBAPI cursor of `conn`."""
-        if self._placeholder is None:
+        if not self._multirow:
             self._executemany(conn, [(*self._insert_progress, rows), (*self._update_model, updates)])
             return
-        raw = conn.connection.dbapi_connection
-        pipeline = raw.pipeline() if hasattr(raw, "pipeline") else contextlib.nullcontext()
-        cursor = raw.cursor()
-        try:
-            with pipeline:
-                for k in range(0, len(rows), MULTIROW_CHUNK):
-                    cursor.execute(*self._multirow_insert(rows[k:k + MULTIROW_CHUNK]))
-                for k in range(0, len(updates), MULTIROW_CHUNK):
-                    cursor.execute(*self._multirow_update(updates[k:k + MULTIROW_CHUNK]))
-        finally:
-            cursor.close()
-
-    def _multirow_insert(self, rows: list[dict[str, Any]]) -> tuple[str, list[Any]]:
-        cols = self._progress_cols
-        one = "(" + ", ".join([self._placeholder] * len(cols)) + ")"
-        sql = (f"INSERT INTO {ProgressRow.__tablename__} ({', '.join(cols)}) VALUES "
-               + ", ".join([one] * len(rows)))
-        return sql, [r[c] for r in rows for c in cols]
-
-    def _multirow_update(self, updates: list[dict[str, Any]]) -> tuple[str, list[Any]]:
-        cols = self._model_update_cols
-        if self.dialect == "sqlite":
-            one = "(" + ", ".join([self._placeholder] * len(cols)) + ")"
-        else:  # PostgreSQL types a VALUES list from its values; a column of NULLs would be text
-            one = "(" + ", ".join(f"CAST({self._placeholder} AS {col.type.compile(dialect=self.engine.dialect)})"
-                                  for _, col in cols) + ")"
-        sets = ", ".join(f"{col.key} = v.column{i + 1}" for i, (_, col) in enumerate(cols) if i > 0)
-        sql = (f"UPDATE {ModelRow.__tablename__} SET {sets} FROM (VALUES " + ", ".join([one] * len(updates))
-               + f") AS v WHERE {ModelRow.__tablename__}.id = v.column1")
-        return sql, [u[name] for u in updates for name, _ in cols]
+        with self._cursor(conn) as cursor:
+            for k in range(0, len(rows), MULTIROW_CHUNK):
+                chunk = rows[k:k + MULTIROW_CHUNK]
+                cursor.execute(self._insert_head + ", ".join([self._insert_row] * len(chunk)),
+                               [r[c] for r in chunk for c in self._progress_cols])
+            for k in range(0, len(updates), MULTIROW_CHUNK):
+                chunk = updates[k:k + MULTIROW_CHUNK]
+                cursor.execute(self._update_head + ", ".join([self._update_row] * len(chunk)) + self._update_tail,
+                               [u[c] for u in chunk for c in self._update_keys])
 
     @staticmethod
-    def _executemany(conn: Any, statements: list[tuple[str, tuple[str, ...] | None, list[dict[str, Any]]]]) -> None:
-        """Run driver statements (see _driver_statement) on the DBAPI cursor of `conn`."""
+    @contextlib.contextmanager
+    def _cursor(conn: Any) -> Iterator[Any]:
+        """The DBAPI cursor of `conn`; with psycopg, in one pipeline: one round trip for all statements."""
         raw = conn.connection.dbapi_connection
-        # psycopg: one pipeline for all statements, one round trip instead of one per statement
         pipeline = raw.pipeline() if hasattr(raw, "pipeline") else contextlib.nullcontext()
         cursor = raw.cursor()
         try:
             with pipeline:
-                for sql, order, params in statements:
-                    if params:
-                        cursor.executemany(sql, [tuple(r[k] for k in order) for r in params] if order else params)
+                yield cursor
         finally:
             cursor.close()
+
+    def _executemany(self, conn: Any, statements: list[tuple[str, tuple[str, ...] | None, list[dict[str, Any]]]]) -> None:
+        """Run driver statements (see _driver_statement) on the DBAPI cursor of `conn`."""
+        with self._cursor(conn) as cursor:
+            for sql, order, params in statements:
+                if params:
+                    cursor.executemany(sql, [tuple(r[k] for k in order) for r in params] if order else params)
 
     def close(self) -> None:
         self.engine.dispose()

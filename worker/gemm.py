@@ -12,9 +12,9 @@ import logging
 import time
 from typing import Sequence
 
-log = logging.getLogger(__name__)
+from aiperf.api.enums import GEMM_DTYPE_NAMES as GEMM_DTYPES
 
-GEMM_DTYPES = ("float32", "float16", "bfloat16")
+log = logging.getLogger(__name__)
 
 
 def gemm_flops(device: str, dtype: str, n: int = 8192, seconds: float = 0.5, trials: int = 3) -> float:

@@ -169,21 +169,35 @@ class _Client:
             raise ApiError(grpc.StatusCode.UNAVAILABLE, f"master {self.address} unreachable") from None
 
     def _call(self, method: str, fn: Callable[..., T], request: Any, retry: bool = False) -> T:
-        attempts = self.retries + 1 if retry else 1
-        delay = 0.2
-        for attempt in range(attempts):
+        def once() -> T:
             try:
                 return fn(request, timeout=self.timeout_s, metadata=self._metadata)
             except grpc.RpcError as exc:
-                code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
-                details = exc.details() if hasattr(exc, "details") else str(exc)
-                if code in _TRANSIENT and attempt + 1 < attempts:
-                    log.warning("event=retry method=%s code=%s attempt=%d", method, code.name, attempt + 1)
-                    time.sleep(delay)
-                    delay = min(delay * 2, 5.0)
-                    continue
-                raise ApiError(code, details or "", method) from None
-        raise AssertionError("unreachable")
+                raise _api_error(exc, method) from None
+
+        return _with_retries(method, self.retries + 1 if retry else 1, once)
+
+
+def _api_error(exc: grpc.RpcError, method: str) -> ApiError:
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    return ApiError(code, details or "", method)
+
+
+def _with_retries(method: str, attempts: int, once: Callable[[], T]) -> T:
+    """once(), again after transient failures (backoff 0.2 s doubling to 5 s), at most `attempts` times."""
+    delay = 0.2
+    for attempt in range(attempts):
+        try:
+            return once()
+        except ApiError as exc:
+            if exc.code in _TRANSIENT and attempt + 1 < attempts:
+                log.warning("event=retry method=%s code=%s attempt=%d", method, exc.code.name, attempt + 1)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            raise
+    raise AssertionError("unreachable")
 
 
 class WorkerClient(_Client):
@@ -656,18 +670,7 @@ class WorkerStream:
 
     # -- internals ----------------------------------------------------------
     def _retrying(self, method: str, msg: pb.WorkerMessage) -> pb.MasterMessage:
-        delay = 0.2
-        for attempt in range(self.retries + 1):
-            try:
-                return self._exchange(method, msg)
-            except ApiError as exc:
-                if exc.code in _TRANSIENT and attempt < self.retries:
-                    log.warning("event=retry method=Connect.%s code=%s attempt=%d", method, exc.code.name, attempt + 1)
-                    time.sleep(delay)
-                    delay = min(delay * 2, 5.0)
-                    continue
-                raise
-        raise AssertionError("unreachable")
+        return _with_retries(f"Connect.{method}", self.retries + 1, lambda: self._exchange(method, msg))
 
     def _start(self) -> _OpenStream:
         requests: queue.SimpleQueue[pb.WorkerMessage | None] = queue.SimpleQueue()
@@ -690,10 +693,10 @@ class WorkerStream:
                     pending.done.set()
             error = ApiError(grpc.StatusCode.UNAVAILABLE, "the master closed the stream", "Connect")
         except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
-            if code == grpc.StatusCode.CANCELLED and not self._closed:
-                code = grpc.StatusCode.UNAVAILABLE  # cancelled by a master shutting down: retry elsewhere/later
-            error = ApiError(code, (exc.details() if hasattr(exc, "details") else str(exc)) or "", "Connect")
+            error = _api_error(exc, "Connect")
+            if error.code == grpc.StatusCode.CANCELLED and not self._closed:
+                # cancelled by a master shutting down: retry elsewhere/later
+                error = ApiError(grpc.StatusCode.UNAVAILABLE, error.details, "Connect")
         self._fail(stream, error)
 
     def _fail(self, stream: _OpenStream, error: ApiError) -> None:

@@ -55,4 +55,5 @@ GEMM_DTYPES: dict[str, str] = {
     "mixed_bf16": "bfloat16",
     "bf16": "bfloat16",
 }
-KNOWN_GEMM_DTYPES = frozenset(GEMM_DTYPES.values())
+GEMM_DTYPE_NAMES = ("float32", "float16", "bfloat16")  # what a worker measures, in this order
+KNOWN_GEMM_DTYPES = frozenset(GEMM_DTYPE_NAMES)
