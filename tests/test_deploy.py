@@ -15,6 +15,7 @@ import configparser
 import functools
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -561,7 +562,7 @@ def test_deployed_commands_serve_health_metrics_and_control_runs(tmp_path: Path)
     args[args.index("--data-dir") + 1] = str(tmp_path / "data")
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("AIPERF_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "aiperf.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         env=base_env | _container_env(master, config, secrets),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
@@ -588,7 +589,7 @@ def test_deployed_commands_serve_health_metrics_and_control_runs(tmp_path: Path)
             (container,) = pod_spec(render(target)[0])["containers"]
             env = _container_env(container, config, secrets)
             return subprocess.run(
-                [sys.executable, "-m", "aiperf.cli", *_expand(container["args"], env)],
+                [sys.executable, "-m", "cli", *_expand(container["args"], env)],
                 env=base_env | env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
             )
 
@@ -635,6 +636,22 @@ def dockerfile(path: str) -> list[tuple[str, str]]:
 
 
 DOCKERFILES = ["master/Dockerfile", "worker/Dockerfile"]
+INSTALL_SCRIPT = ROOT / "docker" / "install.sh"  # the build steps both images share
+
+
+def install_target(path: str) -> str:
+    """What the Dockerfile's one run of docker/install.sh hands to `pip install`."""
+    (run,) = [rest for ins, rest in dockerfile(path) if ins == "RUN"]
+    command = shlex.split(run)
+    assert command[:2] == ["sh", "install.sh"] and len(command) == 3, f"{path}: RUN {run}"
+    return command[2]
+
+
+def test_shared_install_script_installs_its_argument() -> None:
+    text = INSTALL_SCRIPT.read_text()
+    assert subprocess.run(["sh", "-n", str(INSTALL_SCRIPT)], capture_output=True).returncode == 0
+    assert 'target="$1"' in text and re.search(r'pip install --constraint "\$constraints" "\$target"$', text, re.M)
+    assert "--uid 10001" in text and text.rstrip().endswith('rm -rf /src "$constraints"')
 
 
 @pytest.mark.parametrize("path", DOCKERFILES)
@@ -651,14 +668,13 @@ def test_master_image_is_slim_and_worker_image_has_tensorflow_gpu() -> None:
     master = dockerfile("master/Dockerfile")
     (master_base,) = [rest.split()[0] for ins, rest in master if ins == "FROM"]
     assert master_base.startswith("python:") and "slim" in master_base
-    master_runs = " ".join(rest for ins, rest in master if ins == "RUN")
-    assert "pip install ." in master_runs and "[worker]" not in master_runs
+    assert install_target("master/Dockerfile") == "."  # base install: no TensorFlow
 
     worker = dockerfile("worker/Dockerfile")
     (worker_base,) = [rest.split()[0] for ins, rest in worker if ins == "FROM"]
     name, _, tag = worker_base.rpartition(":")
     assert name == "tensorflow/tensorflow" and tag.endswith("-gpu")
-    assert "'.[worker]'" in " ".join(rest for ins, rest in worker if ins == "RUN")
+    assert install_target("worker/Dockerfile") == ".[worker]"
     # The base image's TensorFlow must satisfy the worker extra, or pip replaces it
     # with a build that does not match the image's CUDA.
     cfg = configparser.ConfigParser()
@@ -747,8 +763,8 @@ def test_image_build_context_installs_a_complete_package(path: str, tmp_path: Pa
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
-    assert re.search(r"^aiperf = aiperf\.cli:main$", entry_points, re.M)
-    for package in ("aiperf", "master", "worker"):
+    assert re.search(r"^aiperf = cli\.main:main$", entry_points, re.M)
+    for package in ("aiperf", "cli", "master", "worker"):
         files = [
             p.relative_to(src).as_posix()
             for p in (src / package).rglob("*")

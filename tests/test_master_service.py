@@ -16,10 +16,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
-from aiperf.api.client import Accelerator, ApiError, ControlClient, ResourceSample, WorkerClient, scoreboard_to_dict
+from aiperf.api.client import Accelerator, ApiError, ControlClient, ResourceSample, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
 from aiperf.morphism import deeper_at, deeper_positions
+from cli.records import scoreboard_to_dict
 
 HP = {"batch_size": 32, "kernel_size": 3}
 

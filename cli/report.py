@@ -3,20 +3,27 @@ validity checks, FLOPS(t), error(t) and resource use over time (SPEC
 sections 7 and 8), the hardware and the best models.
 
 `render_report` is a function of the data the control API returns (as the
-plain dicts of aiperf.api.client); `aiperf report` fetches them and writes the
-file. Charts are SVG drawn by matplotlib and embedded inline, so the file
-opens anywhere without network access.
+plain dicts of cli.records); `fetch_report` gets them through a control
+client, for `aiperf report` and `aiperf demo`. Charts are SVG drawn by
+matplotlib and embedded inline, so the file opens anywhere without network
+access.
 """
 
 from __future__ import annotations
 
 import html
 import io
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from master.cli import format_duration, format_flops
+from aiperf.profiles import OFFICIAL
+from cli.format import format_flops
+from cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
+from cli.tables import accuracy_text, efficiency_text, elapsed_text, run_title, score_label
 
-MAX_ERROR_LINE = 0.30  # a valid run's best error is at most 30%
+if TYPE_CHECKING:  # pragma: no cover
+    from aiperf.api.client import ControlClient
+
+REPORT_MODELS = 10  # best models listed
 
 
 def _svg(fig: Any) -> str:
@@ -62,7 +69,8 @@ def error_chart(points: Sequence[dict[str, Any]]) -> str:
     known = [p for p in points if p["best_accuracy"] is not None]
     ax.step([p["elapsed_s"] / 60 for p in known], [1 - p["best_accuracy"] for p in known], where="post",
             color="tab:green", label="error")
-    ax.axhline(MAX_ERROR_LINE, color="tab:red", linestyle="--", label="validity limit (30%)")
+    limit = OFFICIAL.max_error
+    ax.axhline(limit, color="tab:red", linestyle="--", label=f"validity limit ({limit:.0%})")
     ax.set_ylim(0, 1)
     ax.legend(loc="upper right")
     return _svg(fig)
@@ -99,23 +107,18 @@ def _rows(rows: Sequence[tuple[str, str]]) -> str:
 
 
 def _validity(board: dict[str, Any]) -> list[tuple[str, str]]:
-    reasons = board["invalid_reason"] or ""
-    return [("Valid", "yes" if board["valid"] else "no")] + [("Failed check", r.strip()) for r in reasons.split(";") if r.strip()]
+    reasons = [r.strip() for r in (board["invalid_reason"] or "").split(";") if r.strip()]
+    return [("Valid", "yes" if board["valid"] else "no")] + [("Failed check", r) for r in reasons]
 
 
-def render_report(board: dict[str, Any], timeline: dict[str, Any], models: Sequence[dict[str, Any]]) -> str:
-    """The report as HTML. board: scoreboard_to_dict; timeline: timeline_to_dict;
-    models: model_to_dict of the run's best models."""
-    b = board
-    title = f"AIPerf run {b['run_id']} ({b['profile']}{'' if b['official'] else ', unofficial'}) - {b['state']}"
-    score_label = "Score (provisional)" if b["provisional"] else "Score"
-    summary = [
-        (score_label, format_flops(b["score"])),
+def _summary(b: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
+        (score_label(b), format_flops(b["score"])),
         ("Regulated score", format_flops(b["regulated_score"])),
         ("Valid FLOPS", format_flops(b["valid_flops"])),
         ("Error", f"{b['error']:.4f}"),
-        ("Efficiency", f"{b['efficiency']:.2%} of {format_flops(b['peak_flops'])}" if b["efficiency"] else "peak unknown"),
-        ("Elapsed", f"{format_duration(b['elapsed_s'])} (minimum {format_duration(b['min_running_time_s'])})"),
+        ("Efficiency", efficiency_text(b)),
+        ("Elapsed", elapsed_text(b)),
         ("Total operations", f"{b['total_ops']:.4g} (workers' own count: {b['worker_ops']:.4g}; "
                              f"{b['flops_mismatch_reports']} reports disagree by more than 1%)"),
         ("Images", f"{b['images_trained']:,} trained, {b['images_validated']:,} validated"),
@@ -123,25 +126,40 @@ def render_report(board: dict[str, Any], timeline: dict[str, Any], models: Seque
         ("Workers / accelerators", f"{b['workers']} / {b['accelerators']}"),
         ("Profile / precision / seed", f"{b['profile']} / {b['precision']} / {b['seed']}"),
     ]
-    hardware = [
+
+
+def _hardware(b: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
         (f"Worker {w['worker_id']} ({w['host']})",
          (", ".join(f"{a['model']} ({a['memory_bytes'] / 2**30:.0f} GiB)" for a in w["accelerators"])
           or "no accelerator") + f"; {w['cpus']} CPUs, {w['memory_bytes'] / 2**30:.0f} GiB")
         for w in b["hardware"]
     ] + [("Master software", ", ".join(f"{k} {v}" for k, v in b["software"].items()))]
-    model_rows = "".join(
+
+
+def _model_rows(models: Sequence[dict[str, Any]]) -> str:
+    return "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
             m["model_id"], m["parent_id"] or "-", m["worker_id"], m["round"],
             m["hyperparameters"]["batch_size"], m["hyperparameters"]["kernel_size"],
-            f"{m['best_accuracy']:.4f}" if m["best_accuracy"] is not None else "-",
-            f"{m['predicted_accuracy']:.4f}" if m["predicted_accuracy"] is not None else "-",
+            accuracy_text(m["best_accuracy"]), accuracy_text(m["predicted_accuracy"]),
             m["epochs"], m["graph_hash"][:12])) + "</tr>"
         for m in models)
+
+
+def _charts(board: dict[str, Any], timeline: dict[str, Any]) -> str:
     points, resources = timeline["points"], timeline["resources"]
-    charts = [flops_chart(b, points), error_chart(points)] if points else []
+    charts = [flops_chart(board, points), error_chart(points)] if points else []
     if resources:
         charts += [utilisation_chart(resources), memory_chart(resources)]
-    body_charts = "".join(f"<figure>{c}</figure>" for c in charts) or "<p>No progress reported yet.</p>"
+    return "".join(f"<figure>{c}</figure>" for c in charts) or "<p>No progress reported yet.</p>"
+
+
+def render_report(board: dict[str, Any], timeline: dict[str, Any], models: Sequence[dict[str, Any]]) -> str:
+    """The report as HTML. board: scoreboard_to_dict; timeline: timeline_to_dict;
+    models: model_to_dict of the run's best models."""
+    b = board
+    title = run_title(b)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
@@ -156,13 +174,25 @@ figure {{ margin: 1rem 0; }}
 <h2 class="{'valid' if b['valid'] else 'invalid'}">{'Valid run' if b['valid'] else 'Invalid run'}</h2>
 <table>{_rows(_validity(b))}</table>
 <h2>Scores</h2>
-<table>{_rows(summary)}</table>
+<table>{_rows(_summary(b))}</table>
 <h2>Over time</h2>
-{body_charts}
+{_charts(b, timeline)}
 <h2>Best models</h2>
 <table><tr><th>id</th><th>parent</th><th>worker</th><th>round</th><th>batch</th><th>kernel</th>
-<th>best accuracy</th><th>predicted</th><th>epochs</th><th>architecture hash</th></tr>{model_rows}</table>
+<th>best accuracy</th><th>predicted</th><th>epochs</th><th>architecture hash</th></tr>{_model_rows(models)}</table>
 <h2>Hardware and software</h2>
-<table>{_rows(hardware)}</table>
+<table>{_rows(_hardware(b))}</table>
 </body></html>
 """
+
+
+def fetch_report(client: "ControlClient", run: int = 0) -> tuple[dict[str, Any], str]:
+    """(scoreboard dict, report HTML) of a run, fetched through a control client."""
+    board = scoreboard_to_dict(client.scoreboard(run))
+    run_id = board["run_id"]
+    timeline = timeline_to_dict(client.timeline(run_id, max_points=2000))
+    done = [model_to_dict(m) for m in client.list_models(run_id, state="done", limit=10000).models]
+    # the master's ranking (GetHistory): predicted accuracy, then best observed, then id
+    done.sort(key=lambda m: (-(m["predicted_accuracy"] or m["best_accuracy"] or 0.0), -(m["best_accuracy"] or 0.0),
+                             m["model_id"]))
+    return board, render_report(board, timeline, done[:REPORT_MODELS])

@@ -9,9 +9,9 @@ from typing import Optional
 
 import typer
 
-from aiperf.cli import fail
 from aiperf.flops import KINDS, count_flops
 from aiperf.graph import Graph, GraphError
+from cli.options import fail
 
 graph_app = typer.Typer(help="Build, inspect, count and morph architecture graphs.",
                         no_args_is_help=True)

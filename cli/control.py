@@ -1,0 +1,139 @@
+"""Run control through the master's control API.
+
+    aiperf start --duration 1h [--profile official|smoke] [--seed N] [--precision P]
+    aiperf stop [--run ID] [--abort]
+    aiperf status [--run ID] [--json]
+    aiperf scoreboard [--run ID] [--json]
+    aiperf models [--run ID] [--state S] [--json]
+    aiperf report [--run ID] [--out FILE]
+
+The master's address and token come from options or AIPERF_MASTER,
+AIPERF_ADMIN_TOKEN; without a token the admin token file in the data directory
+(written by `aiperf master serve`) is used. These options are defined once, in
+cli.options.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from aiperf.api.enums import MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES
+from cli.format import format_duration, format_flops, parse_duration
+from cli.options import Control, control_command, fail
+from cli.records import model_to_dict, run_info_to_dict, run_status_to_dict, scoreboard_to_dict
+from cli.report import fetch_report
+from cli.tables import models_table, scoreboard_table, status_line
+
+RunOpt = typer.Option(0, "--run", help="Run id (default: the current or most recent run).")
+
+
+@control_command()
+def start_cmd(
+    ctl: Control,
+    duration: str = typer.Option(..., "--duration", help="Run length, e.g. 1h, 90m, 3600 (official: >= 1h)."),
+    profile: str = typer.Option("official", "--profile", help="official or smoke."),
+    seed: int = typer.Option(0, "--seed", help="Run seed."),
+    precision: str = typer.Option("fp32", "--precision",
+                                  help="fp32, mixed_fp16, mixed_bf16, fp16, bf16 (fp8/int8 make the run invalid)."),
+    max_models: int = typer.Option(0, "--max-models", help="Stop accepting models after this many (0: no limit)."),
+    max_rounds: int = typer.Option(0, "--max-rounds", help="Rounds per worker (0: no limit)."),
+    max_epochs: int = typer.Option(0, "--max-epochs", help="Epochs per round cap (0: profile default)."),
+    warmup_rounds: int = typer.Option(0, "--warmup-rounds", help="Warm-up rounds per worker (0: 5)."),
+    min_workers: int = typer.Option(0, "--min-workers", help="Stay pending until this many workers are alive."),
+    allow_concurrent: bool = typer.Option(False, "--allow-concurrent", help="Allow a second active run."),
+) -> None:
+    """Start a timed run."""
+    try:
+        seconds = parse_duration(duration)
+    except ValueError as exc:
+        fail(str(exc))
+    if profile not in PROFILE_VALUES:
+        fail(f"unknown profile {profile!r}: use official or smoke")
+    if precision not in PRECISION_VALUES:
+        fail(f"unknown precision {precision!r}: use one of {', '.join(PRECISION_VALUES)}")
+    for name, v in (("--seed", seed), ("--max-models", max_models), ("--max-rounds", max_rounds),
+                    ("--max-epochs", max_epochs), ("--warmup-rounds", warmup_rounds), ("--min-workers", min_workers)):
+        if v < 0:
+            fail(f"{name} must be >= 0, got {v}")
+    run = ctl.call(ctl.client().start_run, seconds, profile=profile, seed=seed, precision=precision,
+                   max_models=max_models, max_rounds_per_worker=max_rounds, max_epochs_per_round=max_epochs,
+                   warmup_rounds=warmup_rounds, min_workers=min_workers, allow_concurrent=allow_concurrent)
+    d = run_info_to_dict(run)
+    ctl.show(d, lambda: f"run {d['run_id']} {d['state']}: profile {d['profile']}, duration "
+                        f"{format_duration(d['duration_s'])}, seed {d['seed']}, precision {d['precision']}")
+
+
+@control_command()
+def stop_cmd(
+    ctl: Control,
+    run: int = RunOpt,
+    abort: bool = typer.Option(False, "--abort", help="Abort at once instead of letting workers finish."),
+    reason: str = typer.Option("", "--reason", help="Recorded with the run."),
+) -> None:
+    """Stop the current run (or --run ID)."""
+    d = run_info_to_dict(ctl.call(ctl.client().stop_run, run, abort=abort, reason=reason))
+    ctl.show(d, lambda: f"run {d['run_id']} {d['state']}")
+
+
+@control_command()
+def status_cmd(ctl: Control, run: int = RunOpt) -> None:
+    """Show the state of the current run."""
+    d = run_status_to_dict(ctl.call(ctl.client().run_status, run))
+    ctl.show(d, lambda: status_line(d))
+
+
+@control_command()
+def scoreboard_cmd(ctl: Control, run: int = RunOpt) -> None:
+    """Print the scoreboard of a run."""
+    d = scoreboard_to_dict(ctl.call(ctl.client().scoreboard, run))
+    ctl.show(d, lambda: scoreboard_table(d))
+
+
+@control_command()
+def models_cmd(
+    ctl: Control,
+    run: int = RunOpt,
+    state: Optional[str] = typer.Option(None, "--state", help="queued, training, done, failed or abandoned."),
+    limit: int = typer.Option(100, "--limit", help="At most this many models."),
+) -> None:
+    """List the models of a run."""
+    if state is not None and state not in MODEL_STATE_VALUES:
+        fail(f"unknown state {state!r}: use one of {', '.join(MODEL_STATE_VALUES)}")
+    if limit < 1:
+        fail(f"--limit must be >= 1, got {limit}")
+    resp = ctl.call(ctl.client().list_models, run, state=state, limit=limit)
+    rows = [model_to_dict(m) for m in resp.models]
+    ctl.show({"run_id": resp.run_id, "total": resp.total, "models": rows},
+             lambda: models_table(resp.run_id, resp.total, rows))
+
+
+@control_command(json_option=False)
+def report_cmd(
+    ctl: Control,
+    run: int = RunOpt,
+    out: Path = typer.Option(Path("aiperf-report.html"), "--out", "-o", help="HTML file to write."),
+) -> None:
+    """Write a run's report: scores, validity, FLOPS and error over time, resource use, hardware, best models."""
+    if out.is_dir():
+        fail(f"--out {out} is a directory; give a file name")
+    if not out.parent.exists():
+        fail(f"--out {out}: directory {out.parent} does not exist")
+    board, text = ctl.call(fetch_report, ctl.client(), run)
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {out}: {exc.strerror}")
+    print(f"wrote {out} (run {board['run_id']}, {board['state']}, score {format_flops(board['score'])}"
+          f"{', provisional' if board['provisional'] else ''})")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("start")(start_cmd)
+    app.command("stop")(stop_cmd)
+    app.command("status")(status_cmd)
+    app.command("scoreboard")(scoreboard_cmd)
+    app.command("models")(models_cmd)
+    app.command("report")(report_cmd)

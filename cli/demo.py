@@ -1,0 +1,122 @@
+"""`aiperf demo`: the whole benchmark on one machine.
+
+A master on SQLite in this process, one worker as a child process (`python -m
+cli worker`), a smoke run on the built-in dataset; live progress, then the
+scoreboard and the HTML report.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+
+from cli.options import fail
+from cli.report import fetch_report
+from cli.tables import progress_table, scoreboard_table
+from cli.worker import setup_logging
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
+
+    from aiperf.api.client import ControlClient
+
+WORKER_STOP_S = 120.0  # how long the worker may take to finish its epoch after SIGTERM
+
+
+def demo_cmd(
+    minutes: float = typer.Option(5.0, help="Length of the smoke run in minutes."),
+    directory: Optional[Path] = typer.Option(None, "--dir", help="Where the master keeps its SQLite "
+                                             "database and logs (default: a temporary directory)."),
+    seed: int = typer.Option(1, help="Run seed."),
+    port: int = typer.Option(0, help="Master port (0: any free port)."),
+) -> None:
+    """Run the benchmark end to end on this machine: master on SQLite, one local worker,
+    a smoke run on the built-in dataset; shows progress, then prints the scoreboard."""
+    from rich.console import Console
+
+    from aiperf.api.client import ControlClient
+    from master.server import serve
+
+    if minutes <= 0:
+        fail(f"--minutes must be positive, got {minutes:g}")
+    console = Console()
+    workdir = directory or Path(tempfile.mkdtemp(prefix="aiperf-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    setup_logging("info", workdir / "master.log")
+    console.print(f"[bold]AIPerf demo[/bold]: smoke profile, {minutes:g} min, files in {workdir}")
+    try:
+        handle = serve(port=port, host="127.0.0.1", data_dir=workdir, heartbeat_interval_s=2.0,
+                       stop_grace_s=120.0)
+    except OSError as exc:  # port taken, directory not writable
+        fail(str(exc))
+    env = dict(os.environ, AIPERF_MASTER=handle.address, AIPERF_TOKEN=handle.worker_token,
+               AIPERF_WORKER_NAME="demo-worker", PYTHONUNBUFFERED="1")
+    worker_log = open(workdir / "worker.log", "w")
+    worker = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--exit-when-done"],
+                              env=env, stdout=worker_log, stderr=subprocess.STDOUT)
+    control = ControlClient(handle.address, handle.admin_token)
+    try:
+        _run(console, control, workdir, minutes, seed, worker)
+    except KeyboardInterrupt:
+        console.print("interrupted: stopping the run")
+        control.stop_run(reason="interrupted")
+    finally:
+        _stop_worker(worker)
+        worker_log.close()
+        control.close()
+        handle.stop()
+    console.print(f"logs: {workdir / 'master.log'}, {workdir / 'worker.log'}; database: {workdir / 'master.db'}")
+    if worker.returncode not in (0, -signal.SIGTERM):
+        fail(f"the worker exited with code {worker.returncode}; see {workdir / 'worker.log'}")
+
+
+def _run(console: "Console", control: "ControlClient", workdir: Path, minutes: float, seed: int,
+         worker: subprocess.Popen[Any]) -> None:
+    """Start the smoke run, watch it to its end, print the scoreboard and write the report."""
+    run = control.start_run(duration_s=minutes * 60, profile="smoke", seed=seed, min_workers=1)
+    _watch(console, control, run.config.run_id, worker)
+    console.print()
+    board, page = fetch_report(control, run.config.run_id)
+    console.print(scoreboard_table(board))
+    (workdir / "report.html").write_text(page, encoding="utf-8")
+    console.print(f"report: {workdir / 'report.html'}")
+
+
+def _watch(console: "Console", control: "ControlClient", run_id: int, worker: subprocess.Popen[Any]) -> None:
+    """Live progress until the run is over; a worker that dies stops the run."""
+    from rich.live import Live
+
+    from aiperf.api import aiperf_pb2 as pb
+
+    with Live(console=console, refresh_per_second=1, transient=False) as live:
+        while True:
+            sb = control.scoreboard(run_id)
+            live.update(progress_table(sb))
+            if sb.run.state in (pb.RUN_FINISHED, pb.RUN_ABORTED):
+                return
+            if worker.poll() is not None and sb.run.state == pb.RUN_RUNNING:
+                control.stop_run(run_id, reason=f"worker exited with code {worker.returncode}")
+            time.sleep(2.0)
+
+
+def _stop_worker(worker: subprocess.Popen[Any]) -> None:
+    """SIGTERM: the worker finishes its epoch; killed if it takes longer than WORKER_STOP_S."""
+    if worker.poll() is None:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=WORKER_STOP_S)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo_cmd)

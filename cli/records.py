@@ -1,0 +1,157 @@
+"""The control API's messages as plain JSON-ready dicts: what `--json` prints,
+what the tables and the HTML report read. None stands for a value the master
+does not know (proto3 sends 0 or "" for it)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.api.client import hyperparameters_dict
+from aiperf.api.enums import MODEL_STATES, PRECISIONS, PROFILES, RUN_STATES, WORKER_STATES
+
+
+def run_info_to_dict(run: pb.RunInfo) -> dict[str, Any]:
+    """A run's configuration and lifecycle times (what `aiperf start/stop --json` print)."""
+    c = run.config
+    return {
+        "run_id": c.run_id,
+        "state": RUN_STATES.get(run.state, "unknown"),
+        "profile": PROFILES.get(c.profile, "unknown"),
+        "seed": c.seed,
+        "duration_s": c.duration_s,
+        "precision": PRECISIONS.get(c.precision, "unknown"),
+        "limits": {
+            "max_models": c.limits.max_models,
+            "max_rounds_per_worker": c.limits.max_rounds_per_worker,
+            "max_epochs_per_round": c.limits.max_epochs_per_round,
+        },
+        "warmup_rounds": c.warmup_rounds,
+        "min_workers": c.min_workers,
+        "min_running_time_s": c.min_running_time_s,
+        "report_interval_s": c.report_interval_s,
+        "resource_interval_s": c.resource_interval_s,
+        "created_at": run.created_at,
+        "started_at": run.started_at or None,
+        "deadline": run.deadline or None,
+        "stopped_at": run.stopped_at or None,
+        "finished_at": run.finished_at or None,
+        "stop_reason": run.stop_reason,
+    }
+
+
+def _model_counts_dict(counts: Iterable[pb.ModelCount]) -> dict[str, int]:
+    """{state name: number of models}."""
+    return {MODEL_STATES.get(c.state, "unknown"): c.count for c in counts}
+
+
+def worker_info_to_dict(w: pb.WorkerInfo) -> dict[str, Any]:
+    """One worker's hardware and software, as the scoreboard lists it."""
+    return {
+        "worker_id": w.worker_id,
+        "name": w.name,
+        "host": w.host,
+        "state": WORKER_STATES.get(w.state, "unknown"),
+        "accelerators": [
+            {"model": a.model, "memory_bytes": a.memory_bytes, "peak_flops": a.peak_flops or None}
+            for a in w.accelerators
+        ],
+        "cpus": w.cpus,
+        "memory_bytes": w.memory_bytes,
+        "software": {s.name: s.version for s in w.software},
+    }
+
+
+def run_status_to_dict(st: pb.RunStatus) -> dict[str, Any]:
+    """The run plus its progress counters (what `aiperf status --json` prints)."""
+    d = run_info_to_dict(st.run)
+    d.update({
+        "master_time": st.master_time,
+        "elapsed_s": st.elapsed_s,
+        "workers_alive": st.workers_alive,
+        "workers": st.workers_joined,
+        "models": _model_counts_dict(st.models),
+        "api_version": st.api_version,
+    })
+    return d
+
+
+def scoreboard_to_dict(sb: pb.Scoreboard) -> dict[str, Any]:
+    """The scoreboard as one JSON-ready dict (what `aiperf scoreboard --json` prints)."""
+    d = run_info_to_dict(sb.run)
+    d.update({
+        "official": sb.official,
+        "elapsed_s": sb.elapsed_s,
+        "flops": sb.flops,
+        "score": sb.score,
+        "provisional": sb.provisional,
+        "score_time_s": sb.score_time_s,
+        "regulated_score": sb.regulated_score,
+        "valid_flops": sb.valid_flops,
+        "error": sb.error,
+        "best_accuracy": sb.best_accuracy if sb.error < 1.0 else None,
+        "target_accuracy": sb.target_accuracy,
+        "valid": sb.valid,
+        "invalid_reason": sb.invalid_reason or None,
+        "efficiency": sb.efficiency or None,
+        "peak_flops": sb.peak_flops or None,
+        "total_ops": sb.total_ops,
+        "worker_ops": sb.worker_ops,
+        "flops_mismatch_reports": sb.flops_mismatch_reports,
+        "reports": sb.reports,
+        "workers": sb.workers,
+        "workers_alive": sb.workers_alive,
+        "accelerators": sb.accelerators,
+        "models": _model_counts_dict(sb.models),
+        "models_done": sb.models_done,
+        "best_model_id": sb.best_model_id or None,
+        "images_trained": sb.images_trained,
+        "images_validated": sb.images_validated,
+        "min_running_time_s": sb.min_running_time_s,
+        "hardware": [worker_info_to_dict(w) for w in sb.inventory],
+        "software": {s.name: s.version for s in sb.master_software},
+    })
+    return d
+
+
+def timeline_to_dict(tl: pb.Timeline) -> dict[str, Any]:
+    """The run's timeline as plain dicts (None where a value is not known)."""
+    return {
+        "run": run_info_to_dict(tl.run),
+        "points": [{"elapsed_s": p.elapsed_s, "ops": p.ops, "flops": p.flops,
+                    "best_accuracy": p.best_accuracy if p.has_accuracy else None} for p in tl.points],
+        "resources": [{
+            "elapsed_s": r.elapsed_s,
+            "accelerator_util": r.accelerator_util if r.has_accelerator else None,
+            "accelerator_memory_used": r.accelerator_memory_used if r.has_accelerator else None,
+            "cpu_util": r.cpu_util if r.has_host else None,
+            "memory_used": r.memory_used if r.has_host else None,
+        } for r in tl.resources],
+    }
+
+
+def model_to_dict(m: pb.Model) -> dict[str, Any]:
+    """One model of a run; its graph JSON only when the master sent it."""
+    d: dict[str, Any] = {
+        "model_id": m.model_id,
+        "run_id": m.run_id,
+        "parent_id": m.parent_id or None,
+        "worker_id": m.worker_id,
+        "round": m.round,
+        "graph_hash": m.graph_hash,
+        "hyperparameters": hyperparameters_dict(m.hyperparameters),
+        "state": MODEL_STATES.get(m.state, "unknown"),
+        "best_accuracy": m.best_accuracy if m.has_accuracy else None,
+        "predicted_accuracy": m.predicted_accuracy or None,
+        "created_at": m.created_at,
+        "finished_at": m.finished_at or None,
+        "reason": m.reason,
+        "flops_per_train_image": m.flops_per_train_image,
+        "flops_per_eval_image": m.flops_per_eval_image,
+        "images_trained": m.images_trained,
+        "images_validated": m.images_validated,
+        "epochs": m.epochs,
+    }
+    if m.graph_json:
+        d["graph_json"] = m.graph_json
+    return d

@@ -1,0 +1,113 @@
+"""Readable views of the control API's records: the status line and the rich tables
+of the scoreboard, the model list and the demo's live progress."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cli.format import format_duration, format_flops
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.table import Table
+
+    from aiperf.api import aiperf_pb2 as pb
+
+MODEL_COLUMNS = ("id", "parent", "worker", "round", "state", "batch", "kernel", "best acc", "pred acc", "hash")
+
+
+def run_title(d: dict[str, Any]) -> str:
+    """'AIPerf run 3 (official) - running' of a scoreboard dict."""
+    return f"AIPerf run {d['run_id']} ({d['profile']}{'' if d['official'] else ', unofficial'}) - {d['state']}"
+
+
+def score_label(d: dict[str, Any]) -> str:
+    return "Score (provisional)" if d["provisional"] else "Score"
+
+
+def efficiency_text(d: dict[str, Any]) -> str:
+    return f"{d['efficiency']:.2%} of {format_flops(d['peak_flops'])}" if d["efficiency"] else "peak unknown"
+
+
+def elapsed_text(d: dict[str, Any]) -> str:
+    return f"{format_duration(d['elapsed_s'])} (minimum {format_duration(d['min_running_time_s'])})"
+
+
+def accuracy_text(value: float | None) -> str:
+    return f"{value:.4f}" if value is not None else "-"
+
+
+def status_line(d: dict[str, Any]) -> str:
+    """One line of `run_status_to_dict` output: state, time, workers, models."""
+    models = ", ".join(f"{k} {v}" for k, v in d["models"].items() if v) or "none"
+    remaining = ""
+    if d["state"] == "running" and d["deadline"]:
+        remaining = f", {format_duration(max(0.0, d['deadline'] - d['master_time']))} left"
+    return (f"run {d['run_id']} {d['state']} ({d['profile']}, seed {d['seed']}): elapsed "
+            f"{format_duration(d['elapsed_s'])}{remaining}; workers alive {d['workers_alive']}, "
+            f"taken part {d['workers']}; models: {models}")
+
+
+def scoreboard_table(d: dict[str, Any]) -> "Table":
+    """The readable scoreboard (rich) of `scoreboard_to_dict` output."""
+    from rich.table import Table
+
+    table = Table(title=run_title(d), show_header=False)
+    table.add_column("item", style="bold")
+    table.add_column("value")
+    best = f" (best accuracy {d['best_accuracy']:.4f})" if d["best_accuracy"] is not None else ""
+    rows = [
+        (score_label(d), format_flops(d["score"])),
+        ("Regulated score", format_flops(d["regulated_score"])),
+        ("Valid FLOPS", format_flops(d["valid_flops"])),
+        ("FLOPS now", format_flops(d["flops"])),
+        ("Error", f"{d['error']:.4f}{best}"),
+        ("Valid", "yes" if d["valid"] else f"no: {d['invalid_reason']}"),
+        ("Efficiency", efficiency_text(d)),
+        ("Elapsed", elapsed_text(d)),
+        ("Workers", f"{d['workers']} ({d['workers_alive']} alive)"),
+        ("Accelerators", str(d["accelerators"])),
+        ("Models trained", f"{d['models_done']} done"
+         + "".join(f", {v} {k}" for k, v in d["models"].items() if k != "done" and v)),
+        ("Images", f"{d['images_trained']:,} trained, {d['images_validated']:,} validated"),
+        ("Seed / precision", f"{d['seed']} / {d['precision']}"),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    for w in d["hardware"]:
+        accs = ", ".join(a["model"] for a in w["accelerators"]) or "no accelerator"
+        table.add_row(f"Worker {w['worker_id']}", f"{w['host']}: {accs}; {w['cpus']} CPUs, "
+                      f"{w['memory_bytes'] / 2**30:.0f} GiB")
+    table.add_row("Master software", ", ".join(f"{k} {v}" for k, v in d["software"].items() if k != "platform"))
+    return table
+
+
+def models_table(run_id: int, total: int, models: list[dict[str, Any]]) -> "Table":
+    """The model list (rich) of `model_to_dict` outputs."""
+    from rich.table import Table
+
+    table = Table(title=f"run {run_id}: {total} models")
+    for col in MODEL_COLUMNS:
+        table.add_column(col)
+    for m in models:
+        table.add_row(
+            str(m["model_id"]), str(m["parent_id"] or "-"), str(m["worker_id"]), str(m["round"]), m["state"],
+            str(m["hyperparameters"]["batch_size"]), str(m["hyperparameters"]["kernel_size"]),
+            accuracy_text(m["best_accuracy"]), accuracy_text(m["predicted_accuracy"]), m["graph_hash"][:12],
+        )
+    return table
+
+
+def progress_table(sb: "pb.Scoreboard") -> "Table":
+    """The demo's live view of a scoreboard message."""
+    from rich.table import Table
+
+    from aiperf.api.enums import RUN_STATES
+
+    t = Table(title="AIPerf smoke run (unofficial)", show_header=False)
+    t.add_row("state", RUN_STATES.get(sb.run.state, "?"))
+    t.add_row("elapsed", f"{sb.elapsed_s:6.0f} s of {sb.run.config.duration_s:.0f} s")
+    t.add_row("models done", str(sb.models_done))
+    t.add_row("FLOPS", f"{sb.flops:.3e}")
+    t.add_row("best accuracy", f"{sb.best_accuracy:.3f}")
+    t.add_row("score", f"{sb.score:.3e}{' (provisional)' if sb.provisional else ''}")
+    return t
