@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -24,7 +25,7 @@ def register(app: typer.Typer) -> None:
 def read_graph(source: str) -> Graph:
     """Load a graph from a file path or '-' (stdin); bad input -> one-line error, exit 2."""
     try:
-        text = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
     except FileNotFoundError:
         fail(f"no such file: {source}")
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:

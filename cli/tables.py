@@ -21,18 +21,22 @@ def run_title(d: dict[str, Any]) -> str:
 
 
 def score_label(d: dict[str, Any]) -> str:
+    """'Score', or 'Score (provisional)' while the run may still change it."""
     return "Score (provisional)" if d["provisional"] else "Score"
 
 
 def efficiency_text(d: dict[str, Any]) -> str:
+    """The score as a share of the accelerators' measured peak."""
     return f"{d['efficiency']:.2%} of {format_flops(d['peak_flops'])}" if d["efficiency"] else "peak unknown"
 
 
 def elapsed_text(d: dict[str, Any]) -> str:
+    """Time run so far and the minimum a valid run needs."""
     return f"{format_duration(d['elapsed_s'])} (minimum {format_duration(d['min_running_time_s'])})"
 
 
 def accuracy_text(value: float | None) -> str:
+    """0.5 -> '0.5000'; unknown -> '-'."""
     return f"{value:.4f}" if value is not None else "-"
 
 

@@ -98,6 +98,19 @@ def test_unreachable_master_and_wrong_token(cli, capsys, monkeypatch):
     assert rc == 2 and "refused the admin token" in err
 
 
+@pytest.mark.parametrize("argv", [["start", "--duration", "1h"], ["stop"], ["status"], ["scoreboard"], ["models"],
+                                  ["report"]])
+def test_every_control_command_takes_the_shared_options(capsys, monkeypatch, tmp_path, argv):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AIPERF_ADMIN_TOKEN", raising=False)
+    shared = ["--master", "127.0.0.1:1", "--data-dir", str(tmp_path)]
+    rc, _, err = run(capsys, *argv, *shared)
+    assert rc == 2 and err == f"aiperf: error: no admin token: pass --admin-token, set AIPERF_ADMIN_TOKEN, " \
+                              f"or run where {tmp_path / 'admin.token'} exists\n"
+    rc, _, err = run(capsys, *argv, *shared, "--admin-token", "t", "--tls-ca", "/no/ca.pem")
+    assert rc == 2 and err == "aiperf: error: cannot read CA certificate /no/ca.pem: No such file or directory\n"
+
+
 def test_serve_command_generates_tokens_and_serves(tmp_path: Path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
