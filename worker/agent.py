@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import grpc
 
@@ -27,6 +27,10 @@ from aiperf.graph import Graph
 from aiperf.profiles import Profile, get_profile
 from aiperf.search import HistoryEntry, derive_seed, worker_seed
 from worker.inventory import Inventory, inventory
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from worker.data import Dataset
+    from worker.trainer import Progress, TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -366,10 +370,26 @@ class Agent:
         return 0
 
     def _round(self, ctx: RunContext, dataset, pool, outbox: Outbox, round_index: int) -> None:
-        from aiperf.hpo import choose_hyperparameters
-        from worker.trainer import train_model
-
+        """One round: take a child, submit it, train it while reporting progress, finish it."""
         candidate = pool.take(timeout=600)
+        hyper, source = self._hyperparameters(ctx, round_index)
+        graph = candidate.graph
+        parent_id = candidate.parent_model_id or self._model_with_hash(graph.meta.get("parent"))
+        model_id = self._submit(graph, parent_id, round_index, hyper)
+        if model_id is None:
+            return
+        self._current_model = model_id
+        log.info("event=round_start round=%d model=%d parent=%d source=%s batch=%d kernel=%d",
+                 round_index, model_id, parent_id, source,
+                 hyper["batch_size"], hyper["kernel_size"])
+        result = self._train(ctx, dataset, graph, hyper, outbox, model_id, round_index)
+        self._current_model = 0
+        self._finish(outbox, model_id, round_index, result)
+
+    def _hyperparameters(self, ctx: RunContext, round_index: int) -> tuple[dict[str, int], str]:
+        """This round's hyperparameters and where they come from (warm-up defaults, or TPE on the run's history)."""
+        from aiperf.hpo import choose_hyperparameters
+
         observations = []
         if round_index > ctx.warmup_rounds:
             try:
@@ -377,11 +397,15 @@ class Agent:
                 observations = [(hyperparameters_dict(o.hyperparameters), o.accuracy) for o in obs]
             except ApiError as exc:
                 log.warning("event=hyper_history_failed error=%s", exc)
-        hyper, source = choose_hyperparameters(ctx.profile, round_index, observations,
-                                               seed=derive_seed(ctx.seed, "hpo", self.worker_id, round_index),
-                                               warmup_rounds=ctx.warmup_rounds)
-        graph = candidate.graph
-        parent_id = candidate.parent_model_id or self._model_with_hash(graph.meta.get("parent"))
+        return choose_hyperparameters(ctx.profile, round_index, observations,
+                                      seed=derive_seed(ctx.seed, "hpo", self.worker_id, round_index),
+                                      warmup_rounds=ctx.warmup_rounds)
+
+    def _submit(self, graph: Graph, parent_id: int, round_index: int, hyper: dict[str, int]) -> int | None:
+        """The model id the master gives the child; None after a transient error (the round is skipped).
+
+        Raises `_RunClosed` when the run accepts no more models.
+        """
         try:
             sub = self.client.submit_model(self.worker_id, graph.to_json(), graph.hash(),
                                            parent_id=parent_id, round=round_index,
@@ -390,18 +414,20 @@ class Agent:
             if exc.code in _TRANSIENT:
                 log.warning("event=submit_failed error=%s", exc)
                 time.sleep(1.0)
-                return
+                return None
             if exc.code == grpc.StatusCode.FAILED_PRECONDITION:
                 raise _RunClosed(exc.details) from None
             raise
-        model_id = sub.model_id
-        self._current_model = model_id
-        log.info("event=round_start round=%d model=%d parent=%d source=%s batch=%d kernel=%d",
-                 round_index, model_id, parent_id, source,
-                 hyper["batch_size"], hyper["kernel_size"])
+        return sub.model_id
+
+    def _train(self, ctx: RunContext, dataset: Dataset, graph: Graph, hyper: dict[str, int], outbox: Outbox,
+               model_id: int, round_index: int) -> TrainResult:
+        """Train the model, queueing each progress report on `outbox`; returns the `TrainResult`."""
+        from worker.trainer import train_model
+
         seq = [0]
 
-        def on_progress(p) -> None:
+        def on_progress(p: Progress) -> None:
             seq[0] += 1
             n = seq[0]
             outbox.put(f"progress model={model_id} seq={n}", lambda: self.stream.report_progress(
@@ -416,37 +442,40 @@ class Agent:
         epochs = ctx.profile.epochs_for_round(round_index)
         if ctx.max_epochs_per_round:
             epochs = min(epochs, ctx.max_epochs_per_round)
-        result = train_model(graph, hyper, dataset, ctx.profile, round_index,
-                             on_progress=on_progress, should_stop=should_stop,
-                             precision=_TRAINER_PRECISION.get(ctx.precision, "fp32"),
-                             xla=self.config.xla, progress_interval_s=ctx.report_interval_s,
-                             seed=derive_seed(ctx.seed, "train", self.worker_id, round_index),
-                             epochs=epochs)
-        self._current_model = 0
+        return train_model(graph, hyper, dataset, ctx.profile, round_index,
+                           on_progress=on_progress, should_stop=should_stop,
+                           precision=_TRAINER_PRECISION.get(ctx.precision, "fp32"),
+                           xla=self.config.xla, progress_interval_s=ctx.report_interval_s,
+                           seed=derive_seed(ctx.seed, "train", self.worker_id, round_index),
+                           epochs=epochs)
+
+    def _finish(self, outbox: Outbox, model_id: int, round_index: int, result: TrainResult) -> None:
+        """Tell the master how the model ended: done with its accuracies, or failed with a reason."""
         if self._lost.is_set():
             log.warning("event=model_abandoned model=%d", model_id)
             return
         if result.state == "failed":
-            outbox.put(f"finish model={model_id}", lambda: self.client.finish_model(
-                self.worker_id, model_id, "failed", reason=result.reason))
+            self._send_finish(outbox, model_id, "failed", reason=result.reason)
             log.warning("event=model_failed model=%d reason=%s", model_id, result.reason)
             return
         if not result.val_accuracies:
             # Cut (run stopping, worker stopping) before a first validation:
             # there is no accuracy to rank it by. Close it so the master need
             # not wait for it; the progress already reported stays counted.
-            reason = result.reason or "stopped before its first validation"
-            outbox.put(f"finish model={model_id}", lambda: self.client.finish_model(
-                self.worker_id, model_id, "failed", reason=reason))
+            self._send_finish(outbox, model_id, "failed",
+                              reason=result.reason or "stopped before its first validation")
             log.info("event=round_cut model=%d state=%s", model_id, result.state)
             return
         best = float(result.best_val_accuracy)
         predicted = float(result.predicted_accuracy if result.predicted_accuracy is not None else best)
-        outbox.put(f"finish model={model_id}", lambda: self.client.finish_model(
-            self.worker_id, model_id, "done", best_accuracy=best, predicted_accuracy=predicted))
+        self._send_finish(outbox, model_id, "done", best_accuracy=best, predicted_accuracy=predicted)
         outbox.flush()
         log.info("event=round_end round=%d model=%d state=%s best=%.4f predicted=%.4f epochs=%d",
                  round_index, model_id, result.state, best, predicted, result.epochs)
+
+    def _send_finish(self, outbox: Outbox, model_id: int, state: str, **fields: Any) -> None:
+        outbox.put(f"finish model={model_id}", lambda: self.client.finish_model(
+            self.worker_id, model_id, state, **fields))
 
 
 class _RunClosed(Exception):
