@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import grpc
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from worker.trainer import Progress, TrainResult
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                         grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL})
@@ -47,6 +48,24 @@ def backoff_delays(first: float = 0.5, cap: float = 10.0):
     while True:
         yield delay
         delay = min(delay * 2, cap)
+
+
+def call_until_done(call: Callable[[], T], stopping: threading.Event,
+                    on_retry: Callable[[ApiError, float], None]) -> T:
+    """``call()``, again after each transient error (``on_retry(error, delay)``, then `backoff_delays`).
+
+    A permanent error, or any error once `stopping` is set, propagates.
+    """
+    delays = backoff_delays()
+    while True:
+        try:
+            return call()
+        except ApiError as exc:
+            if exc.code not in _TRANSIENT or stopping.is_set():
+                raise
+            delay = next(delays)
+            on_retry(exc, delay)
+            time.sleep(delay)
 
 
 class Outbox:
@@ -75,23 +94,16 @@ class Outbox:
                 self._queue.task_done()
                 return
             what, call = item
-            for delay in backoff_delays():
-                try:
-                    call()
-                    self.sent += 1
-                    break
-                except ApiError as exc:
-                    if exc.code in _TRANSIENT and not self._stopping.is_set():
-                        log.warning("event=retry what=%s code=%s in=%.1fs", what, exc.code.name, delay)
-                        time.sleep(delay)
-                        continue
-                    log.warning("event=dropped what=%s error=%s", what, exc)
-                    self.dropped.append((what, str(exc)))
-                    break
-                except Exception as exc:  # noqa: BLE001 - a bug in one call must not stop the rest
-                    log.exception("event=dropped what=%s", what)
-                    self.dropped.append((what, repr(exc)))
-                    break
+            try:
+                call_until_done(call, self._stopping, lambda exc, delay: log.warning(
+                    "event=retry what=%s code=%s in=%.1fs", what, exc.code.name, delay))
+                self.sent += 1
+            except ApiError as exc:
+                log.warning("event=dropped what=%s error=%s", what, exc)
+                self.dropped.append((what, str(exc)))
+            except Exception as exc:  # noqa: BLE001 - a bug in one call must not stop the rest
+                log.exception("event=dropped what=%s", what)
+                self.dropped.append((what, repr(exc)))
             self._queue.task_done()
 
     def flush(self, timeout_s: float = 60.0) -> bool:
@@ -195,19 +207,14 @@ class Agent:
                 from worker.gemm import measure_peaks
 
                 self.peaks = measure_peaks([f"/GPU:{i}" for i in range(len(inv.accelerators))])
-        for delay in backoff_delays():
-            try:
-                reg = self.client.register(
-                    name=self.config.name, host=socket.gethostname(),
-                    accelerators=[Accelerator(a.model, a.memory_bytes, peak_flops_by_dtype=peaks)
-                                  for a, peaks in zip(inv.accelerators, self.peaks)],
-                    cpus=inv.cpus, memory_bytes=inv.memory_bytes, software=inv.software)
-                break
-            except ApiError as exc:
-                if exc.code not in _TRANSIENT or self._stop.is_set():
-                    raise
-                log.warning("event=register_retry code=%s in=%.1fs", exc.code.name, delay)
-                time.sleep(delay)
+        reg = call_until_done(
+            lambda: self.client.register(
+                name=self.config.name, host=socket.gethostname(),
+                accelerators=[Accelerator(a.model, a.memory_bytes, peak_flops_by_dtype=peaks)
+                              for a, peaks in zip(inv.accelerators, self.peaks)],
+                cpus=inv.cpus, memory_bytes=inv.memory_bytes, software=inv.software),
+            self._stop,
+            lambda exc, delay: log.warning("event=register_retry code=%s in=%.1fs", exc.code.name, delay))
         self.worker_id = reg.worker_id
         self.heartbeat_interval_s = reg.heartbeat_interval_s or 5.0
         if reg.abandoned_model_ids:
