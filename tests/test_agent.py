@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from aiperf.api.client import ApiError
-from worker.agent import Outbox, resource_samples
+from worker.agent import Outbox, call_until_done, resource_samples
 from worker.monitor import AcceleratorSample, ResourceSample
 
 
@@ -32,6 +32,35 @@ def test_outbox_retries_transient_errors_in_order(monkeypatch):
     box.close()
     assert sent == [1, 2, 3, 4], "the failed report is retried before the next one is sent"
     assert box.dropped == []
+
+
+def test_call_until_done_retries_transient_errors_only_while_not_stopping(monkeypatch):
+    monkeypatch.setattr("worker.agent.backoff_delays", lambda: iter([0.0] * 100))
+    stopping = threading.Event()
+    errors = [ApiError(grpc.StatusCode.UNAVAILABLE, "down"), ApiError(grpc.StatusCode.DEADLINE_EXCEEDED, "slow")]
+    retries: list[str] = []
+
+    def flaky() -> str:
+        if errors:
+            raise errors.pop(0)
+        return "registered"
+
+    assert call_until_done(flaky, stopping, lambda exc, delay: retries.append(exc.code.name)) == "registered"
+    assert retries == ["UNAVAILABLE", "DEADLINE_EXCEEDED"]
+
+    def refused() -> None:
+        raise ApiError(grpc.StatusCode.PERMISSION_DENIED, "bad token")
+
+    with pytest.raises(ApiError, match="bad token"):
+        call_until_done(refused, stopping, lambda exc, delay: retries.append("never"))
+
+    def down() -> None:
+        raise ApiError(grpc.StatusCode.UNAVAILABLE, "still down")
+
+    stopping.set()
+    with pytest.raises(ApiError, match="still down"):
+        call_until_done(down, stopping, lambda exc, delay: retries.append("never"))
+    assert "never" not in retries
 
 
 def test_outbox_drops_permanent_errors_and_bugs_but_keeps_going():

@@ -1,4 +1,4 @@
-"""Input pipelines (worker/data.py) on small real files generated here."""
+"""Input pipelines (worker/data/) on small real files generated here."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import grpc
 
@@ -28,7 +28,12 @@ from aiperf.profiles import Profile, get_profile
 from aiperf.search import HistoryEntry, derive_seed, worker_seed
 from worker.inventory import Inventory, inventory
 
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from worker.data import Dataset
+    from worker.trainer import Progress, TrainResult
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                         grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL})
@@ -43,6 +48,24 @@ def backoff_delays(first: float = 0.5, cap: float = 10.0):
     while True:
         yield delay
         delay = min(delay * 2, cap)
+
+
+def call_until_done(call: Callable[[], T], stopping: threading.Event,
+                    on_retry: Callable[[ApiError, float], None]) -> T:
+    """``call()``, again after each transient error (``on_retry(error, delay)``, then `backoff_delays`).
+
+    A permanent error, or any error once `stopping` is set, propagates.
+    """
+    delays = backoff_delays()
+    while True:
+        try:
+            return call()
+        except ApiError as exc:
+            if exc.code not in _TRANSIENT or stopping.is_set():
+                raise
+            delay = next(delays)
+            on_retry(exc, delay)
+            time.sleep(delay)
 
 
 class Outbox:
@@ -71,23 +94,16 @@ class Outbox:
                 self._queue.task_done()
                 return
             what, call = item
-            for delay in backoff_delays():
-                try:
-                    call()
-                    self.sent += 1
-                    break
-                except ApiError as exc:
-                    if exc.code in _TRANSIENT and not self._stopping.is_set():
-                        log.warning("event=retry what=%s code=%s in=%.1fs", what, exc.code.name, delay)
-                        time.sleep(delay)
-                        continue
-                    log.warning("event=dropped what=%s error=%s", what, exc)
-                    self.dropped.append((what, str(exc)))
-                    break
-                except Exception as exc:  # noqa: BLE001 - a bug in one call must not stop the rest
-                    log.exception("event=dropped what=%s", what)
-                    self.dropped.append((what, repr(exc)))
-                    break
+            try:
+                call_until_done(call, self._stopping, lambda exc, delay: log.warning(
+                    "event=retry what=%s code=%s in=%.1fs", what, exc.code.name, delay))
+                self.sent += 1
+            except ApiError as exc:
+                log.warning("event=dropped what=%s error=%s", what, exc)
+                self.dropped.append((what, str(exc)))
+            except Exception as exc:  # noqa: BLE001 - a bug in one call must not stop the rest
+                log.exception("event=dropped what=%s", what)
+                self.dropped.append((what, repr(exc)))
             self._queue.task_done()
 
     def flush(self, timeout_s: float = 60.0) -> bool:
@@ -191,19 +207,14 @@ class Agent:
                 from worker.gemm import measure_peaks
 
                 self.peaks = measure_peaks([f"/GPU:{i}" for i in range(len(inv.accelerators))])
-        for delay in backoff_delays():
-            try:
-                reg = self.client.register(
-                    name=self.config.name, host=socket.gethostname(),
-                    accelerators=[Accelerator(a.model, a.memory_bytes, peak_flops_by_dtype=peaks)
-                                  for a, peaks in zip(inv.accelerators, self.peaks)],
-                    cpus=inv.cpus, memory_bytes=inv.memory_bytes, software=inv.software)
-                break
-            except ApiError as exc:
-                if exc.code not in _TRANSIENT or self._stop.is_set():
-                    raise
-                log.warning("event=register_retry code=%s in=%.1fs", exc.code.name, delay)
-                time.sleep(delay)
+        reg = call_until_done(
+            lambda: self.client.register(
+                name=self.config.name, host=socket.gethostname(),
+                accelerators=[Accelerator(a.model, a.memory_bytes, peak_flops_by_dtype=peaks)
+                              for a, peaks in zip(inv.accelerators, self.peaks)],
+                cpus=inv.cpus, memory_bytes=inv.memory_bytes, software=inv.software),
+            self._stop,
+            lambda exc, delay: log.warning("event=register_retry code=%s in=%.1fs", exc.code.name, delay))
         self.worker_id = reg.worker_id
         self.heartbeat_interval_s = reg.heartbeat_interval_s or 5.0
         if reg.abandoned_model_ids:
@@ -366,10 +377,26 @@ class Agent:
         return 0
 
     def _round(self, ctx: RunContext, dataset, pool, outbox: Outbox, round_index: int) -> None:
-        from aiperf.hpo import choose_hyperparameters
-        from worker.trainer import train_model
-
+        """One round: take a child, submit it, train it while reporting progress, finish it."""
         candidate = pool.take(timeout=600)
+        hyper, source = self._hyperparameters(ctx, round_index)
+        graph = candidate.graph
+        parent_id = candidate.parent_model_id or self._model_with_hash(graph.meta.get("parent"))
+        model_id = self._submit(graph, parent_id, round_index, hyper)
+        if model_id is None:
+            return
+        self._current_model = model_id
+        log.info("event=round_start round=%d model=%d parent=%d source=%s batch=%d kernel=%d",
+                 round_index, model_id, parent_id, source,
+                 hyper["batch_size"], hyper["kernel_size"])
+        result = self._train(ctx, dataset, graph, hyper, outbox, model_id, round_index)
+        self._current_model = 0
+        self._finish(outbox, model_id, round_index, result)
+
+    def _hyperparameters(self, ctx: RunContext, round_index: int) -> tuple[dict[str, int], str]:
+        """This round's hyperparameters and where they come from (warm-up defaults, or TPE on the run's history)."""
+        from aiperf.hpo import choose_hyperparameters
+
         observations = []
         if round_index > ctx.warmup_rounds:
             try:
@@ -377,11 +404,15 @@ class Agent:
                 observations = [(hyperparameters_dict(o.hyperparameters), o.accuracy) for o in obs]
             except ApiError as exc:
                 log.warning("event=hyper_history_failed error=%s", exc)
-        hyper, source = choose_hyperparameters(ctx.profile, round_index, observations,
-                                               seed=derive_seed(ctx.seed, "hpo", self.worker_id, round_index),
-                                               warmup_rounds=ctx.warmup_rounds)
-        graph = candidate.graph
-        parent_id = candidate.parent_model_id or self._model_with_hash(graph.meta.get("parent"))
+        return choose_hyperparameters(ctx.profile, round_index, observations,
+                                      seed=derive_seed(ctx.seed, "hpo", self.worker_id, round_index),
+                                      warmup_rounds=ctx.warmup_rounds)
+
+    def _submit(self, graph: Graph, parent_id: int, round_index: int, hyper: dict[str, int]) -> int | None:
+        """The model id the master gives the child; None after a transient error (the round is skipped).
+
+        Raises `_RunClosed` when the run accepts no more models.
+        """
         try:
             sub = self.client.submit_model(self.worker_id, graph.to_json(), graph.hash(),
                                            parent_id=parent_id, round=round_index,
@@ -390,18 +421,20 @@ class Agent:
             if exc.code in _TRANSIENT:
                 log.warning("event=submit_failed error=%s", exc)
                 time.sleep(1.0)
-                return
+                return None
             if exc.code == grpc.StatusCode.FAILED_PRECONDITION:
                 raise _RunClosed(exc.details) from None
             raise
-        model_id = sub.model_id
-        self._current_model = model_id
-        log.info("event=round_start round=%d model=%d parent=%d source=%s batch=%d kernel=%d",
-                 round_index, model_id, parent_id, source,
-                 hyper["batch_size"], hyper["kernel_size"])
+        return sub.model_id
+
+    def _train(self, ctx: RunContext, dataset: Dataset, graph: Graph, hyper: dict[str, int], outbox: Outbox,
+               model_id: int, round_index: int) -> TrainResult:
+        """Train the model, queueing each progress report on `outbox`; returns the `TrainResult`."""
+        from worker.trainer import train_model
+
         seq = [0]
 
-        def on_progress(p) -> None:
+        def on_progress(p: Progress) -> None:
             seq[0] += 1
             n = seq[0]
             outbox.put(f"progress model={model_id} seq={n}", lambda: self.stream.report_progress(
@@ -416,37 +449,40 @@ class Agent:
         epochs = ctx.profile.epochs_for_round(round_index)
         if ctx.max_epochs_per_round:
             epochs = min(epochs, ctx.max_epochs_per_round)
-        result = train_model(graph, hyper, dataset, ctx.profile, round_index,
-                             on_progress=on_progress, should_stop=should_stop,
-                             precision=_TRAINER_PRECISION.get(ctx.precision, "fp32"),
-                             xla=self.config.xla, progress_interval_s=ctx.report_interval_s,
-                             seed=derive_seed(ctx.seed, "train", self.worker_id, round_index),
-                             epochs=epochs)
-        self._current_model = 0
+        return train_model(graph, hyper, dataset, ctx.profile, round_index,
+                           on_progress=on_progress, should_stop=should_stop,
+                           precision=_TRAINER_PRECISION.get(ctx.precision, "fp32"),
+                           xla=self.config.xla, progress_interval_s=ctx.report_interval_s,
+                           seed=derive_seed(ctx.seed, "train", self.worker_id, round_index),
+                           epochs=epochs)
+
+    def _finish(self, outbox: Outbox, model_id: int, round_index: int, result: TrainResult) -> None:
+        """Tell the master how the model ended: done with its accuracies, or failed with a reason."""
         if self._lost.is_set():
             log.warning("event=model_abandoned model=%d", model_id)
             return
         if result.state == "failed":
-            outbox.put(f"finish model={model_id}", lambda: self.client.finish_model(
-                self.worker_id, model_id, "failed", reason=result.reason))
+            self._send_finish(outbox, model_id, "failed", reason=result.reason)
             log.warning("event=model_failed model=%d reason=%s", model_id, result.reason)
             return
         if not result.val_accuracies:
             # Cut (run stopping, worker stopping) before a first validation:
             # there is no accuracy to rank it by. Close it so the master need
             # not wait for it; the progress already reported stays counted.
-            reason = result.reason or "stopped before its first validation"
-            outbox.put(f"finish model={model_id}", lambda: self.client.finish_model(
-                self.worker_id, model_id, "failed", reason=reason))
+            self._send_finish(outbox, model_id, "failed",
+                              reason=result.reason or "stopped before its first validation")
             log.info("event=round_cut model=%d state=%s", model_id, result.state)
             return
         best = float(result.best_val_accuracy)
         predicted = float(result.predicted_accuracy if result.predicted_accuracy is not None else best)
-        outbox.put(f"finish model={model_id}", lambda: self.client.finish_model(
-            self.worker_id, model_id, "done", best_accuracy=best, predicted_accuracy=predicted))
+        self._send_finish(outbox, model_id, "done", best_accuracy=best, predicted_accuracy=predicted)
         outbox.flush()
         log.info("event=round_end round=%d model=%d state=%s best=%.4f predicted=%.4f epochs=%d",
                  round_index, model_id, result.state, best, predicted, result.epochs)
+
+    def _send_finish(self, outbox: Outbox, model_id: int, state: str, **fields: Any) -> None:
+        outbox.put(f"finish model={model_id}", lambda: self.client.finish_model(
+            self.worker_id, model_id, state, **fields))
 
 
 class _RunClosed(Exception):

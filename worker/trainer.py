@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from aiperf.flops import count_flops
+from aiperf.flops import FlopCount, count_flops
 from aiperf.graph import Graph, with_inserted_kernel
 from aiperf.learning_curve import predict_final_accuracy
 from aiperf.profiles import Profile
@@ -122,11 +122,36 @@ def train_model(graph: Graph, hyper: Mapping[str, int], dataset: Any, profile: P
     `epochs` overrides the profile's epochs for this round (a run's cap on round
     length); the learning rate decays to 0 over the epochs actually planned.
     """
-    import keras
-    import tensorflow as tf
+    plan = _plan_round(graph, hyper, dataset, profile, round_index, precision=precision, epochs=epochs,
+                       strategy=strategy)
+    tracker = _Tracker(plan.flop_count, on_progress, should_stop, profile.patience(round_index),
+                       progress_interval_s)
+    if should_stop():  # nothing to do: skip building and tracing the model
+        return _result(plan, tracker, profile, STOPPED, "stop requested", duration_s=0.0)
+    start = time.monotonic()
+    state, reason = _fit(plan, dataset, profile, tracker, round_index, xla=xla, seed=seed)
+    return _result(plan, tracker, profile, state, reason, duration_s=time.monotonic() - start)
 
-    from aiperf.keras_builder import build_model
 
+@dataclass(frozen=True)
+class _RoundPlan:
+    """A round's checked settings, worked out before any model is built."""
+
+    graph: Graph                 # with the kernel size inserted
+    flop_count: FlopCount
+    batch_size: int              # per accelerator
+    precision: str
+    epochs: int
+    strategy: Any
+    replicas: int
+    global_batch: int
+    steps_per_epoch: int
+    hyperparameters: dict[str, int]
+
+
+def _plan_round(graph: Graph, hyper: Mapping[str, int], dataset: Any, profile: Profile, round_index: int, *,
+                precision: str, epochs: int | None, strategy: Any) -> _RoundPlan:
+    """Check the round's settings against the dataset; ValueError names the first bad one."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (choose from {', '.join(PRECISIONS)})")
     batch_size, kernel_size = int(hyper["batch_size"]), int(hyper["kernel_size"])
@@ -144,76 +169,94 @@ def train_model(graph: Graph, hyper: Mapping[str, int], dataset: Any, profile: P
     strategy = strategy or local_strategy()
     replicas = int(strategy.num_replicas_in_sync)
     global_batch = batch_size * replicas
-    steps_per_epoch = _train_steps(dataset, global_batch)
-    hyper_out = {"batch_size": batch_size, "kernel_size": kernel_size}
+    return _RoundPlan(graph=graph, flop_count=flop_count, batch_size=batch_size, precision=precision,
+                      epochs=epochs, strategy=strategy, replicas=replicas, global_batch=global_batch,
+                      steps_per_epoch=_train_steps(dataset, global_batch),
+                      hyperparameters={"batch_size": batch_size, "kernel_size": kernel_size})
 
-    tracker = _Tracker(flop_count, on_progress, should_stop, profile.patience(round_index),
-                       progress_interval_s)
-    if should_stop():  # nothing to do: skip building and tracing the model
-        return TrainResult(state=STOPPED, val_accuracies=(), epochs=0, images_trained=0,
-                           images_validated=0, worker_flops=0, best_val_accuracy=None, predicted_accuracy=None,
-                           reason="stop requested", replicas=replicas, global_batch_size=global_batch,
-                           hyperparameters=hyper_out)
-    start = time.monotonic()
+
+def _fit(plan: _RoundPlan, dataset: Any, profile: Profile, tracker: _Tracker, round_index: int, *,
+         xla: bool, seed: int) -> tuple[str, str]:
+    """Build and train the model; returns the round's state and reason.
+
+    Out of memory is a failed round, any other error propagates. The Keras
+    session is cleared and the dtype policy restored either way.
+    """
+    import keras
+    import tensorflow as tf
+
     previous_policy = keras.config.dtype_policy()
     try:
-        try:
-            keras.config.set_dtype_policy(PRECISIONS[precision])
-            with strategy.scope():
-                model = build_model(graph, seed=seed)
-                if profile.bn_momentum is not None:
-                    for layer in model.layers:
-                        if isinstance(layer, keras.layers.BatchNormalization):
-                            layer.momentum = profile.bn_momentum
-                schedule = keras.optimizers.schedules.PolynomialDecay(
-                    profile.learning_rate, decay_steps=max(1, epochs * steps_per_epoch),
-                    end_learning_rate=0.0, power=1.0)
-                model.compile(
-                    optimizer=keras.optimizers.SGD(schedule, momentum=profile.momentum),
-                    loss="categorical_crossentropy",
-                    metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
-                             _image_count_metric()(name="images")],
-                    jit_compile=bool(xla))
-        finally:
-            keras.config.set_dtype_policy(previous_policy)
-        model.fit(dataset.train(global_batch, seed=seed), validation_data=dataset.validation(global_batch),
-                  epochs=epochs, callbacks=[tracker.callback()], verbose=0,
+        model = _compiled_model(plan, profile, xla=xla, seed=seed)
+        model.fit(dataset.train(plan.global_batch, seed=seed),
+                  validation_data=dataset.validation(plan.global_batch),
+                  epochs=plan.epochs, callbacks=[tracker.callback()], verbose=0,
                   shuffle=False)  # the dataset shuffles itself
-        state = STOPPED if tracker.stopped else (FAILED if tracker.nan_epoch else DONE)
-        reason = ("stop requested" if tracker.stopped else
-                  f"loss became NaN in epoch {tracker.nan_epoch}" if tracker.nan_epoch else
-                  f"early stop after {tracker.epochs_run} epochs (patience {tracker.patience})"
-                  if tracker.early_stopped else "")
+        return tracker.outcome()
     except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
         if not _is_out_of_memory(exc, tf):
             raise
-        state = FAILED
-        reason = (f"out of memory at batch size {batch_size} per accelerator "
-                  f"(global {global_batch}, {precision}): {_first_line(exc)}")
+        reason = (f"out of memory at batch size {plan.batch_size} per accelerator "
+                  f"(global {plan.global_batch}, {plan.precision}): {_first_line(exc)}")
         log.warning("round %d: %s", round_index, reason)
+        return FAILED, reason
     finally:
         tracker.flush(epoch_end=False)
         keras.backend.clear_session(free_memory=True)
         keras.config.set_dtype_policy(previous_policy)  # clear_session resets it
+
+
+def _compiled_model(plan: _RoundPlan, profile: Profile, *, xla: bool, seed: int) -> Any:
+    """The Keras model of `plan.graph`, built under the round's precision and compiled for SGD."""
+    import keras
+
+    from aiperf.keras_builder import build_model
+
+    previous_policy = keras.config.dtype_policy()
+    try:
+        keras.config.set_dtype_policy(PRECISIONS[plan.precision])
+        with plan.strategy.scope():
+            model = build_model(plan.graph, seed=seed)
+            if profile.bn_momentum is not None:
+                for layer in model.layers:
+                    if isinstance(layer, keras.layers.BatchNormalization):
+                        layer.momentum = profile.bn_momentum
+            schedule = keras.optimizers.schedules.PolynomialDecay(
+                profile.learning_rate, decay_steps=max(1, plan.epochs * plan.steps_per_epoch),
+                end_learning_rate=0.0, power=1.0)
+            model.compile(
+                optimizer=keras.optimizers.SGD(schedule, momentum=profile.momentum),
+                loss="categorical_crossentropy",
+                metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
+                         _image_count_metric()(name="images")],
+                jit_compile=bool(xla))
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+    return model
+
+
+def _result(plan: _RoundPlan, tracker: _Tracker, profile: Profile, state: str, reason: str, *,
+            duration_s: float) -> TrainResult:
     accs = tuple(tracker.val_accuracies)
     best = max(accs) if accs else None
     predicted = None
     if accs:
         predicted = best if tracker.early_stopped else predict_final_accuracy(accs, profile.final_epochs)
+    trained, validated = tracker.trained.total, tracker.validated.total
     return TrainResult(
         state=state, val_accuracies=accs, epochs=len(accs),
-        images_trained=tracker.total_trained, images_validated=tracker.total_validated,
-        worker_flops=flop_count.ops(tracker.total_trained, tracker.total_validated),
+        images_trained=trained, images_validated=validated,
+        worker_flops=plan.flop_count.ops(trained, validated),
         best_val_accuracy=best, predicted_accuracy=predicted, early_stopped=tracker.early_stopped,
-        reason=reason, duration_s=time.monotonic() - start, replicas=replicas,
-        global_batch_size=global_batch, hyperparameters=hyper_out)
+        reason=reason, duration_s=duration_s, replicas=plan.replicas,
+        global_batch_size=plan.global_batch, hyperparameters=plan.hyperparameters)
 
 
 # ---------------------------------------------------------------------------
 class _Tracker:
     """State shared by the Keras callback: image counts, reports, stopping."""
 
-    def __init__(self, flop_count: Any, on_progress: Callable[[Progress], None],
+    def __init__(self, flop_count: FlopCount, on_progress: Callable[[Progress], None],
                  should_stop: Callable[[], bool], patience: int, interval_s: float) -> None:
         self.flop_count = flop_count
         self.on_progress = on_progress
@@ -229,13 +272,22 @@ class _Tracker:
         self.early_stopped = False
         self.stopped = False
         self.nan_epoch = 0
-        self.total_trained = self.total_validated = 0
-        self.pending_trained = self.pending_validated = 0
-        self._seen_train = self._seen_val = 0  # cumulative metric values within epoch / evaluation
+        self.trained = _ImageCount()
+        self.validated = _ImageCount()
 
     @property
     def epochs_run(self) -> int:
         return len(self.val_accuracies)
+
+    def outcome(self) -> tuple[str, str]:
+        """State and reason of a round whose training ran to its end or was cut."""
+        if self.stopped:
+            return STOPPED, "stop requested"
+        if self.nan_epoch:
+            return FAILED, f"loss became NaN in epoch {self.nan_epoch}"
+        if self.early_stopped:
+            return DONE, f"early stop after {self.epochs_run} epochs (patience {self.patience})"
+        return DONE, ""
 
     def callback(self) -> Any:
         import keras
@@ -245,10 +297,10 @@ class _Tracker:
         class ProgressCallback(keras.callbacks.Callback):
             def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
                 tracker.epoch = epoch + 1
-                tracker._seen_train = 0
+                tracker.trained.restart()
 
             def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-                tracker._count_train(logs)
+                tracker.trained.update(logs)
                 if tracker._check_stop():
                     self.model.stop_training = True
                 if logs and math.isnan(float(logs.get("loss", 0.0))):
@@ -257,10 +309,10 @@ class _Tracker:
                 tracker._maybe_report()
 
             def on_test_begin(self, logs: Any = None) -> None:
-                tracker._seen_val = 0
+                tracker.validated.restart()
 
             def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
-                tracker._count_val(logs)
+                tracker.validated.update(logs)
                 if tracker._check_stop():
                     self.model.stop_evaluating = True
                 tracker._maybe_report()
@@ -274,18 +326,6 @@ class _Tracker:
                     self.model.stop_training = True
 
         return ProgressCallback()
-
-    def _count_train(self, logs: Any) -> None:
-        seen = int(round(float((logs or {}).get("images", self._seen_train))))
-        self.pending_trained += seen - self._seen_train
-        self.total_trained += seen - self._seen_train
-        self._seen_train = seen
-
-    def _count_val(self, logs: Any) -> None:
-        seen = int(round(float((logs or {}).get("images", self._seen_val))))
-        self.pending_validated += seen - self._seen_val
-        self.total_validated += seen - self._seen_val
-        self._seen_val = seen
 
     def _check_stop(self) -> bool:
         if not self.stopped and self.should_stop():
@@ -312,17 +352,39 @@ class _Tracker:
             self.flush(epoch_end=False)
 
     def flush(self, epoch_end: bool) -> None:
-        if not epoch_end and not (self.pending_trained or self.pending_validated):
+        if not epoch_end and not (self.trained.pending or self.validated.pending):
             return
         now = time.monotonic()
+        trained, validated = self.trained.take_pending(), self.validated.take_pending()
         report = Progress(
-            images_trained=self.pending_trained, images_validated=self.pending_validated,
-            worker_flops=self.flop_count.ops(self.pending_trained, self.pending_validated),
+            images_trained=trained, images_validated=validated,
+            worker_flops=self.flop_count.ops(trained, validated),
             epoch=max(self.epoch, 1), val_accuracy=self.val_accuracies[-1] if self.val_accuracies else None,
             epoch_end=epoch_end, elapsed_s=now - self.start)
-        self.pending_trained = self.pending_validated = 0
         self.last_report = now
         self.on_progress(report)
+
+
+class _ImageCount:
+    """Images of one split (training or validation) counted from the image-count metric."""
+
+    def __init__(self) -> None:
+        self.total = 0    # over the round
+        self.pending = 0  # since the last progress report
+        self._seen = 0    # the metric's value, which restarts every epoch (training) or evaluation
+
+    def restart(self) -> None:
+        self._seen = 0
+
+    def update(self, logs: Any) -> None:
+        seen = int(round(float((logs or {}).get("images", self._seen))))
+        self.pending += seen - self._seen
+        self.total += seen - self._seen
+        self._seen = seen
+
+    def take_pending(self) -> int:
+        pending, self.pending = self.pending, 0
+        return pending
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,0 +1,210 @@
+"""The opened dataset every source returns, and the pipeline steps they share.
+
+`Dataset.train` and `Dataset.validation` build the tf.data pipeline for every
+source: a source lists the elements of a split (records, file paths or pixels)
+and says how one element becomes an ``(image, one-hot label)`` pair, plain or
+augmented; the base adds the per-element augmentation seeds, the parallel map,
+batching and prefetching. Unaugmented training is the plain preparation of the
+shuffled training elements.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from worker.data.spec import DatasetError, DatasetSpec
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import tensorflow as tf
+
+
+def tensorflow() -> Any:
+    """The `tensorflow` module, imported on first use so that importing the package stays cheap."""
+    import tensorflow as tf
+
+    return tf
+
+
+class Dataset(ABC):
+    """An opened, validated dataset: sizes, classes and tf.data pipelines."""
+
+    # True where `_plain_example` works on a batch as well as on one element
+    # (images of one size held in memory): plain batches are then prepared
+    # whole, one resize per batch instead of one per image.
+    prepare_whole_batches: ClassVar[bool] = False
+
+    def __init__(self, spec: DatasetSpec, num_classes: int, *, augment_by_default: bool) -> None:
+        assert spec.image_size is not None  # set by spec.normalise
+        self.spec = spec
+        self.image_size = spec.image_size
+        self.num_classes = num_classes
+        self.augment = augment_by_default if spec.augment is None else spec.augment
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    @abstractmethod
+    def train_size(self) -> int:
+        """Images in one epoch of this worker's training split (its shard)."""
+
+    @property
+    @abstractmethod
+    def validation_size(self) -> int:
+        """Images in the validation split."""
+
+    def train(self, batch_size: int, *, seed: int = 0, drop_remainder: bool = False) -> tf.data.Dataset:
+        """Shuffled, augmented training batches; each iteration is one epoch.
+
+        The same seed gives the same sequence of epochs (order and
+        augmentation); each new iteration reshuffles and re-augments.
+        """
+        check_batch_size(batch_size)
+        elements = self._train_elements(seed)
+        if not self.augment:
+            return self._plain_batches(elements, batch_size, drop_remainder)
+        tf = tensorflow()
+        # seed (and seed + 1) order the elements; seed + 2 drives the augmentation
+        examples = tf.data.Dataset.zip((elements, element_seeds(seed + 2)))
+        examples = examples.map(self._augmented_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return batch_and_prefetch(examples, batch_size, drop_remainder)
+
+    def validation(self, batch_size: int) -> tf.data.Dataset:
+        """Validation batches in a fixed order, identical on every iteration."""
+        check_batch_size(batch_size)
+        return self._plain_batches(self._validation_elements(), batch_size, False)
+
+    def train_steps(self, batch_size: int, *, drop_remainder: bool = False) -> int:
+        """Batches in one training epoch."""
+        check_batch_size(batch_size)
+        if drop_remainder:
+            return self.train_size // batch_size
+        return math.ceil(self.train_size / batch_size)
+
+    def validation_steps(self, batch_size: int) -> int:
+        check_batch_size(batch_size)
+        return math.ceil(self.validation_size / batch_size)
+
+    def __repr__(self) -> str:
+        where = f" at {self.spec.path}" if self.spec.path else ""
+        return (
+            f"<{type(self).__name__} {self.kind}{where}: {self.num_classes} classes, "
+            f"{self.image_size}x{self.image_size}, augment={self.augment}, shard={self.spec.shard}>"
+        )
+
+    # -- what each source provides -------------------------------------------
+    @abstractmethod
+    def _train_elements(self, seed: int) -> tf.data.Dataset:
+        """This worker's training elements, reshuffled on each iteration (the order follows `seed`)."""
+
+    @abstractmethod
+    def _validation_elements(self) -> tf.data.Dataset:
+        """The validation elements in a fixed order."""
+
+    @abstractmethod
+    def _plain_example(self, *element: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """One element -> (image, one-hot label) without augmentation.
+
+        tf.data passes the parts of a tuple element as separate arguments.
+        """
+
+    @abstractmethod
+    def _augmented_example(self, element: Any, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """One training element and its stateless seed (shape [2]) -> (augmented image, one-hot label)."""
+
+    # -- helpers for the sources --------------------------------------------
+    def _one_hot(self, label: tf.Tensor) -> tf.Tensor:
+        tf = tensorflow()
+        return tf.one_hot(label, self.num_classes, dtype=tf.float32)
+
+    def _plain_batches(self, elements: tf.data.Dataset, batch_size: int, drop_remainder: bool) -> tf.data.Dataset:
+        tf = tensorflow()
+        if self.prepare_whole_batches:
+            batches = elements.batch(batch_size, drop_remainder=drop_remainder)
+            batches = batches.map(self._plain_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            return batches.prefetch(tf.data.AUTOTUNE)
+        examples = elements.map(self._plain_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return batch_and_prefetch(examples, batch_size, drop_remainder)
+
+
+class ListedDataset(Dataset):
+    """A dataset whose splits are held in memory as ``(inputs, labels)`` arrays.
+
+    The inputs are image paths (``imagenet-folder``) or pixels (``cifar10``,
+    ``digits``). Sharding keeps every ``count``-th training item; the whole
+    training split is shuffled each epoch.
+    """
+
+    def __init__(self, spec: DatasetSpec, num_classes: int, *, augment_by_default: bool,
+                 train: tuple[np.ndarray, np.ndarray], validation: tuple[np.ndarray, np.ndarray],
+                 where: str) -> None:
+        super().__init__(spec, num_classes, augment_by_default=augment_by_default)
+        inputs, labels = train
+        if spec.shard is not None:
+            index, count = spec.shard
+            inputs, labels = inputs[index::count], labels[index::count]
+            if labels.size == 0:
+                raise DatasetError(f"{where}: shard {spec.shard} holds no images")
+        self._train = (inputs, labels.astype(np.int32))
+        self._validation = (validation[0], validation[1].astype(np.int32))
+
+    @property
+    def train_size(self) -> int:
+        return int(self._train[1].size)
+
+    @property
+    def validation_size(self) -> int:
+        return int(self._validation[1].size)
+
+    def _train_elements(self, seed: int) -> tf.data.Dataset:
+        tf = tensorflow()
+        elements = tf.data.Dataset.from_tensor_slices(self._train)
+        return elements.shuffle(self.train_size, seed=seed, reshuffle_each_iteration=True)
+
+    def _validation_elements(self) -> tf.data.Dataset:
+        return tensorflow().data.Dataset.from_tensor_slices(self._validation)
+
+
+def check_batch_size(batch_size: int) -> None:
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch size must be a positive integer, got {batch_size!r}")
+
+
+def element_seeds(seed: int) -> tf.data.Dataset:
+    """One stateless seed (shape [2]) per element; new values every epoch, same run to run."""
+    tf = tensorflow()
+    return tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
+
+
+def batch_and_prefetch(examples: tf.data.Dataset, batch_size: int, drop_remainder: bool) -> tf.data.Dataset:
+    tf = tensorflow()
+    batches = examples.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=tf.data.AUTOTUNE,
+                             deterministic=True)
+    return batches.prefetch(tf.data.AUTOTUNE)
+
+
+def require_dir(path: str) -> None:
+    """Raise ``DatasetError`` unless `path` is a directory (local, or a URL TensorFlow can read)."""
+    # Local paths are checked without TensorFlow, so a mistyped path fails
+    # fast with one line (TensorFlow's start-up logs would come first).
+    if "://" not in path:
+        isdir, exists = os.path.isdir, os.path.exists
+    else:
+        tf = tensorflow()
+        isdir, exists = tf.io.gfile.isdir, tf.io.gfile.exists
+    if not isdir(path):
+        if exists(path):
+            raise DatasetError(f"{path}: not a directory")
+        raise DatasetError(f"{path}: no such directory")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message, for a one-line ``DatasetError``."""
+    text = getattr(exc, "message", None) or str(exc)
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__

@@ -1,0 +1,107 @@
+"""Image operations of the pipelines: decode, crop, resize, flip and normalise (graph functions).
+
+The ImageNet kinds (TFRecord and folder) share `imagenet_train_image` and
+`imagenet_eval_image`; every kind normalises with `normalise_image`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from worker.data.base import first_line, tensorflow
+from worker.data.spec import DatasetError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import tensorflow as tf
+
+# Per-channel normalisation on the 0..255 scale.
+IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+CIFAR10_MEAN = (0.4914 * 255, 0.4822 * 255, 0.4465 * 255)
+CIFAR10_STD = (0.2470 * 255, 0.2435 * 255, 0.2616 * 255)
+
+# Validation keeps the central 87.5% of the shorter side (224 out of 256).
+CENTRAL_FRACTION = 0.875
+# Training crops: Inception-style random-sized crop.
+CROP_AREA_RANGE = (0.08, 1.0)
+CROP_ASPECT_RANGE = (3 / 4, 4 / 3)
+
+
+def normalise_image(image: tf.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> tf.Tensor:
+    tf = tensorflow()
+    return (tf.cast(image, tf.float32) - tf.constant(mean, tf.float32)) / tf.constant(std, tf.float32)
+
+
+def imagenet_train_image(encoded: tf.Tensor, seed: tf.Tensor, size: int) -> tf.Tensor:
+    """Random-sized crop, resize to `size`, random horizontal flip, normalise."""
+    tf = tensorflow()
+    seeds = tf.random.experimental.stateless_split(seed, 2)
+    image = _decode_crop(encoded, _random_window(seeds[0]))
+    image = tf.image.resize(image, [size, size], method="bilinear")
+    image = tf.image.stateless_random_flip_left_right(image, seeds[1])
+    image = normalise_image(image, IMAGENET_MEAN, IMAGENET_STD)
+    return tf.ensure_shape(image, [size, size, 3])
+
+
+def imagenet_eval_image(encoded: tf.Tensor, size: int) -> tf.Tensor:
+    """Central crop, resize to `size`, normalise."""
+    tf = tensorflow()
+    image = _decode_crop(encoded, _central_window)
+    image = tf.image.resize(image, [size, size], method="bilinear")
+    image = normalise_image(image, IMAGENET_MEAN, IMAGENET_STD)
+    return tf.ensure_shape(image, [size, size, 3])
+
+
+def check_decodes(encoded: bytes, where: str) -> None:
+    """Decode one image eagerly; raise ``DatasetError`` naming `where` if it fails or is empty."""
+    tf = tensorflow()
+    try:
+        image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as exc:
+        raise DatasetError(f"{where}: image fails to decode ({first_line(exc)})") from None
+    if int(image.shape[0]) < 1 or int(image.shape[1]) < 1:
+        raise DatasetError(f"{where}: image is empty")
+
+
+def _decode_crop(encoded: tf.Tensor, window: Callable[[tf.Tensor], tf.Tensor]) -> tf.Tensor:
+    """Decode the part ``[top, left, height, width] = window(image shape)`` (JPEGs decode only that part)."""
+    tf = tensorflow()
+
+    def jpeg() -> tf.Tensor:
+        crop = window(tf.image.extract_jpeg_shape(encoded))
+        return tf.image.decode_and_crop_jpeg(encoded, crop, channels=3)
+
+    def other() -> tf.Tensor:
+        image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+        crop = window(tf.shape(image))
+        return tf.slice(image, [crop[0], crop[1], 0], [crop[2], crop[3], -1])
+
+    return tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
+
+
+def _random_window(seed: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor]:
+    """An Inception-style random-sized crop window."""
+    tf = tensorflow()
+
+    def window(shape: tf.Tensor) -> tf.Tensor:
+        begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            shape,
+            bounding_boxes=tf.zeros([1, 0, 4], tf.float32),
+            seed=seed,
+            min_object_covered=0.1,
+            aspect_ratio_range=CROP_ASPECT_RANGE,
+            area_range=CROP_AREA_RANGE,
+            max_attempts=10,
+            use_image_if_no_bounding_boxes=True,
+        )
+        return tf.stack([begin[0], begin[1], size[0], size[1]])
+
+    return window
+
+
+def _central_window(shape: tf.Tensor) -> tf.Tensor:
+    """The central square of CENTRAL_FRACTION of the shorter side."""
+    tf = tensorflow()
+    height, width = shape[0], shape[1]
+    side = tf.maximum(tf.cast(tf.cast(tf.minimum(height, width), tf.float32) * CENTRAL_FRACTION, tf.int32), 1)
+    return tf.stack([(height - side) // 2, (width - side) // 2, side, side])

@@ -1,0 +1,158 @@
+"""TFRecord files on disk: framing checks, record counting, and the cache of counts.
+
+Plain Python on the file framing (length, masked CRC-32C), so counting a shard
+reads its headers only, never the payloads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import tempfile
+from typing import Any, Callable
+
+from worker.data.base import tensorflow
+from worker.data.spec import DatasetError
+
+log = logging.getLogger(__name__)
+
+Stamp = tuple[int, int]  # a file's (size, modification time in ns)
+
+
+class RecordIndex:
+    """Per-file record counts (and label ranges) cached outside the dataset directory.
+
+    Keyed by the file's path, size and modification time, so a changed shard is
+    counted again.
+    """
+
+    def __init__(self, cache_dir: str | None) -> None:
+        base = cache_dir or os.environ.get("AIPERF_CACHE_DIR") or os.path.join(
+            os.path.expanduser("~"), ".cache", "aiperf"
+        )
+        self.path = os.path.join(base, "tfrecord-index.json")
+        self._entries: dict[str, dict[str, int]] | None = None
+
+    def entries(self, files: list[str], key: str,
+                compute: Callable[[str, int], dict[str, int]]) -> list[dict[str, int]]:
+        """Each file's cached values; where `key` is missing, ``compute(file, size)`` fills them in.
+
+        The cache file is written once, after all the files, if anything was computed.
+        """
+        found = []
+        computed = False
+        for path in files:
+            stamp = file_stamp(path)
+            entry = self.get(path, stamp)
+            if entry is None or key not in entry:
+                entry = compute(path, stamp[0])
+                self.put(path, stamp, **entry)
+                computed = True
+            found.append(entry)
+        if computed:
+            self.save()
+        return found
+
+    def get(self, key: str, stamp: Stamp) -> dict[str, int] | None:
+        entry = self._load().get(key)
+        if entry and entry.get("size") == stamp[0] and entry.get("mtime_ns") == stamp[1]:
+            return entry
+        return None
+
+    def put(self, key: str, stamp: Stamp, **values: int) -> None:
+        entries = self._load()
+        entry = dict(entries.get(key) or {})
+        if entry.get("size") != stamp[0] or entry.get("mtime_ns") != stamp[1]:
+            entry = {}
+        entry.update(values, size=stamp[0], mtime_ns=stamp[1])
+        entries[key] = entry
+
+    def save(self) -> None:
+        if self._entries is None:
+            return
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tfrecord-index.", dir=os.path.dirname(self.path))
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(self._entries, fh, sort_keys=True)
+            os.replace(tmp, self.path)  # atomic: concurrent workers never see half a file
+        except OSError as exc:
+            log.warning("cannot write the TFRecord count cache %s: %s", self.path, exc)
+
+    def _load(self) -> dict[str, dict[str, int]]:
+        if self._entries is None:
+            try:
+                with open(self.path, encoding="utf-8") as fh:
+                    data = json.load(fh)
+                self._entries = data if isinstance(data, dict) else {}
+            except (OSError, ValueError):
+                self._entries = {}
+        return self._entries
+
+
+def check_tfrecord_header(path: str) -> None:
+    """The first record's framing (length and its CRC) must be valid."""
+    with _open_binary(path) as fh:
+        header = fh.read(12)
+    if not header:
+        raise DatasetError(f"{path}: not a valid TFRecord file (empty)")
+    if len(header) < 12:
+        raise DatasetError(f"{path}: not a valid TFRecord file (truncated header)")
+    (length_crc,) = struct.unpack("<I", header[8:12])
+    if _masked_crc32c(header[:8]) != length_crc:
+        raise DatasetError(f"{path}: not a valid TFRecord file (bad length checksum)")
+
+
+def count_tfrecords(path: str, size: int) -> int:
+    """Count records by walking the framing only (no payload is read)."""
+    count = 0
+    pos = 0
+    with _open_binary(path) as fh:
+        while pos < size:
+            header = fh.read(8)
+            if len(header) < 8:
+                raise DatasetError(f"{path}: not a valid TFRecord file (truncated at byte {pos})")
+            (length,) = struct.unpack("<Q", header)
+            pos += 8 + 4 + length + 4
+            if pos > size:
+                raise DatasetError(f"{path}: not a valid TFRecord file (truncated record at #{count})")
+            fh.seek(pos)
+            count += 1
+    return count
+
+
+def file_stamp(path: str) -> Stamp:
+    if "://" in path:
+        stat = tensorflow().io.gfile.stat(path)
+        return int(stat.length), int(stat.mtime_nsec)
+    stat = os.stat(path)
+    return int(stat.st_size), int(stat.st_mtime_ns)
+
+
+def _open_binary(path: str) -> Any:
+    if "://" in path:
+        return tensorflow().io.gfile.GFile(path, "rb")
+    return open(path, "rb")
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for n in range(256):
+        crc = n
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def _masked_crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF

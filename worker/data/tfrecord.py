@@ -1,0 +1,207 @@
+"""``imagenet-tfrecord``: the standard ImageNet TFRecord layout, streamed from shards.
+
+Shards ``train-*-of-*`` and ``validation-*-of-*`` in one directory, each record
+a ``tf.train.Example`` with ``image/encoded`` (JPEG bytes) and
+``image/class/label`` (int64).
+
+Label offset (the rule, also in ``DatasetSpec``): the stored label minus the
+offset is the class index. The standard ImageNet TFRecords
+(``build_imagenet_data.py``, ``imagenet_to_gcs.py``) store 1..1000, i.e.
+offset 1. The labels of the whole validation split are scanned once (the
+result is cached per shard): with ``label_offset=None`` (auto) the offset is 1
+if the smallest validation label is 1, otherwise 0; with either offset,
+validation labels that fall outside ``[0, num_classes)`` are an error at load
+time, and training labels outside it stop the pipeline with an assertion.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from worker.data.base import Dataset, first_line, require_dir, tensorflow
+from worker.data.images import check_decodes, imagenet_eval_image, imagenet_train_image
+from worker.data.records import RecordIndex, check_tfrecord_header, count_tfrecords
+from worker.data.spec import DatasetError, DatasetSpec
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import tensorflow as tf
+
+FEATURE_IMAGE = "image/encoded"
+FEATURE_LABEL = "image/class/label"
+
+_READ_BUFFER_BYTES = 8 << 20
+_MAX_PARALLEL_FILES = 16
+
+
+class ImageNetTFRecords(Dataset):
+    """Streams the shards: records are shuffled through ``spec.shuffle_buffer``."""
+
+    def __init__(self, spec: DatasetSpec) -> None:
+        assert spec.path is not None
+        require_dir(spec.path)
+        self.train_files = self._shards(spec.path, "train")
+        self.validation_files = self._shards(spec.path, "validation")
+        for shard in self.train_files + self.validation_files:
+            check_tfrecord_header(shard)
+        super().__init__(spec, spec.num_classes or 1000, augment_by_default=True)
+        self._index = RecordIndex(spec.cache_dir)
+        for shard in (self.train_files[0], self.validation_files[0]):
+            self._check_first_record(shard)
+        self.label_offset = self._checked_label_offset()
+        index, count = spec.shard or (0, 1)
+        # Whole files per worker when there are enough of them; otherwise records.
+        self._file_sharded = count > 1 and len(self.train_files) >= count
+        self._shard_files = self.train_files[index::count] if self._file_sharded else self.train_files
+
+    @cached_property
+    def train_size(self) -> int:  # type: ignore[override]
+        if self.spec.shard is None or self._file_sharded:
+            return sum(self._counts(self._shard_files))
+        index, count = self.spec.shard
+        total = sum(self._counts(self.train_files))
+        return total // count + (1 if index < total % count else 0)
+
+    @cached_property
+    def validation_size(self) -> int:  # type: ignore[override]
+        return sum(self._counts(self.validation_files))
+
+    # -- opening checks --------------------------------------------------------
+    @staticmethod
+    def _shards(path: str, split: str) -> list[str]:
+        tf = tensorflow()
+        files = sorted(tf.io.gfile.glob(os.path.join(path, f"{split}-*")))
+        files = [f for f in files if not f.endswith((".json", ".txt", ".tmp"))]
+        if not files:
+            raise DatasetError(f"{path}: no {split}-* shards found")
+        return files
+
+    def _check_first_record(self, shard: str) -> None:
+        """Read, parse and decode the first record of a shard."""
+        tf = tensorflow()
+        try:
+            records = list(tf.data.TFRecordDataset(shard).take(1).as_numpy_iterator())
+        except tf.errors.OpError as exc:
+            raise DatasetError(f"{shard}: not a valid TFRecord file ({first_line(exc)})") from None
+        if not records:
+            raise DatasetError(f"{shard}: not a valid TFRecord file (no records)")
+        try:
+            example = tf.train.Example.FromString(records[0])
+        except Exception as exc:  # protobuf's DecodeError
+            raise DatasetError(f"{shard}: first record is not a tf.train.Example ({exc})") from None
+        feature = example.features.feature
+        if FEATURE_IMAGE not in feature or not feature[FEATURE_IMAGE].bytes_list.value:
+            raise DatasetError(f"{shard}: first record lacks {FEATURE_IMAGE}")
+        if FEATURE_LABEL not in feature or not feature[FEATURE_LABEL].int64_list.value:
+            raise DatasetError(f"{shard}: first record lacks {FEATURE_LABEL} (int64)")
+        check_decodes(feature[FEATURE_IMAGE].bytes_list.value[0], f"{shard}: first record")
+
+    def _checked_label_offset(self) -> int:
+        """The spec's label offset, or the detected one; every validation label must fit the classes."""
+        # The validation labels are scanned once (cached) in either case: they
+        # decide the auto offset and catch labels that do not fit the classes.
+        low, high = self._validation_label_range()
+        if self.spec.label_offset is not None:
+            offset = self.spec.label_offset
+        else:
+            offset = 1 if low == 1 else 0
+        if low - offset < 0 or high - offset >= self.num_classes:
+            raise DatasetError(
+                f"{self.spec.path} (validation-* shards): labels {low}..{high} with label offset {offset} "
+                f"fall outside 0..{self.num_classes - 1} (set num_classes or label_offset)"
+            )
+        return offset
+
+    def _validation_label_range(self) -> tuple[int, int]:
+        """Smallest and largest label over the validation split (cached per file)."""
+        entries = self._index.entries(self.validation_files, "min_label", _label_summary)
+        return min(e["min_label"] for e in entries), max(e["max_label"] for e in entries)
+
+    def _counts(self, files: list[str]) -> list[int]:
+        entries = self._index.entries(files, "records", lambda shard, size: {"records": count_tfrecords(shard, size)})
+        return [e["records"] for e in entries]
+
+    # -- the pipeline ------------------------------------------------------------
+    def _train_elements(self, seed: int) -> tf.data.Dataset:
+        tf = tensorflow()
+        if self.spec.shard is not None and not self._file_sharded:
+            index, count = self.spec.shard
+            # Record-level sharding needs one fixed global order: read files in sequence.
+            records = tf.data.TFRecordDataset(self.train_files, buffer_size=_READ_BUFFER_BYTES).shard(count, index)
+        else:
+            files = tf.data.Dataset.from_tensor_slices(self._shard_files).shuffle(
+                len(self._shard_files), seed=seed, reshuffle_each_iteration=True
+            )
+            records = _interleaved_records(files, len(self._shard_files))
+        return records.shuffle(self.spec.shuffle_buffer, seed=seed + 1, reshuffle_each_iteration=True)
+
+    def _validation_elements(self) -> tf.data.Dataset:
+        files = tensorflow().data.Dataset.from_tensor_slices(self.validation_files)
+        return _interleaved_records(files, len(self.validation_files))
+
+    def _plain_example(self, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:  # type: ignore[override]
+        encoded, label = self._parse(record)
+        return imagenet_eval_image(encoded, self.image_size), label
+
+    def _augmented_example(self, record: tf.Tensor, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        encoded, label = self._parse(record)
+        return imagenet_train_image(encoded, seed, self.image_size), label
+
+    def _parse(self, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """A serialised example -> (encoded image, one-hot label)."""
+        tf = tensorflow()
+        features = tf.io.parse_single_example(
+            record,
+            {
+                FEATURE_IMAGE: tf.io.FixedLenFeature([], tf.string),
+                FEATURE_LABEL: tf.io.FixedLenFeature([], tf.int64),
+            },
+        )
+        label = tf.cast(features[FEATURE_LABEL], tf.int32) - self.label_offset
+        # A label outside the classes would silently become an all-zero target.
+        checks = [
+            tf.debugging.assert_non_negative(label, message="label below 0 after the label offset"),
+            tf.debugging.assert_less(label, self.num_classes, message="label >= num_classes after the offset"),
+        ]
+        with tf.control_dependencies(checks):
+            label = tf.identity(label)
+        return features[FEATURE_IMAGE], self._one_hot(label)
+
+
+def _interleaved_records(files: tf.data.Dataset, file_count: int) -> tf.data.Dataset:
+    """The records of `files`, read from up to 16 files at a time in a deterministic order."""
+    tf = tensorflow()
+    return files.interleave(
+        lambda f: tf.data.TFRecordDataset(f, buffer_size=_READ_BUFFER_BYTES),
+        cycle_length=min(_MAX_PARALLEL_FILES, file_count),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+
+
+def _label_summary(shard: str, size: int) -> dict[str, int]:
+    """Record count and label range of a shard, for the record index."""
+    labels = _scan_labels(shard)
+    if labels.size == 0:
+        raise DatasetError(f"{shard}: not a valid TFRecord file (no records)")
+    return {"records": int(labels.size), "min_label": int(labels.min()), "max_label": int(labels.max())}
+
+
+def _scan_labels(shard: str) -> np.ndarray:
+    tf = tensorflow()
+    records = tf.data.TFRecordDataset(shard, buffer_size=_READ_BUFFER_BYTES)
+    batches = records.map(_parse_label, num_parallel_calls=tf.data.AUTOTUNE).batch(65536)
+    try:
+        parts = [np.asarray(batch) for batch in batches.as_numpy_iterator()]
+    except tf.errors.OpError as exc:
+        raise DatasetError(f"{shard}: corrupt TFRecord shard ({first_line(exc)})") from None
+    return np.concatenate(parts) if parts else np.zeros([0], np.int64)
+
+
+def _parse_label(record: tf.Tensor) -> tf.Tensor:
+    tf = tensorflow()
+    features = tf.io.parse_single_example(record, {FEATURE_LABEL: tf.io.FixedLenFeature([], tf.int64)})
+    return features[FEATURE_LABEL]
