@@ -1,9 +1,10 @@
 """Edit distance between architectures (Auto-Keras style) and a cache of it.
 
 An architecture is described by its main chain (the longest path counted in
-conv/dense layers) as a sequence of layer widths, and by its skip connections
-as (source position, length, type) triples ordered along the chain; type 1
-means the skip goes through a projection conv. The distance is
+weighted layers: conv and dense, see `aiperf.layers`) as a sequence of layer
+widths, and by its skip connections as (source position, length, type) triples
+ordered along the chain; type 1 means the skip goes through a weighted layer
+(a projection conv). The distance is
 
     layer edit distance + skip edit distance
 
@@ -39,6 +40,7 @@ from typing import Sequence
 import numpy as np
 
 from aiperf.graph import INPUT, Graph
+from aiperf.layers import KINDS
 
 CUTOFF = 3.0
 HORIZON = CUTOFF + 2.0
@@ -60,7 +62,7 @@ class Descriptor:
         pred: dict[str, str] = {}
         for layer in graph.layers:
             top = max(layer.inputs, key=lambda i: best[i])  # first of the longest: stable
-            best[layer.id] = best[top] + (1 if layer.type in ("conv", "dense") else 0)
+            best[layer.id] = best[top] + (1 if KINDS[layer.type].weighted else 0)
             pred[layer.id] = top
         chain: set[str] = {INPUT}
         node = graph.output.id
@@ -73,18 +75,17 @@ class Descriptor:
         for layer in graph.layers:
             if layer.id not in chain:
                 continue
-            if layer.type == "conv":
-                widths.append(float(layer.filters))
-            elif layer.type == "dense":
-                widths.append(float(layer.units))
-            elif layer.type == "add":
+            kind = KINDS[layer.type]
+            if kind.weighted:
+                widths.append(float(kind.width(layer)))
+            elif kind.sums_inputs:
                 v = best[layer.id]
                 for i in layer.inputs:
                     if i == pred[layer.id]:
                         continue
                     projected = 0
                     while i not in chain:  # walk back along the branch to the chain
-                        projected |= by_id[i].type == "conv"
+                        projected |= KINDS[by_id[i].type].weighted
                         i = by_id[i].inputs[0]
                     skips.append((best[i], v - best[i], projected))
         skips.sort(key=lambda s: (s[0] + s[1], s[0], s[2]))
