@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from aiperf.graph import INPUT, Graph, Layer
-from aiperf.layers import KINDS, LAYER_TYPES
+from aiperf.layers import KINDS
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class LayerFlops:
 class FlopCount:
     """Per-image operation counts of one architecture."""
 
-    forward: Mapping[str, int]  # per kind (in LAYER_TYPES order), then "total"
+    forward: Mapping[str, int]  # per kind (in registry order), then "total"
     backward: Mapping[str, int]
     layers: tuple[LayerFlops, ...] = field(repr=False)
 
@@ -61,8 +61,8 @@ def layer_flops(graph: Graph, layer: Layer) -> LayerFlops:
 
 def count_flops(graph: Graph) -> FlopCount:
     """Per-image forward, backward, training and evaluation counts."""
-    forward = dict.fromkeys(LAYER_TYPES, 0)
-    backward = dict.fromkeys(LAYER_TYPES, 0)
+    forward = dict.fromkeys(KINDS, 0)
+    backward = dict.fromkeys(KINDS, 0)
     per_layer = []
     for layer in graph.layers:
         lf = layer_flops(graph, layer)

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from aiperf.hyperparameters import HyperparameterError, check_kernel_size
-from aiperf.layers import KINDS, LAYER_TYPES
+from aiperf.layers import KINDS
 from aiperf.layers.layer import ATTRIBUTE_TYPES, INPUT, INSERTED, PADDINGS, GraphError, Layer, Shape
 
 __all__ = [
-    "FORMAT", "VERSION", "INPUT", "INSERTED", "LAYER_TYPES", "PADDINGS", "Shape", "GraphError", "Layer",
+    "FORMAT", "VERSION", "INPUT", "INSERTED", "PADDINGS", "Shape", "GraphError", "Layer",
     "Graph", "conv", "simple", "maxpool", "dense", "layer_to_dict", "layer_from_dict", "with_inserted_kernel",
 ]
 
@@ -47,7 +47,7 @@ def layer_from_dict(d: Mapping[str, Any]) -> Layer:
         raise GraphError(f"layer without a valid 'id': {dict(d)!r:.120}")
     ltype = d.get("type")
     if ltype not in KINDS:
-        raise GraphError(f"layer {lid!r}: unknown type {ltype!r} (expected one of {', '.join(LAYER_TYPES)})")
+        raise GraphError(f"layer {lid!r}: unknown type {ltype!r} (expected one of {', '.join(KINDS)})")
     inputs = d.get("inputs")
     if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
         raise GraphError(f"layer {lid!r}: 'inputs' must be a list of layer ids")
@@ -299,7 +299,9 @@ def _toposort(layers: tuple[Layer, ...]) -> tuple[Layer, ...]:
 def _infer_shapes(graph: Graph) -> dict[str, Shape]:
     shapes: dict[str, Shape] = {INPUT: graph.input_shape}
     for layer in graph.layers:
-        kind = KINDS[layer.type]
+        kind = KINDS.get(layer.type)
+        if kind is None:
+            raise GraphError(f"layer {layer.id!r}: unknown type {layer.type!r} (expected one of {', '.join(KINDS)})")
         ins = [shapes[i] for i in layer.inputs]
         if kind.single_input and len(ins) != 1:
             raise GraphError(f"layer {layer.id!r} ({layer.type}) takes exactly one input, got {len(ins)}")

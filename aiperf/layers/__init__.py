@@ -21,7 +21,6 @@ from aiperf.layers.pooling import AvgPool, MaxPool
 KINDS: dict[str, LayerKind] = {kind.name: kind for kind in (
     Conv(), Dense(), BatchNorm(), Relu(), MaxPool(), AvgPool(), Add(), Softmax(),
 )}
-LAYER_TYPES: tuple[str, ...] = tuple(KINDS)
 
 
 def kind_of(layer: Layer) -> LayerKind:
