@@ -5,7 +5,8 @@ id ``input`` is the image. Construction sorts the layers topologically, infers
 every shape and rejects inconsistent graphs with a `GraphError` naming the
 layer. The canonical JSON form is versioned and round-trips exactly; the
 content hash ignores layer ids and metadata, so two equal architectures hash
-equal however their layers are named.
+equal however their layers are named. What a layer of each type carries and
+how its shape follows from its inputs is the type's entry in `aiperf.layers`.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def layer_from_dict(d: Mapping[str, Any]) -> Layer:
     if not isinstance(lid, str) or not lid:
         raise GraphError(f"layer without a valid 'id': {dict(d)!r:.120}")
     ltype = d.get("type")
-    if ltype not in KINDS:
+    if not isinstance(ltype, str) or ltype not in KINDS:
         raise GraphError(f"layer {lid!r}: unknown type {ltype!r} (expected one of {', '.join(KINDS)})")
     inputs = d.get("inputs")
     if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
