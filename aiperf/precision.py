@@ -32,7 +32,6 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
     Precision("fp8", "float32", None, official=False),
     Precision("int8", "float32", None, official=False),
 )}
-DEFAULT_PRECISION = "fp32"
 
 # The GEMM compute types a worker measures, in this order.
 GEMM_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
