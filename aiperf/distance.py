@@ -1,9 +1,10 @@
 """Edit distance between architectures (Auto-Keras style) and a cache of it.
 
 An architecture is described by its main chain (the longest path counted in
-conv/dense layers) as a sequence of layer widths, and by its skip connections
-as (source position, length, type) triples ordered along the chain; type 1
-means the skip goes through a projection conv. The distance is
+weighted layers: conv and dense, see `aiperf.layers`) as a sequence of layer
+widths, and by its skip connections as (source position, length, type) triples
+ordered along the chain; type 1 means the skip goes through a weighted layer
+(a projection conv). The distance is
 
     layer edit distance + skip edit distance
 
@@ -39,6 +40,7 @@ from typing import Sequence
 import numpy as np
 
 from aiperf.graph import INPUT, Graph
+from aiperf.layers import KINDS
 
 CUTOFF = 3.0
 HORIZON = CUTOFF + 2.0
@@ -60,7 +62,7 @@ class Descriptor:
         pred: dict[str, str] = {}
         for layer in graph.layers:
             top = max(layer.inputs, key=lambda i: best[i])  # first of the longest: stable
-            best[layer.id] = best[top] + (1 if layer.type in ("conv", "dense") else 0)
+            best[layer.id] = best[top] + (1 if KINDS[layer.type].weighted else 0)
             pred[layer.id] = top
         chain: set[str] = {INPUT}
         node = graph.output.id
@@ -73,18 +75,17 @@ class Descriptor:
         for layer in graph.layers:
             if layer.id not in chain:
                 continue
-            if layer.type == "conv":
-                widths.append(float(layer.filters))
-            elif layer.type == "dense":
-                widths.append(float(layer.units))
-            elif layer.type == "add":
+            kind = KINDS[layer.type]
+            if kind.weighted:
+                widths.append(float(kind.width(layer)))
+            elif kind.sums_inputs:
                 v = best[layer.id]
                 for i in layer.inputs:
                     if i == pred[layer.id]:
                         continue
                     projected = 0
                     while i not in chain:  # walk back along the branch to the chain
-                        projected |= by_id[i].type == "conv"
+                        projected |= KINDS[by_id[i].type].weighted
                         i = by_id[i].inputs[0]
                     skips.append((best[i], v - best[i], projected))
         skips.sort(key=lambda s: (s[0] + s[1], s[0], s[2]))
@@ -248,11 +249,9 @@ class DistanceCache:
             grown = np.full((size, size), self.horizon, np.float64)
             grown[:done, :done] = self._matrix[:done, :done]
             self._matrix = grown
-        m = self._matrix
-        m[np.arange(done, n), np.arange(done, n)] = 0.0
+        self._matrix[np.arange(done, n), np.arange(done, n)] = 0.0
         if self._packed is None:
             self._packed = Packed(self._descs)
-        packed = self._packed
         finished = np.zeros(n, bool)
         finished[:done] = True
         pending = np.arange(done, n)
@@ -266,43 +265,54 @@ class DistanceCache:
                 ready[:] = True
             wave, refs = pending[ready], parent[ready]
             pending, parent = pending[~ready], parent[~ready]
-            olds = np.flatnonzero(finished)
-            # d(x, h) >= d(parent, h) - d(parent, x); a capped d(parent, x) would
-            # overstate that bound, so it is resolved further and dropped if still capped.
-            reach = 2.0 * self.horizon
-            delta = np.full(len(wave), reach)
-            has = refs >= 0
-            if has.any():
-                delta[has] = pairwise(packed, packed, wave[has], refs[has], reach)
-            has &= delta < reach
-            bound = np.zeros((len(wave), len(olds)))
-            if has.any() and len(olds):
-                bound[has] = m[np.ix_(refs[has], olds)] - delta[has, None]
-            need = bound < self.cutoff
-            iw, io = np.nonzero(need)
-            d = np.minimum(bound, self.horizon)
-            d[iw, io] = pairwise(packed, packed, wave[iw], olds[io], self.horizon)
-            m[np.ix_(wave, olds)] = d
-            m[np.ix_(olds, wave)] = d.T
-            # Pairs inside the wave: bounded through either one's parent, whose
-            # distance to the other was just computed.
-            ia, ib = np.triu_indices(len(wave), k=1)
-            if len(ia):
-                pair_bound = np.zeros(len(ia))
-                for x, y in ((ia, ib), (ib, ia)):
-                    ok = has[x]
-                    pair_bound[ok] = np.maximum(pair_bound[ok],
-                                                m[refs[x[ok]], wave[y[ok]]] - delta[x[ok]])
-                need = np.flatnonzero(pair_bound < self.cutoff)
-                d = np.minimum(pair_bound, self.horizon)
-                d[need] = pairwise(packed, packed, wave[ia[need]], wave[ib[need]], self.horizon)
-                m[wave[ia], wave[ib]] = d
-                m[wave[ib], wave[ia]] = d
+            self._fill_wave(self._packed, wave, refs, np.flatnonzero(finished))
             finished[wave] = True
         self._done = n
 
+    def _fill_wave(self, packed: Packed, wave: np.ndarray, refs: np.ndarray, olds: np.ndarray) -> None:
+        """Rows of the models `wave` (parents `refs`, -1 when unknown) against the
+        finished models `olds` and among themselves."""
+        m = self._matrix
+        # d(x, h) >= d(parent, h) - d(parent, x); a capped d(parent, x) would
+        # overstate that bound, so it is resolved further and dropped if still capped.
+        reach = 2.0 * self.horizon
+        delta = np.full(len(wave), reach)
+        has = refs >= 0
+        if has.any():
+            delta[has] = pairwise(packed, packed, wave[has], refs[has], reach)
+        has &= delta < reach
+        bound = np.zeros((len(wave), len(olds)))
+        if has.any() and len(olds):
+            bound[has] = m[np.ix_(refs[has], olds)] - delta[has, None]
+        iw, io = np.nonzero(bound < self.cutoff)
+        d = np.minimum(bound, self.horizon)
+        d[iw, io] = pairwise(packed, packed, wave[iw], olds[io], self.horizon)
+        m[np.ix_(wave, olds)] = d
+        m[np.ix_(olds, wave)] = d.T
+        # Pairs inside the wave: bounded through either one's parent, whose
+        # distance to the other was just computed.
+        ia, ib = np.triu_indices(len(wave), k=1)
+        if not len(ia):
+            return
+        pair_bound = np.zeros(len(ia))
+        for x, y in ((ia, ib), (ib, ia)):
+            ok = has[x]
+            pair_bound[ok] = np.maximum(pair_bound[ok], m[refs[x[ok]], wave[y[ok]]] - delta[x[ok]])
+        need = np.flatnonzero(pair_bound < self.cutoff)
+        d = np.minimum(pair_bound, self.horizon)
+        d[need] = pairwise(packed, packed, wave[ia[need]], wave[ib[need]], self.horizon)
+        m[wave[ia], wave[ib]] = d
+        m[wave[ib], wave[ia]] = d
+
 
 # ---------------------------------------------------------------------------
+def _band_aligned(b: np.ndarray, T: int, length: int) -> np.ndarray:
+    """b shifted so that the band of row i is the slice [i, i + 2T + 1): element j-1 of b."""
+    out = np.ones((len(b), max(b.shape[1] + T + 1, length), b.shape[2]), np.float32)
+    out[:, T + 1:T + 1 + b.shape[1]] = b
+    return out
+
+
 def _width_cost(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a: (P, 1, 1) one element per pair; b: (P, W, 1) the band. -> (P, W)."""
     a, b = a[..., 0], b[..., 0]
@@ -373,10 +383,7 @@ def _banded(a: np.ndarray, la: np.ndarray, b: np.ndarray, lb: np.ndarray, cost,
     off = np.arange(W, dtype=np.float32) - T  # j - i
     la, lb, cap2 = la[live], lb[live], capv[live][:, None].astype(np.float32)
     a = a[live]
-    # b shifted so that the band of row i is the slice [i, i + W): element j-1 of b.
-    bpad = np.ones((len(live), max(b.shape[1] + T + 1, int(la.max()) + W), b.shape[2]), np.float32)
-    bpad[:, T + 1:T + 1 + b.shape[1]] = b[live]
-    b = bpad
+    b = _band_aligned(b[live], T, int(la.max()) + W)
     rows = np.arange(len(live))  # positions in a and b of the pairs still running
     prev = np.minimum(np.where(off >= 0, off, np.inf)[None, :], cap2)  # row 0: f[0][j] = j
     i = 0

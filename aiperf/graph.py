@@ -5,104 +5,69 @@ id ``input`` is the image. Construction sorts the layers topologically, infers
 every shape and rejects inconsistent graphs with a `GraphError` naming the
 layer. The canonical JSON form is versioned and round-trips exactly; the
 content hash ignores layer ids and metadata, so two equal architectures hash
-equal however their layers are named.
+equal however their layers are named. What a layer of each type carries and
+how its shape follows from its inputs is the type's entry in `aiperf.layers`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
+from aiperf.hyperparameters import HyperparameterError, check_kernel_size
+from aiperf.layers import KINDS
+from aiperf.layers.layer import ATTRIBUTE_TYPES, INPUT, INSERTED, PADDINGS, GraphError, Layer, Shape
+
+__all__ = [
+    "FORMAT", "VERSION", "INPUT", "INSERTED", "PADDINGS", "Shape", "GraphError", "Layer",
+    "Graph", "conv", "simple", "maxpool", "dense", "layer_to_dict", "layer_from_dict", "with_inserted_kernel",
+]
+
 FORMAT = "aiperf.graph"
 VERSION = 1
-INPUT = "input"
-
-LAYER_TYPES = ("conv", "batchnorm", "relu", "add", "maxpool", "avgpool", "dense", "softmax")
-PADDINGS = ("same", "valid")
-# Tag that morphism puts on the convolutions it inserts: the kernel-size
-# hyperparameter applies to exactly these (see `with_inserted_kernel`).
-INSERTED = "inserted"
-
-Shape = tuple[int, ...]
 
 
-class GraphError(ValueError):
-    """An inconsistent or malformed architecture; the message names the layer."""
+def layer_to_dict(layer: Layer) -> dict[str, Any]:
+    """JSON form of a layer: id, type, inputs, the attributes of its kind, tag if any."""
+    d: dict[str, Any] = {"id": layer.id, "type": layer.type, "inputs": list(layer.inputs)}
+    for name in KINDS[layer.type].attributes:
+        d[name] = getattr(layer, name)
+    if layer.tag:
+        d["tag"] = layer.tag
+    return d
 
 
-@dataclass(frozen=True)
-class Layer:
-    """One node of the graph. Only the fields of its type are meaningful."""
-
-    id: str
-    type: str
-    inputs: tuple[str, ...]
-    kernel: int = 0  # conv, maxpool
-    stride: int = 0  # conv, maxpool
-    filters: int = 0  # conv
-    padding: str = ""  # conv, maxpool
-    use_bias: bool = False  # conv, dense (dense always has a bias)
-    units: int = 0  # dense
-    tag: str = ""  # e.g. INSERTED
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"id": self.id, "type": self.type, "inputs": list(self.inputs)}
-        if self.type == "conv":
-            d.update(kernel=self.kernel, stride=self.stride, filters=self.filters,
-                     padding=self.padding, use_bias=self.use_bias)
-        elif self.type == "maxpool":
-            d.update(kernel=self.kernel, stride=self.stride, padding=self.padding)
-        elif self.type == "dense":
-            d.update(units=self.units)
-        if self.tag:
-            d["tag"] = self.tag
-        return d
-
-    @staticmethod
-    def from_dict(d: Mapping[str, Any]) -> "Layer":
-        if not isinstance(d, Mapping):
-            raise GraphError(f"layer entry must be an object, got {type(d).__name__}")
-        lid = d.get("id")
-        if not isinstance(lid, str) or not lid:
-            raise GraphError(f"layer without a valid 'id': {dict(d)!r:.120}")
-        ltype = d.get("type")
-        if ltype not in LAYER_TYPES:
-            raise GraphError(f"layer {lid!r}: unknown type {ltype!r} (expected one of {', '.join(LAYER_TYPES)})")
-        inputs = d.get("inputs")
-        if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
-            raise GraphError(f"layer {lid!r}: 'inputs' must be a list of layer ids")
-        allowed = {"id", "type", "inputs", "tag"} | set(_FIELDS[ltype])
-        unknown = set(d) - allowed
-        if unknown:
-            raise GraphError(f"layer {lid!r}: unknown field(s) {', '.join(sorted(unknown))} for type {ltype}")
-        kwargs: dict[str, Any] = {}
-        for name in _FIELDS[ltype]:
-            if name not in d:
-                raise GraphError(f"layer {lid!r}: missing field {name!r} for type {ltype}")
-            value = d[name]
-            expected = bool if name == "use_bias" else (str if name == "padding" else int)
-            if type(value) is not expected:  # bool is an int subclass: be exact
-                raise GraphError(f"layer {lid!r}: field {name!r} must be {expected.__name__}, got {value!r}")
-            kwargs[name] = value
-        tag = d.get("tag", "")
-        if not isinstance(tag, str):
-            raise GraphError(f"layer {lid!r}: 'tag' must be a string")
-        return Layer(id=lid, type=ltype, inputs=tuple(inputs), tag=tag, **kwargs)
-
-
-_FIELDS: dict[str, tuple[str, ...]] = {
-    "conv": ("kernel", "stride", "filters", "padding", "use_bias"),
-    "maxpool": ("kernel", "stride", "padding"),
-    "dense": ("units",),
-    "batchnorm": (),
-    "relu": (),
-    "add": (),
-    "avgpool": (),
-    "softmax": (),
-}
+def layer_from_dict(d: Mapping[str, Any]) -> Layer:
+    """Inverse of `layer_to_dict`; GraphError naming the layer and the field at fault."""
+    if not isinstance(d, Mapping):
+        raise GraphError(f"layer entry must be an object, got {type(d).__name__}")
+    lid = d.get("id")
+    if not isinstance(lid, str) or not lid:
+        raise GraphError(f"layer without a valid 'id': {dict(d)!r:.120}")
+    ltype = d.get("type")
+    if not isinstance(ltype, str) or ltype not in KINDS:
+        raise GraphError(f"layer {lid!r}: unknown type {ltype!r} (expected one of {', '.join(KINDS)})")
+    inputs = d.get("inputs")
+    if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
+        raise GraphError(f"layer {lid!r}: 'inputs' must be a list of layer ids")
+    attributes = KINDS[ltype].attributes
+    unknown = set(d) - {"id", "type", "inputs", "tag"} - set(attributes)
+    if unknown:
+        raise GraphError(f"layer {lid!r}: unknown field(s) {', '.join(sorted(unknown))} for type {ltype}")
+    kwargs: dict[str, Any] = {}
+    for name in attributes:
+        if name not in d:
+            raise GraphError(f"layer {lid!r}: missing field {name!r} for type {ltype}")
+        expected = ATTRIBUTE_TYPES[name]
+        if type(d[name]) is not expected:  # bool is an int subclass: be exact
+            raise GraphError(f"layer {lid!r}: field {name!r} must be {expected.__name__}, got {d[name]!r}")
+        kwargs[name] = d[name]
+    tag = d.get("tag", "")
+    if not isinstance(tag, str):
+        raise GraphError(f"layer {lid!r}: 'tag' must be a string")
+    return Layer(id=lid, type=ltype, inputs=tuple(inputs), tag=tag, **kwargs)
 
 
 def conv(id: str, input: str, filters: int, kernel: int, stride: int = 1,
@@ -122,12 +87,6 @@ def maxpool(id: str, input: str, kernel: int, stride: int, padding: str = "same"
 
 def dense(id: str, input: str, units: int) -> Layer:
     return Layer(id, "dense", (input,), units=units)
-
-
-def _spatial_out(size: int, kernel: int, stride: int, padding: str) -> int:
-    if padding == "same":
-        return math.ceil(size / stride)
-    return (size - kernel) // stride + 1
 
 
 @dataclass(frozen=True)
@@ -173,24 +132,14 @@ class Graph:
     # -- derived numbers ----------------------------------------------------
     def num_params(self) -> int:
         """Parameters as Keras counts them (BN: 4 per channel, incl. moving stats)."""
-        total = 0
-        for layer in self.layers:
-            (in_shape, *_) = self.input_shapes(layer) or [()]
-            if layer.type == "conv":
-                total += layer.kernel * layer.kernel * in_shape[-1] * layer.filters
-                total += layer.filters if layer.use_bias else 0
-            elif layer.type == "batchnorm":
-                total += 4 * in_shape[-1]
-            elif layer.type == "dense":
-                total += in_shape[-1] * layer.units + layer.units
-        return total
+        return sum(KINDS[l.type].num_params(l, self.input_shapes(l)[0]) for l in self.layers)
 
     def depth(self) -> int:
         """Longest path in weighted layers (conv and dense) from input to output."""
         best: dict[str, int] = {INPUT: 0}
         for layer in self.layers:
             d = max(best[i] for i in layer.inputs)
-            best[layer.id] = d + (1 if layer.type in ("conv", "dense") else 0)
+            best[layer.id] = d + (1 if KINDS[layer.type].weighted else 0)
         return best[self.output.id]
 
     # -- serialisation ----------------------------------------------------
@@ -200,7 +149,7 @@ class Graph:
             "version": VERSION,
             "input_shape": list(self.input_shape),
             "num_classes": self.num_classes,
-            "layers": [l.to_dict() for l in self.layers],
+            "layers": [layer_to_dict(l) for l in self.layers],
             "meta": dict(self.meta),
         }
 
@@ -237,16 +186,16 @@ class Graph:
             raise GraphError("'layers' must be a list")
         if not isinstance(data["input_shape"], list):
             raise GraphError("'input_shape' must be a list of three integers")
-        layers = tuple(Layer.from_dict(d) for d in data["layers"])
+        layers = tuple(layer_from_dict(d) for d in data["layers"])
         return Graph(tuple(data["input_shape"]), data["num_classes"], layers, data.get("meta") or {})
 
     def hash(self) -> str:
         """Content hash of the architecture, independent of layer ids and metadata."""
         sig: dict[str, str] = {INPUT: "input"}
         for layer in self.layers:
-            attrs = {k: v for k, v in layer.to_dict().items() if k not in ("id", "inputs")}
+            attrs = {k: v for k, v in layer_to_dict(layer).items() if k not in ("id", "inputs")}
             ins = [sig[i] for i in layer.inputs]
-            if layer.type == "add":  # commutative
+            if KINDS[layer.type].sums_inputs:  # the order of summed inputs does not matter
                 ins.sort()
             blob = json.dumps([attrs, ins], sort_keys=True, separators=(",", ":"))
             sig[layer.id] = hashlib.sha256(blob.encode()).hexdigest()
@@ -279,8 +228,10 @@ def with_inserted_kernel(graph: Graph, kernel_size: int | None) -> Graph:
     """
     if kernel_size is None:
         return graph
-    if not isinstance(kernel_size, int) or kernel_size <= 0 or kernel_size % 2 == 0:
-        raise GraphError(f"kernel_size must be a positive odd integer, got {kernel_size!r}")
+    try:
+        kernel_size = check_kernel_size(kernel_size)
+    except HyperparameterError as exc:
+        raise GraphError(str(exc)) from None
     if not any(l.tag == INSERTED and l.kernel != kernel_size for l in graph.layers):
         return graph
     layers = [replace(l, kernel=kernel_size) if l.tag == INSERTED and l.type == "conv" else l
@@ -347,53 +298,16 @@ def _toposort(layers: tuple[Layer, ...]) -> tuple[Layer, ...]:
 
 
 def _infer_shapes(graph: Graph) -> dict[str, Shape]:
-    shapes: dict[str, Shape] = {}
-
-    def shape_of(i: str) -> Shape:
-        return graph.input_shape if i == INPUT else shapes[i]
-
+    shapes: dict[str, Shape] = {INPUT: graph.input_shape}
     for layer in graph.layers:
-        ins = [shape_of(i) for i in layer.inputs]
-        t, lid = layer.type, layer.id
-        if t != "add" and len(ins) != 1:
-            raise GraphError(f"layer {lid!r} ({t}) takes exactly one input, got {len(ins)}")
-        x = ins[0]
-        if t in ("conv", "maxpool"):
-            if len(x) != 3:
-                raise GraphError(f"layer {lid!r} ({t}) needs a H×W×C input, got shape {x}")
-            if layer.kernel <= 0 or layer.stride <= 0:
-                raise GraphError(f"layer {lid!r}: kernel and stride must be positive")
-            if layer.padding not in PADDINGS:
-                raise GraphError(f"layer {lid!r}: padding must be 'same' or 'valid', got {layer.padding!r}")
-            if t == "conv" and layer.filters <= 0:
-                raise GraphError(f"layer {lid!r}: filters must be positive, got {layer.filters}")
-            h = _spatial_out(x[0], layer.kernel, layer.stride, layer.padding)
-            w = _spatial_out(x[1], layer.kernel, layer.stride, layer.padding)
-            if h <= 0 or w <= 0:
-                raise GraphError(f"layer {lid!r}: kernel {layer.kernel} does not fit input {x[0]}×{x[1]}")
-            shapes[lid] = (h, w, layer.filters if t == "conv" else x[2])
-        elif t in ("batchnorm", "relu"):
-            shapes[lid] = x
-        elif t == "add":
-            if len(ins) < 2:
-                raise GraphError(f"layer {lid!r} (add) needs at least two inputs")
-            if any(s != x for s in ins):
-                raise GraphError(f"layer {lid!r} (add): shape mismatch {' vs '.join(map(str, ins))}")
-            shapes[lid] = x
-        elif t == "avgpool":
-            if len(x) != 3:
-                raise GraphError(f"layer {lid!r} (avgpool) needs a H×W×C input, got shape {x}")
-            shapes[lid] = (x[2],)
-        elif t == "dense":
-            if len(x) != 1:
-                raise GraphError(f"layer {lid!r} (dense) needs a flat input, got shape {x}")
-            if layer.units <= 0:
-                raise GraphError(f"layer {lid!r}: units must be positive, got {layer.units}")
-            shapes[lid] = (layer.units,)
-        elif t == "softmax":
-            if len(x) != 1:
-                raise GraphError(f"layer {lid!r} (softmax) needs a flat input, got shape {x}")
-            shapes[lid] = x
+        kind = KINDS.get(layer.type)
+        if kind is None:
+            raise GraphError(f"layer {layer.id!r}: unknown type {layer.type!r} (expected one of {', '.join(KINDS)})")
+        ins = [shapes[i] for i in layer.inputs]
+        if kind.single_input and len(ins) != 1:
+            raise GraphError(f"layer {layer.id!r} ({layer.type}) takes exactly one input, got {len(ins)}")
+        shapes[layer.id] = kind.output_shape(layer, ins)
+    del shapes[INPUT]
     out = graph.layers[-1]
     if shapes[out.id] != (graph.num_classes,):
         raise GraphError(f"output layer {out.id!r} has shape {shapes[out.id]}, expected ({graph.num_classes},)")

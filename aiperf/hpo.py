@@ -31,13 +31,15 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from aiperf.hyperparameters import HyperparameterError, Hyperparameters
 from aiperf.profiles import Profile
 
 log = logging.getLogger(__name__)
 
-HyperHistory = Sequence[tuple[Mapping[str, Any], float | None]]
+# (hyperparameters, accuracy) pairs; a dict is read with `Hyperparameters.from_dict`.
+HyperHistory = Sequence[tuple[Hyperparameters | Mapping[str, Any], float | None]]
 
 # NNI's import_data skips falsy values, so a failed model (accuracy 0, e.g. out
 # of memory) is recorded as this tiny accuracy: TPE still learns to avoid it.
@@ -56,8 +58,8 @@ def search_space(profile: Profile) -> dict[str, dict[str, Any]]:
 class Tuner:
     """TPE over a profile's space, primed with a run's (hyperparameters, accuracy) history.
 
-    `history` holds pairs of a hyperparameter dict ``{"batch_size", "kernel_size"}``
-    and the model's accuracy (predicted final accuracy for warm-up rounds; 0.0
+    `history` holds pairs of the hyperparameters (or their dict form) and the
+    model's accuracy (predicted final accuracy for warm-up rounds; 0.0
     for a failed model; None for one still training, which is skipped).
     Entries outside the profile's space are skipped with a warning.
     """
@@ -80,13 +82,13 @@ class Tuner:
                                                   n_startup_jobs=startup_observations)
         self.observations = _canonical(profile, history)
         if self.observations:
-            self._tuner.import_data([{"parameter": p, "value": v} for p, v in self.observations])
+            self._tuner.import_data([{"parameter": p.to_dict(), "value": v} for p, v in self.observations])
         # See the module docstring: imported configurations must not force random proposals.
         self._tuner.total_data.clear()
         self._next_id = 0
 
-    def propose(self, seed: int) -> dict[str, int]:
-        """One proposal ``{"batch_size": int, "kernel_size": int}``.
+    def propose(self, seed: int) -> Hyperparameters:
+        """One proposal from the profile's space.
 
         A fresh Tuner gives the same proposal for the same seed and history.
         Further calls on one Tuner avoid its own earlier proposals (NNI's rule
@@ -97,15 +99,14 @@ class Tuner:
         self._tuner.rval.rstate = np.random.RandomState(seed % (2**32))
         params = self._tuner.generate_parameters(self._next_id)
         self._next_id += 1
-        hyper = {"batch_size": int(params["batch_size"]), "kernel_size": int(params["kernel_size"])}
-        if (hyper["batch_size"] not in self.profile.batch_sizes
-                or hyper["kernel_size"] not in self.profile.kernel_sizes):  # pragma: no cover
+        hyper = Hyperparameters(params["batch_size"], params["kernel_size"])
+        if not _in_space(self.profile, hyper):  # pragma: no cover
             raise RuntimeError(f"TPE proposed {hyper}, outside the search space {self.space}")
         return hyper
 
 
 def choose_hyperparameters(profile: Profile, round_index: int, history: HyperHistory,
-                           seed: int, *, warmup_rounds: int | None = None) -> tuple[dict[str, int], str]:
+                           seed: int, *, warmup_rounds: int | None = None) -> tuple[Hyperparameters, str]:
     """Hyperparameters for a worker's round `round_index` (1-based), and their source.
 
     Returns ``(profile.default_hyperparameters(), "default")`` during warm-up
@@ -123,24 +124,28 @@ def choose_hyperparameters(profile: Profile, round_index: int, history: HyperHis
     return hyper, "tpe"
 
 
-def _canonical(profile: Profile, history: Iterable[tuple[Mapping[str, Any], float | None]]
-               ) -> list[tuple[dict[str, int], float]]:
-    out: list[tuple[dict[str, int], float]] = []
+def _in_space(profile: Profile, hyper: Hyperparameters) -> bool:
+    return hyper.batch_size in profile.batch_sizes and hyper.kernel_size in profile.kernel_sizes
+
+
+def _canonical(profile: Profile, history: HyperHistory) -> list[tuple[Hyperparameters, float]]:
+    """Observations TPE can use (finite accuracy, inside the space), in a canonical order."""
+    out: list[tuple[Hyperparameters, float]] = []
     skipped = 0
     for hyper, value in history:
         if value is None or not math.isfinite(float(value)):
             continue
         try:
-            b, k = int(hyper["batch_size"]), int(hyper["kernel_size"])
-        except (KeyError, TypeError, ValueError):
+            h = hyper if isinstance(hyper, Hyperparameters) else Hyperparameters.from_dict(hyper)
+        except HyperparameterError:
             skipped += 1
             continue
-        if b not in profile.batch_sizes or k not in profile.kernel_sizes:
+        if not _in_space(profile, h):
             skipped += 1
             continue
-        out.append(({"batch_size": b, "kernel_size": k}, max(float(value), _MIN_VALUE)))
+        out.append((h, max(float(value), _MIN_VALUE)))
     if skipped:
         log.warning("TPE history: skipped %d entries outside the %s profile's search space",
                     skipped, profile.name)
-    out.sort(key=lambda pv: (pv[0]["batch_size"], pv[0]["kernel_size"], pv[1]))
+    out.sort(key=lambda pv: (pv[0].batch_size, pv[0].kernel_size, pv[1]))
     return out

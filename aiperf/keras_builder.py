@@ -10,13 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from aiperf.graph import INPUT, Graph, with_inserted_kernel
+from aiperf.layers import KINDS
 
 if TYPE_CHECKING:  # pragma: no cover
     import keras
-
-# keras.applications.ResNet50 uses this epsilon; matching it keeps our graph
-# numerically interchangeable with the reference model.
-BN_EPSILON = 1.001e-5
 
 
 def build_model(graph: Graph, kernel_size: int | None = None, seed: int | None = None) -> "keras.Model":
@@ -24,38 +21,18 @@ def build_model(graph: Graph, kernel_size: int | None = None, seed: int | None =
 
     `kernel_size` is the hyperparameter for convs inserted by morphism; it is
     applied to the graph first so the network and the FLOP count agree.
-    The softmax runs in float32 so mixed precision keeps a stable loss.
+    Layer n's initialiser is seeded with seed + n. Each layer comes from its
+    kind's `keras_layer` (`aiperf.layers`).
     """
     import keras
 
     graph = with_inserted_kernel(graph, kernel_size)
-    L = keras.layers
     tensors: dict[str, Any] = {INPUT: keras.Input(shape=graph.input_shape, name=INPUT)}
     for n, layer in enumerate(graph.layers):
+        kind = KINDS[layer.type]
         ins = [tensors[i] for i in layer.inputs]
-        init = keras.initializers.HeNormal(seed=None if seed is None else seed + n)
-        t = layer.type
-        if t == "conv":
-            out = L.Conv2D(layer.filters, layer.kernel, strides=layer.stride, padding=layer.padding,
-                           use_bias=layer.use_bias, kernel_initializer=init, name=layer.id)(ins[0])
-        elif t == "batchnorm":
-            out = L.BatchNormalization(axis=-1, epsilon=BN_EPSILON, name=layer.id)(ins[0])
-        elif t == "relu":
-            out = L.Activation("relu", name=layer.id)(ins[0])
-        elif t == "add":
-            out = L.Add(name=layer.id)(ins)
-        elif t == "maxpool":
-            out = L.MaxPooling2D(layer.kernel, strides=layer.stride, padding=layer.padding,
-                                 name=layer.id)(ins[0])
-        elif t == "avgpool":
-            out = L.GlobalAveragePooling2D(name=layer.id)(ins[0])
-        elif t == "dense":
-            out = L.Dense(layer.units, kernel_initializer=init, name=layer.id)(ins[0])
-        elif t == "softmax":
-            out = L.Activation("softmax", dtype="float32", name=layer.id)(ins[0])
-        else:  # pragma: no cover - Graph rejects unknown types
-            raise ValueError(f"unknown layer type {t!r}")
-        tensors[layer.id] = out
+        keras_layer = kind.keras_layer(layer, None if seed is None else seed + n)
+        tensors[layer.id] = keras_layer(ins[0] if kind.single_input else ins)
     name = str(graph.meta.get("name") or "aiperf_model")
     return keras.Model(tensors[INPUT], tensors[graph.output.id], name=_safe_name(name))
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from aiperf.graph import INPUT, INSERTED, Graph, GraphError, Layer, conv, simple
+from aiperf.hyperparameters import HyperparameterError, check_kernel_size
+from aiperf.layers import KINDS
 
 OPERATIONS = ("deeper", "wider", "skip")
 # Fractions of the current filter count that `wider` may add.
@@ -310,21 +312,20 @@ def _consumers(graph: Graph) -> dict[str, list[Layer]]:
     return out
 
 
-_CHANNEL_WISE = ("batchnorm", "relu", "maxpool")
-
-
 def _channel_closure(conv_id: str, consumers: dict[str, list[Layer]]) -> list[str] | None:
-    """Layers whose channel count follows conv `conv_id`, or None if an add,
-    pool-to-classifier path or a dead end makes widening impossible."""
+    """Layers whose channel count follows conv `conv_id`, or None if a layer that
+    neither passes nor absorbs extra channels (an add, the classifier's pool) or
+    a dead end makes widening impossible."""
     seen: list[str] = []
     stack = [conv_id]
     absorbed = False
     while stack:
         lid = stack.pop()
         for c in consumers[lid]:
-            if c.type == "conv":
+            kind = KINDS[c.type]
+            if kind.absorbs_widening:
                 absorbed = True
-            elif c.type in _CHANNEL_WISE:
+            elif kind.passes_widening:
                 if c.id not in seen:
                     seen.append(c.id)
                     stack.append(c.id)
@@ -355,8 +356,10 @@ def _projection_stride(src: tuple[int, ...], dst: tuple[int, ...]) -> int:
 
 
 def _check_kernel(k: int) -> None:
-    if not isinstance(k, int) or isinstance(k, bool) or k <= 0 or k % 2 == 0:
-        raise MorphismError(f"kernel_size must be a positive odd integer, got {k!r}")
+    try:
+        check_kernel_size(k)
+    except HyperparameterError as exc:
+        raise MorphismError(str(exc)) from None
 
 
 def _int_seed(seed: int) -> int:

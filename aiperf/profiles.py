@@ -28,9 +28,13 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
 from aiperf.graph import Graph
+from aiperf.hyperparameters import HyperparameterError, Hyperparameters, check_batch_size, check_kernel_size
 from aiperf.resnet import resnet50
 
 DATASET_KINDS = ("imagenet-tfrecord", "imagenet-folder", "cifar10", "digits")
+
+# The official rule: a valid run's best top-1 error is at most 30% (SPEC section 3).
+MAX_ERROR = 0.30
 
 # Batch size 448 was set for a V100 with 32 GiB (SPEC section 3); scale with memory.
 REFERENCE_MEMORY_BYTES = 32 * 2**30
@@ -61,22 +65,27 @@ class Profile:
     bn_momentum: float | None = None      # None: Keras default (0.99)
     min_duration_s: float = 3600.0        # a run may not be started shorter than this
     min_running_time_s: float = 3600.0
-    max_error: float = 0.30
-    target_accuracy: float = 0.70         # valid FLOPS = FLOPS·(acc/target)^5
+    max_error: float = MAX_ERROR
+    target_accuracy: float = 1.0 - MAX_ERROR  # valid FLOPS = FLOPS·(acc/target)^5
 
     def __post_init__(self) -> None:
         if self.dataset not in DATASET_KINDS:
             raise ValueError(f"profile {self.name!r}: unknown dataset kind {self.dataset!r}")
         if not self.epochs_per_round or min(self.epochs_per_round) < 1:
             raise ValueError(f"profile {self.name!r}: epochs_per_round must be positive")
+        try:
+            for b in self.batch_sizes:
+                check_batch_size(b)
+            for k in self.kernel_sizes:
+                check_kernel_size(k)
+        except HyperparameterError as exc:
+            raise ValueError(f"profile {self.name!r}: {exc}") from None
         if self.batch_size not in self.batch_sizes:
             raise ValueError(f"profile {self.name!r}: default batch size {self.batch_size} "
                              f"is not among {self.batch_sizes}")
         if self.kernel_size not in self.kernel_sizes:
             raise ValueError(f"profile {self.name!r}: default kernel size {self.kernel_size} "
                              f"is not among {self.kernel_sizes}")
-        if any(k <= 0 or k % 2 == 0 for k in self.kernel_sizes):
-            raise ValueError(f"profile {self.name!r}: kernel sizes must be positive odd integers")
         if self.warmup_rounds < 0:
             raise ValueError(f"profile {self.name!r}: warmup_rounds must be >= 0")
 
@@ -120,8 +129,9 @@ class Profile:
         return round_index <= self.warmup_rounds
 
     # -- hyperparameters ----------------------------------------------------
-    def default_hyperparameters(self) -> dict[str, int]:
-        return {"batch_size": self.batch_size, "kernel_size": self.kernel_size}
+    def default_hyperparameters(self) -> Hyperparameters:
+        """The hyperparameters of warm-up rounds."""
+        return Hyperparameters(self.batch_size, self.kernel_size)
 
     def base_graph(self) -> Graph:
         """The run's starting architecture: ResNet-50 at this profile's shape and width."""

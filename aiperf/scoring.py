@@ -19,12 +19,15 @@ master-counted operations of every image trained or validated by time t:
 - Regulated score = -ln(Error) * Score.
 - Valid FLOPS (HPC AI500) = Score * (accuracy / target)^5. Our choice of the
   target accuracy: 1 - the maximum allowed error, i.e. 0.70 top-1 for both
-  profiles (the official rule's 30% maximum error).
+  profiles (the official rule's 30% maximum error, `aiperf.profiles.MAX_ERROR`).
 - Efficiency = Score / peak, peak = sum of the measured GEMM peaks of the
   workers that took part; None when any peak is unknown.
-- Valid when: ran at least the minimum running time, error <= 0.30, precision
-  FP16 or wider, and the workers' own FLOP count agrees with the master's within
-  1% over the scored reports (sums compared, see `flops_agree`).
+- Valid when: ran at least the minimum running time, error <= the profile's
+  maximum (0.30), precision FP16 or wider (`aiperf.precision`), and the
+  workers' own FLOP count agrees with the master's within 1% over the scored
+  reports (sums compared, see `flops_agree`).
+
+The best models of a run are listed in one order, `model_rank_key`.
 """
 
 from __future__ import annotations
@@ -33,15 +36,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from aiperf.precision import is_official
 from aiperf.profiles import PROFILES as _PROFILES
 from aiperf.profiles import Profile
 
 ERROR_FLOOR = 1e-6
 FLOPS_TOLERANCE = 0.01  # worker vs master relative disagreement allowed
-
-# Precisions as named by the API/CLI; the ones of at least 16 bits are allowed.
-PRECISIONS: tuple[str, ...] = ("fp32", "mixed_fp16", "mixed_bf16", "fp16", "bf16", "fp8", "int8")
-ALLOWED_PRECISIONS: frozenset[str] = frozenset({"fp32", "mixed_fp16", "mixed_bf16", "fp16", "bf16"})
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,6 @@ class ProfileRules:
     max_error: float
     target_accuracy: float
     official: bool
-
 
     @staticmethod
     def of(profile: Profile) -> "ProfileRules":
@@ -201,7 +200,7 @@ def score_run(
         reasons.append(f"ran {elapsed:.0f} s < minimum {rules.min_running_time_s:.0f} s")
     if err > rules.max_error:
         reasons.append(f"error {err:.4f} > maximum {rules.max_error:.2f}")
-    if precision not in ALLOWED_PRECISIONS:
+    if not is_official(precision):
         reasons.append(f"precision {precision} is below fp16")
     if not flops_agree(total, worker_total):
         diff = abs(worker_total - total) / total if total else 1.0
@@ -223,3 +222,13 @@ def score_run(
         valid=not reasons,
         invalid_reasons=tuple(reasons),
     )
+
+
+def model_rank_key(model_id: int, predicted_accuracy: float | None,
+                   best_accuracy: float | None) -> tuple[float, float, int]:
+    """Sort key of a run's finished models, best first: predicted final accuracy
+    (the best observed one when there is no prediction), then the best observed
+    accuracy, then the lower model id. A model without any accuracy comes last."""
+    best = best_accuracy if best_accuracy is not None else -1.0
+    predicted = predicted_accuracy if predicted_accuracy is not None else best
+    return (-predicted, -best, model_id)

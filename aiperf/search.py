@@ -131,54 +131,10 @@ def select_child(history: Sequence[HistoryEntry], seed: int, *, base: Graph,
     if cache is None:
         cache = DistanceCache(CUTOFF, HORIZON)
     gp, others = _fit(fitted, cache, noise)
-    dist = cache.matrix([e.hash for e in fitted])
-
-    rng = random.Random(seed)
-    heap: list[_Node] = []
-    counter = 0
-    for n, e in enumerate(fitted):  # already ranked: best accuracy first
-        packed = Packed([cache.descriptor(e.hash)])
-        heap.append(_Node(-float(e.accuracy), counter, float(e.accuracy), e.graph, packed, dist[n],
-                          e.model_id, e.hash))
-        counter += 1
-    heapq.heapify(heap)
-
-    temperature, best_acq = 1.0, -math.inf
-    best: tuple[_Node, str] | None = None
-    chosen: set[str] = set()
-    scored = 0
-    while heap and temperature > t_min and scored < max_candidates:
-        node = heapq.heappop(heap)
-        accept = math.exp(min((node.metric - best_acq) / temperature, 1.0))
-        if round(accept, _ROUND) >= rng.random():
-            children: list[Graph] = []
-            for _ in range(n_neighbours):
-                try:
-                    children.append(morph_step(node.graph, rng, kernel_size, limits, parent_hash=""))
-                except MorphismError:
-                    break  # the node is at a limit: its other morphs would fail the same way
-            if children:
-                scored += len(children)
-                packed = Packed([Descriptor.of(c) for c in children])
-                # Candidates need exact distances only below the cutoff (their
-                # kernel row); a narrower band is cheaper than pruning their children.
-                rows = bounded_rows(packed, node.packed, node.row, others, cache.cutoff, cache.cutoff)
-                mean, std = gp.predict(rows)
-                for c, child in enumerate(children):
-                    acq = round(float(mean[c] + beta * std[c]), _ROUND)
-                    new = _Node(-acq, counter, acq, child, packed.subset(slice(c, c + 1)), rows[c],
-                                node.root_id, node.root_hash,
-                                node.operations + tuple(child.meta["operations"]), float(mean[c]))
-                    counter += 1
-                    heapq.heappush(heap, new)
-                    if acq > best_acq:
-                        h = child.hash()  # hashing is costly: only for a new best
-                        if h in seen or h in chosen:
-                            continue
-                        chosen.add(h)
-                        best_acq, best = acq, (new, h)
-        temperature *= cooling
-
+    heap = _history_nodes(fitted, cache)
+    annealing = _Annealing(random.Random(seed), gp, others, cache.cutoff, seen, len(heap),
+                           kernel_size, limits, n_neighbours, beta)
+    best = annealing.run(heap, t_min, cooling, max_candidates)
     if best is None:  # every morph was a duplicate: walk further from the best model
         top = fitted[0]
         return _fresh_morph(top.graph, top.hash, top.model_id, seen, seed, kernel_size, limits)
@@ -187,6 +143,70 @@ def select_child(history: Sequence[HistoryEntry], seed: int, *, base: Graph,
                                  parent=node.root_hash, operations=list(node.operations))
     predicted = round(min(1.0, max(0.0, node.mean)), _ROUND)  # an accuracy, whatever the GP says
     return Candidate(graph, node.root_id, predicted, node.metric)
+
+
+def _history_nodes(fitted: Sequence[HistoryEntry], cache: DistanceCache) -> list[_Node]:
+    """The fitted models as a heap of search nodes, their metric the accuracy."""
+    dist = cache.matrix([e.hash for e in fitted])
+    heap = [_Node(-float(e.accuracy), n, float(e.accuracy), e.graph,  # type: ignore[arg-type]
+                  Packed([cache.descriptor(e.hash)]), dist[n], e.model_id, e.hash)
+            for n, e in enumerate(fitted)]  # already ranked: best accuracy first
+    heapq.heapify(heap)
+    return heap
+
+
+class _Annealing:
+    """Simulated annealing over one-step morphs, scored by the GP's upper confidence bound."""
+
+    def __init__(self, rng: random.Random, gp: GaussianProcess, others: Packed, cutoff: float,
+                 seen: set[str], counter: int, kernel_size: int, limits: Limits,
+                 n_neighbours: int, beta: float) -> None:
+        self.rng, self.gp, self.others, self.cutoff = rng, gp, others, cutoff
+        self.seen, self.counter = seen, counter  # counter: insertion order, the heap's tie-break
+        self.kernel_size, self.limits, self.n_neighbours, self.beta = kernel_size, limits, n_neighbours, beta
+        self.best_acq = -math.inf
+        self.best: tuple[_Node, str] | None = None  # the best new candidate and its hash
+        self.chosen: set[str] = set()
+
+    def run(self, heap: list[_Node], t_min: float, cooling: float,
+            max_candidates: int) -> tuple[_Node, str] | None:
+        temperature, scored = 1.0, 0
+        while heap and temperature > t_min and scored < max_candidates:
+            node = heapq.heappop(heap)
+            accept = math.exp(min((node.metric - self.best_acq) / temperature, 1.0))
+            if round(accept, _ROUND) >= self.rng.random():
+                scored += self._expand(node, heap)
+            temperature *= cooling
+        return self.best
+
+    def _expand(self, node: _Node, heap: list[_Node]) -> int:
+        """Push the scored morphs of `node` onto the heap; returns how many."""
+        children: list[Graph] = []
+        for _ in range(self.n_neighbours):
+            try:
+                children.append(morph_step(node.graph, self.rng, self.kernel_size, self.limits, parent_hash=""))
+            except MorphismError:
+                break  # the node is at a limit: its other morphs would fail the same way
+        if not children:
+            return 0
+        packed = Packed([Descriptor.of(c) for c in children])
+        # Candidates need exact distances only below the cutoff (their
+        # kernel row); a narrower band is cheaper than pruning their children.
+        rows = bounded_rows(packed, node.packed, node.row, self.others, self.cutoff, self.cutoff)
+        mean, std = self.gp.predict(rows)
+        for c, child in enumerate(children):
+            acq = round(float(mean[c] + self.beta * std[c]), _ROUND)
+            new = _Node(-acq, self.counter, acq, child, packed.subset(slice(c, c + 1)), rows[c],
+                        node.root_id, node.root_hash,
+                        node.operations + tuple(child.meta["operations"]), float(mean[c]))
+            self.counter += 1
+            heapq.heappush(heap, new)
+            if acq > self.best_acq:
+                h = child.hash()  # hashing is costly: only for a new best
+                if h not in self.seen and h not in self.chosen:
+                    self.chosen.add(h)
+                    self.best_acq, self.best = acq, (new, h)
+        return len(children)
 
 
 def predict(history: Sequence[HistoryEntry], graphs: Sequence[Graph], *, noise: float = GP_NOISE,

@@ -135,6 +135,9 @@ def test_hash_differs_for_different_architectures():
     ('{"format": "aiperf.graph", "version": 1, "input_shape": [8,8,3], "num_classes": 2, "layers": [{"id": "x"}]}',
      "layer 'x': unknown type None"),
     ('{"format": "aiperf.graph", "version": 1, "input_shape": [8,8,3], "num_classes": 2,'
+     ' "layers": [{"id": "x", "type": ["conv"]}]}',
+     "layer 'x': unknown type \\['conv'\\]"),
+    ('{"format": "aiperf.graph", "version": 1, "input_shape": [8,8,3], "num_classes": 2,'
      ' "layers": [{"id": "c", "type": "conv", "inputs": ["input"], "kernel": 3}]}',
      "layer 'c': missing field 'stride'"),
     ('{"format": "aiperf.graph", "version": 1, "input_shape": [8,8,3], "num_classes": 2,'

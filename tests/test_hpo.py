@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from aiperf.hpo import Tuner, choose_hyperparameters, search_space
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import OFFICIAL, SMOKE
 
 pytest.importorskip("nni")
@@ -35,21 +36,21 @@ def test_warmup_rounds_use_defaults_then_tpe():
     hist = history_where_3_and_32_is_best()
     for r in range(1, 6):
         assert choose_hyperparameters(SMOKE, r, hist, seed=r) == (SMOKE.default_hyperparameters(), "default")
-    assert SMOKE.default_hyperparameters() == {"batch_size": SMOKE.batch_size, "kernel_size": 3}
+    assert SMOKE.default_hyperparameters() == Hyperparameters(SMOKE.batch_size, 3)
     # The warm-up length is a setting of the run.
     assert choose_hyperparameters(SMOKE, 4, hist, seed=4, warmup_rounds=3)[1] == "tpe"
     assert choose_hyperparameters(SMOKE, 7, hist, seed=7, warmup_rounds=7)[1] == "default"
     hyper, source = choose_hyperparameters(SMOKE, 6, hist, seed=6)
     assert source == "tpe"
-    assert hyper["batch_size"] in SMOKE.batch_sizes and hyper["kernel_size"] in SMOKE.kernel_sizes
+    assert hyper.batch_size in SMOKE.batch_sizes and hyper.kernel_size in SMOKE.kernel_sizes
 
 
 def test_tpe_maximises():
     hist = history_where_3_and_32_is_best()
     proposals = [Tuner(SMOKE, hist).propose(seed) for seed in range(20)]
-    best = sum(p == {"batch_size": 32, "kernel_size": 3} for p in proposals)
+    best = sum(p == Hyperparameters(32, 3) for p in proposals)
     # Random search would hit 1 in 12 configurations (~2 of 20).
-    assert best >= 12, collections.Counter(tuple(p.values()) for p in proposals)
+    assert best >= 12, collections.Counter(proposals)
 
 
 def test_tpe_is_in_effect_with_few_observations():
@@ -58,7 +59,7 @@ def test_tpe_is_in_effect_with_few_observations():
             ({"batch_size": 64, "kernel_size": 5}, 0.2), ({"batch_size": 32, "kernel_size": 3}, 0.15),
             ({"batch_size": 64, "kernel_size": 7}, 0.2), ({"batch_size": 128, "kernel_size": 5}, 0.1)]
     proposals = [Tuner(SMOKE, hist).propose(seed) for seed in range(20)]
-    assert sum(p == {"batch_size": 16, "kernel_size": 7} for p in proposals) >= 12
+    assert sum(p == Hyperparameters(16, 7) for p in proposals) >= 12
 
 
 def test_same_seed_and_history_same_proposal():
@@ -67,7 +68,7 @@ def test_same_seed_and_history_same_proposal():
     b = [Tuner(SMOKE, list(reversed(hist))).propose(s) for s in range(8)]  # order of rows does not matter
     assert a == b
     # ... and the seed does matter (with no information TPE samples the prior).
-    assert len({tuple(Tuner(SMOKE, []).propose(s).values()) for s in range(10)}) > 1
+    assert len({Tuner(SMOKE, []).propose(s) for s in range(10)}) > 1
 
 
 def test_proposals_stay_in_the_space():
@@ -76,18 +77,20 @@ def test_proposals_stay_in_the_space():
         t = Tuner(profile, [])
         for s in range(15):
             p = t.propose(s)
-            assert p["batch_size"] in profile.batch_sizes and p["kernel_size"] in profile.kernel_sizes
+            assert p.batch_size in profile.batch_sizes and p.kernel_size in profile.kernel_sizes
     t = Tuner(SMOKE, hist)
-    assert all(t.propose(s)["batch_size"] in SMOKE.batch_sizes for s in range(10))
+    assert all(t.propose(s).batch_size in SMOKE.batch_sizes for s in range(10))
 
 
 def test_failed_and_foreign_entries():
-    # 0.0 (a failed model) is an observation, None (still training) and out-of-space entries are not.
-    hist = [({"batch_size": 64, "kernel_size": 3}, 0.0), ({"batch_size": 64, "kernel_size": 5}, None),
-            ({"batch_size": 999, "kernel_size": 3}, 0.9), ({"kernel_size": 3}, 0.5)]
+    # 0.0 (a failed model) is an observation, None (still training) and out-of-space
+    # or malformed entries are not; entries may be Hyperparameters or their dict form.
+    hist = [({"batch_size": 64, "kernel_size": 3}, 0.0), (Hyperparameters(64, 5), None),
+            ({"batch_size": 999, "kernel_size": 3}, 0.9), ({"kernel_size": 3}, 0.5),
+            ({"batch_size": 64, "kernel_size": 4}, 0.5), (Hyperparameters(16, 9), 0.5)]
     t = Tuner(SMOKE, hist)
-    assert t.observations == [({"batch_size": 64, "kernel_size": 3}, pytest.approx(1e-6))]
-    assert t.propose(1)["batch_size"] in SMOKE.batch_sizes
+    assert t.observations == [(Hyperparameters(64, 3), pytest.approx(1e-6))]
+    assert t.propose(1).batch_size in SMOKE.batch_sizes
 
 
 def test_aiperf_imports_without_nni_or_tensorflow():

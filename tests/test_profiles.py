@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import OFFICIAL, PROFILES, SMOKE, Profile, get_profile
 from aiperf.scoring import PROFILES as SCORING_RULES
 
@@ -27,7 +28,7 @@ def test_official_rules():
     assert p.learning_rate == 0.1 and p.momentum == 0.9
     assert p.min_running_time_s == 3600 and p.max_error == 0.30
     assert p.warmup_rounds == 5
-    assert p.default_hyperparameters() == {"batch_size": 448, "kernel_size": 3}
+    assert p.default_hyperparameters() == Hyperparameters(batch_size=448, kernel_size=3)
 
 
 def test_warmup_is_rounds_1_to_5_by_default_and_a_setting():
@@ -71,8 +72,10 @@ def test_inconsistent_profile_rejected():
         dataclasses.replace(SMOKE, batch_size=48)
     with pytest.raises(ValueError, match="dataset"):
         dataclasses.replace(SMOKE, dataset="mnist")
-    with pytest.raises(ValueError, match="odd"):
+    with pytest.raises(ValueError, match="'smoke': kernel_size must be an odd integer"):
         dataclasses.replace(SMOKE, kernel_sizes=(3, 4), kernel_size=3)
+    with pytest.raises(ValueError, match="'smoke': batch_size must be a positive integer"):
+        dataclasses.replace(SMOKE, batch_sizes=(0, 32), batch_size=32)
 
 
 def test_batch_sizes_scale_with_accelerator_memory():

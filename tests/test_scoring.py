@@ -6,7 +6,10 @@ import math
 
 import pytest
 
-from aiperf.scoring import PROFILES, Point, efficiency, error_of, flops_at, flops_agree, score_run
+from aiperf.precision import GEMM_DTYPES, PRECISIONS, get_precision, is_official
+from aiperf.profiles import MAX_ERROR
+from aiperf.scoring import (PROFILES, Point, efficiency, error_of, flops_agree, flops_at, model_rank_key,
+                            score_run)
 
 T0 = 1000.0
 OFFICIAL = PROFILES["official"]
@@ -78,6 +81,34 @@ def test_precision_below_fp16_is_invalid():
     r = score_run(T0, T0 + 7200, TIMELINE, OFFICIAL, "fp8")
     assert not r.valid and "precision fp8 is below fp16" in r.invalid_reason
     assert score_run(T0, T0 + 7200, TIMELINE, OFFICIAL, "bf16").valid
+    assert not score_run(T0, T0 + 7200, TIMELINE, OFFICIAL, "fp4").valid  # unknown: not allowed
+
+
+def test_precision_table():
+    # The API's names, in its enum order; FP16 and wider are official, nothing below.
+    assert list(PRECISIONS) == ["fp32", "mixed_fp16", "mixed_bf16", "fp16", "bf16", "fp8", "int8"]
+    assert [n for n in PRECISIONS if is_official(n)] == ["fp32", "mixed_fp16", "mixed_bf16", "fp16", "bf16"]
+    assert not is_official("fp4")
+    assert get_precision("mixed_fp16").keras_policy == "mixed_float16"
+    assert get_precision("bf16").keras_policy == "mixed_bfloat16"
+    assert get_precision("fp8").keras_policy == "float32" and get_precision("int8").gemm_dtype is None
+    # Every official precision has a measured GEMM peak; every peak is one a worker measures.
+    assert all(p.gemm_dtype in GEMM_DTYPES for p in PRECISIONS.values() if p.official)
+    with pytest.raises(ValueError, match="unknown precision 'fp4'.*fp32"):
+        get_precision("fp4")
+
+
+def test_maximum_error_is_30_percent_and_sets_the_target():
+    assert MAX_ERROR == 0.30 and OFFICIAL.max_error == MAX_ERROR
+    assert OFFICIAL.target_accuracy == 1.0 - MAX_ERROR
+
+
+def test_model_ranking():
+    # (model id, predicted, best): predicted first, best observed when no prediction,
+    # then best observed, then the lower id; no accuracy at all comes last.
+    models = [(1, None, None), (2, 0.8, 0.5), (3, None, 0.8), (4, 0.8, 0.6), (5, 0.0, 0.9), (6, 0.8, 0.6)]
+    ranked = sorted(models, key=lambda m: model_rank_key(*m))
+    assert [m[0] for m in ranked] == [3, 4, 6, 2, 5, 1]
 
 
 def test_worker_flops_disagreeing_with_the_master_count_is_invalid():

@@ -1,0 +1,43 @@
+"""Element-wise sum of two or more tensors of one shape: the residual connection."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from aiperf.layers.kind import LayerKind, size
+from aiperf.layers.layer import GraphError, Layer, Shape
+from aiperf.layers.transfer import Origin, TransferContext, TransferError
+
+
+class Add(LayerKind):
+    name = "add"
+    single_input = False
+    sums_inputs = True
+
+    def output_shape(self, layer: Layer, inputs: Sequence[Shape]) -> Shape:
+        if len(inputs) < 2:
+            raise GraphError(f"layer {layer.id!r} (add) needs at least two inputs")
+        x = inputs[0]
+        if any(s != x for s in inputs):
+            raise GraphError(f"layer {layer.id!r} (add): shape mismatch {' vs '.join(map(str, inputs))}")
+        return x
+
+    def flops(self, layer: Layer, x: Shape, out: Shape, reads_image: bool) -> tuple[int, int]:
+        return size(out), 0
+
+    def keras_layer(self, layer: Layer, seed: int | None) -> Any:
+        import keras
+
+        return keras.layers.Add(name=layer.id)
+
+    def inherit(self, layer: Layer, parent: Layer, inputs: Sequence[Origin], ctx: TransferContext) -> Origin:
+        """The parent's inputs plus zero branches, all widened alike."""
+        live = [t for t in inputs if not t.zero]
+        if sorted(t.source or "" for t in live) != sorted(parent.inputs):
+            raise TransferError(f"add {layer.id!r}: child inputs do not match the parent's {list(parent.inputs)}")
+        first = live[0].channel_map
+        if any(not np.array_equal(t.channel_map, first) for t in live[1:]):
+            raise TransferError(f"add {layer.id!r}: its inputs were widened differently")
+        return Origin(layer.id, first)
