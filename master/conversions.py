@@ -12,6 +12,7 @@ from typing import Any
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.enums import (
     API_VERSION,
+    MODEL_STATE_NAMES,
     MODEL_STATE_VALUES,
     MODEL_STATES,
     PRECISION_VALUES,
@@ -204,7 +205,7 @@ def software_messages(software: dict[str, str]) -> list[pb.SoftwareVersion]:
 
 def model_counts(counts: dict[str, int]) -> list[pb.ModelCount]:
     """One count per model state, in the API's order."""
-    return [pb.ModelCount(state=MODEL_STATE_VALUES[s], count=counts.get(s, 0)) for s in MODEL_STATES.values()]
+    return [pb.ModelCount(state=MODEL_STATE_VALUES[s], count=counts.get(s, 0)) for s in MODEL_STATE_NAMES]
 
 
 def progress_ack(res: ProgressResult, run: RunRecord | None) -> pb.ProgressAck:

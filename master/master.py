@@ -28,7 +28,13 @@ import grpc
 
 import aiperf
 from aiperf import scoring, timeline
-from aiperf.api.enums import FINISHED_MODEL_STATES, GEMM_DTYPES, KNOWN_GEMM_DTYPES, MODEL_STATES, OPEN_MODEL_STATES
+from aiperf.api.enums import (
+    FINISHED_MODEL_STATES,
+    GEMM_DTYPES,
+    KNOWN_GEMM_DTYPES,
+    MODEL_STATE_NAMES,
+    OPEN_MODEL_STATES,
+)
 from aiperf.flops import count_flops
 from aiperf.graph import Graph, GraphError, with_inserted_kernel
 from master.domain import (
@@ -316,7 +322,7 @@ class Master:
             self.metrics.run_state.set(0)
             return
         counts = self.store.count_models(run.id)
-        for state in MODEL_STATES.values():
+        for state in MODEL_STATE_NAMES:
             self.metrics.models.labels(state=state).set(counts.get(state, 0))
         self.metrics.run_state.set(1 if run.state == "running" else 0)
         if run.started_at is not None:
@@ -570,7 +576,7 @@ class Master:
     def list_models(self, run_id: int, state: str | None = None, limit: int = 0, offset: int = 0) -> ModelPage:
         """A page of the run's models (limit 0: LIST_LIMIT_DEFAULT; at most LIST_LIMIT_MAX)."""
         run = self.resolve_run(run_id)
-        if state is not None and state not in MODEL_STATES.values():
+        if state is not None and state not in MODEL_STATE_NAMES:
             raise InvalidArgument(f"unknown model state {state}")
         models, total = self.store.list_models(run.id, state, min(limit or LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX), offset)
         return ModelPage(run.id, models, total)

@@ -607,3 +607,44 @@ def test_timeline_of_a_run(master_server, small_graph):
     with pytest.raises(ApiError) as e:
         c.timeline(buckets=10**6)
     assert code_of(e) == grpc.StatusCode.INVALID_ARGUMENT
+
+
+# ---------------------------------------------------------------- the Master without gRPC
+
+
+def test_the_master_takes_and_returns_plain_types(small_graph, tmp_path):
+    import asyncio
+
+    from master.domain import ModelSubmission, ProgressReport, RunSpec
+    from master.master import Master
+    from master.sqlstore import SqlStore
+    from master.store import PermissionDenied, WorkerInput
+
+    clock = FakeClock()
+    store = SqlStore(f"sqlite:///{tmp_path / 'plain.db'}")
+    m = Master(store, clock=clock)
+    try:
+        node = WorkerInput(name="", host="node-1", accelerators=[{"model": "V100", "peak_flops": 1e10}], cpus=4,
+                           memory_bytes=1, software={})
+        wid = m.register(node)[0].id
+        other = m.register(WorkerInput("node-2", "", [], 1, 1, {}))[0]
+        assert other.host == "node-2"  # a missing name or host defaults to the other
+        run = m.start_run(RunSpec(duration_s=600))
+        model = m.submit_model(ModelSubmission(wid, 0, small_graph.to_json(), small_graph.hash(), 0, 1, 32, 3))
+    finally:
+        m.close()
+    # a fresh Master (empty FLOP cache) counts with the FLOPs stored with the model
+    m = Master(store, clock=clock)
+    try:
+        clock.t += 30
+        ack = asyncio.run(m.report_progress(ProgressReport(wid, model.id, 1, 1, 1000, 0, None, 0)))
+        assert ack.master_flops == 1000 * model.flops_per_train_image and ack.flops_mismatch
+        with pytest.raises(PermissionDenied):  # the store checks whose model it is
+            asyncio.run(m.report_progress(ProgressReport(other.id, model.id, 2, 1, 10, 0, None, 0)))
+        sb = m.scoreboard(0)
+        assert sb.run.id == run.id and sb.result.total_ops == 1000 * model.flops_per_train_image
+        assert sb.accelerators == 1 and sb.workers_alive == 1 and sb.model_counts == {"training": 1}
+        assert sb.peak_flops == pytest.approx(1e10) and sb.best_model_id is None
+    finally:
+        m.close()
+        store.close()

@@ -64,7 +64,7 @@ import grpc
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api.calls import DEFAULT_TIMEOUT_S, ApiError, api_error, with_retries
-from aiperf.api.enums import API_VERSION, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES
+from aiperf.api.enums import API_VERSION, FINISHED_MODEL_STATES, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES
 from aiperf.api.stream import WorkerStream
 
 __all__ = [
@@ -290,7 +290,7 @@ class WorkerClient(_Client):
         """End a model: state "done" or "failed" (with reason). best_accuracy is
         the best observed validation accuracy; predicted_accuracy ranks it.
         Idempotent: finishing again with the same state is accepted."""
-        if state not in ("done", "failed"):
+        if state not in FINISHED_MODEL_STATES:
             raise ValueError(f"finish state must be 'done' or 'failed', not {state!r}")
         req = pb.FinishModelRequest(
             worker_id=worker_id,

@@ -43,6 +43,8 @@ WORKER_STATE_VALUES = _inverse(WORKER_STATES)
 PROFILE_VALUES = _inverse(PROFILES)
 PRECISION_VALUES = _inverse(PRECISIONS)
 
+MODEL_STATE_NAMES: tuple[str, ...] = tuple(MODEL_STATES.values())  # in the API's order
+
 # The groups of states the master's rules speak of (ordered, so that SQL built from them is stable).
 ACTIVE_RUN_STATES: tuple[str, ...] = ("pending", "running", "stopping")  # a run that takes work
 OVER_RUN_STATES: tuple[str, ...] = ("finished", "aborted")  # a run that refuses reports
