@@ -1,7 +1,7 @@
 """The Master: run lifecycle, workers, verified FLOP accounting, scores.
 
-`Master` holds the logic and the in-memory caches (heartbeat times, FLOP
-counts per model, the current run). It takes and returns plain types
+`Master` holds the logic and the in-memory caches (the workers' heartbeats
+in master/heartbeats.py, FLOP counts per model, the current run). It takes and returns plain types
 (master/domain.py, master/store.py); the servicers convert protobuf. All
 truth lives in the store: a restarted master continues a run where it stopped.
 
@@ -53,6 +53,7 @@ from master.domain import (
     RunTimeline,
     Scoreboard,
 )
+from master.heartbeats import Heartbeats
 from master.metrics import MasterMetrics
 from master.progress import ProgressWriter
 from master.store import (
@@ -132,8 +133,7 @@ class Master:
         self.stop_grace_s = stop_grace_s
         self.clock = clock
         self.metrics = metrics or MasterMetrics()
-        # heartbeat times are kept in memory and written lazily: losing a few seconds of them in a
-        # crash is harmless, and one UPDATE per beat would cost more than the beat itself
+        # heartbeats are written lazily, at most this long after they came (see Heartbeats)
         self.heartbeat_flush_s = min(heartbeat_interval_s, HEARTBEAT_FLUSH_MAX_S)
         self._flushed_at = time.monotonic()
         self._lock = threading.RLock()
@@ -141,17 +141,7 @@ class Master:
         self._flops: collections.OrderedDict[int, _ModelFlops] = collections.OrderedDict()
         self._joined: set[tuple[int, int]] = set()
         self._run_ops: dict[int, int] = {}
-        now = clock()
-        # A restarted master gives every known alive worker a fresh grace period.
-        self._beats: dict[int, float] = {}
-        self._dirty: dict[int, float] = {}
-        self._lost: set[int] = set()
-        for w in store.list_workers():
-            if w.state == "alive":
-                self._beats[w.id] = max(w.last_heartbeat, now)
-            else:
-                self._lost.add(w.id)
-                self._beats[w.id] = w.last_heartbeat
+        self._heartbeats = Heartbeats(store.list_workers(), clock())
         self._current: RunRecord | None = store.current_run()
         self._writer = ProgressWriter(store)
 
@@ -261,25 +251,21 @@ class Master:
 
     def _flush_heartbeats(self) -> None:
         self._flushed_at = time.monotonic()
-        with self._lock:
-            dirty, self._dirty = self._dirty, {}
-        if dirty:
-            self.store.record_heartbeats(dirty)
+        beats = self._heartbeats.take_unwritten()
+        if beats:
+            self.store.record_heartbeats(beats)
 
     def _detect_lost(self, now: float) -> None:
-        limit = LOST_AFTER_BEATS * self.heartbeat_interval_s
-        with self._lock:
-            lost = [w for w, t in self._beats.items() if w not in self._lost and now - t > limit]
-            self._lost.update(lost)
+        lost = self._heartbeats.mark_silent(now, LOST_AFTER_BEATS * self.heartbeat_interval_s)
         if lost:
             # the stored last heartbeat of a lost worker must be its real last one, and a
             # later flush must not mark it alive again
             self._flush_heartbeats()
-            abandoned = self.store.mark_workers_lost(lost, now)
+            abandoned = self.store.mark_workers_lost(list(lost), now)
             self._forget_models(abandoned)
             self.metrics.workers_lost.inc(len(lost))
-            for w in lost:
-                log.warning("event=worker_lost worker_id=%d silent_s=%.1f", w, now - self._beats.get(w, now))
+            for w, silent_s in lost.items():
+                log.warning("event=worker_lost worker_id=%d silent_s=%.1f", w, silent_s)
             if abandoned:
                 log.warning("event=models_abandoned model_ids=%s reason=worker_lost", abandoned)
 
@@ -340,23 +326,15 @@ class Master:
 
     # ------------------------------------------------------------ workers
     def alive_count(self) -> int:
-        with self._lock:
-            return sum(1 for w in self._beats if w not in self._lost)
+        return self._heartbeats.alive_count()
 
     def is_alive(self, worker_id: int) -> bool:
-        with self._lock:
-            return worker_id in self._beats and worker_id not in self._lost
+        return self._heartbeats.is_alive(worker_id)
 
     def _known_worker(self, worker_id: int) -> None:
         """NotFound unless the worker registered (cached after the first look-up)."""
-        with self._lock:
-            if worker_id in self._beats:
-                return
-        w = self.store.get_worker(worker_id)  # NotFound
-        with self._lock:
-            self._beats.setdefault(worker_id, w.last_heartbeat)
-            if w.state == "lost":
-                self._lost.add(worker_id)
+        if not self._heartbeats.knows(worker_id):
+            self._heartbeats.learn(self.store.get_worker(worker_id))  # NotFound
 
     def _join(self, run: RunRecord | None, worker_id: int) -> None:
         if run is None or run.state != "running":
@@ -380,10 +358,7 @@ class Master:
         now = self.clock()
         worker, abandoned = self.store.register_worker(info, now)
         self._forget_models(abandoned)
-        with self._lock:
-            self._beats[worker.id] = now
-            self._dirty.pop(worker.id, None)
-            self._lost.discard(worker.id)
+        self._heartbeats.registered(worker.id, now)
         self._join(self.current_run(), worker.id)
         log.info("event=worker_registered worker_id=%d name=%s host=%s accelerators=%d abandoned=%s",
                  worker.id, worker.name, worker.host, len(worker.accelerators), abandoned)
@@ -393,21 +368,16 @@ class Master:
         """True when heartbeat(worker_id) will not touch the database (the
         worker is known and has joined the running run): safe on an event loop."""
         run = self.current_run()
+        if not self._heartbeats.knows(worker_id):
+            return False
         with self._lock:
-            if worker_id not in self._beats:
-                return False
             return run is None or run.state != "running" or (run.id, worker_id) in self._joined
 
     def heartbeat(self, worker_id: int) -> tuple[RunRecord | None, str]:
         """The current run and the worker's state: "lost" once after the
         master gave up on it (its model was abandoned), else "alive"."""
         self._known_worker(worker_id)
-        now = self.clock()
-        with self._lock:
-            was_lost = worker_id in self._lost
-            self._beats[worker_id] = now
-            self._dirty[worker_id] = now
-            self._lost.discard(worker_id)
+        was_lost = self._heartbeats.beat(worker_id, self.clock())
         if was_lost:
             log.info("event=worker_back worker_id=%d", worker_id)
         run = self.current_run()
