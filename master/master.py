@@ -1,9 +1,11 @@
 """The Master: run lifecycle, workers, verified FLOP accounting, scores.
 
 `Master` holds the logic and the in-memory caches (the workers' heartbeats
-in master/heartbeats.py, FLOP counts per model, the current run). It takes and returns plain types
-(master/domain.py, master/store.py); the servicers convert protobuf. All
-truth lives in the store: a restarted master continues a run where it stopped.
+in master/heartbeats.py, FLOP counts per model, the current run). It takes
+and returns plain types (master/domain.py, master/store.py); the servicers
+convert protobuf. All truth lives in the store: a restarted master continues
+a run where it stopped. Whether a model is the reporting worker's is checked
+by the store, inside the transaction that records the report or the finish.
 
 FLOPs are counted by the master, never taken from workers: at submission the
 graph JSON -> Graph.from_json -> with_inserted_kernel(graph, kernel_size) ->
