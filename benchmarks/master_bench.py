@@ -1,9 +1,9 @@
 """Master load benchmark: N simulated workers heartbeating and reporting every second.
 
 The master runs in its own process (as in production); the simulated workers
-are asyncio gRPC clients in this process, spread evenly over each second. By
-default each holds a Connect stream and sends its heartbeat and report on it,
-as the worker agent does (--transport unary: one unary call each instead).
+are asyncio gRPC clients in this process, spread evenly over each second. Each
+holds a Connect stream and sends its heartbeat and report on it, as the
+worker agent does.
 For growing N it prints the sustained reports/s, p50/p99 latency of the
 reports and heartbeats, and the largest N held (p99 of both < 100 ms, no
 errors and at least 95% of the offered reports answered), on SQLite and, when
@@ -11,7 +11,6 @@ AIPERF_TEST_POSTGRES_URL is set, on PostgreSQL (a fresh schema, dropped after).
 
     python benchmarks/master_bench.py [--steps 250,500,1000,1500,2000] [--window 6] [--production 2000:5]
                                       [--backends noop,sqlite,postgres] [--max-workers N]
-                                      [--transport stream|unary]
 
 The `noop` backend is the baseline: the same gRPC server (grpc.aio, token
 check) with handlers that do nothing, against the same clients. Its
@@ -99,12 +98,6 @@ def _serve_noop(port: int, ready: mp.Event, stop: mp.Event, max_workers: int) ->
         async def SubmitModel(self, request, context):  # noqa: N802
             return pb.SubmitModelResponse(model_id=next(ids), state=pb.MODEL_TRAINING)
 
-        async def Heartbeat(self, request, context):  # noqa: N802
-            return heartbeat()
-
-        async def ReportProgress(self, request, context):  # noqa: N802
-            return ack(request)
-
         async def Connect(self, request_iterator, context):  # noqa: N802
             async for m in request_iterator:
                 if m.WhichOneof("body") == "heartbeat":
@@ -162,13 +155,11 @@ WORKERS_PER_CHANNEL = 64  # real workers each have their own connection; the sim
 
 
 class Fleet:
-    """Simulated workers. transport "stream": each holds a Connect stream
-    and sends its heartbeat and report on it (what the worker agent does);
-    "unary": one Heartbeat and one ReportProgress call each."""
+    """Simulated workers: each holds a Connect stream and sends its heartbeat
+    and report on it (what the worker agent does)."""
 
-    def __init__(self, address: str, transport: str = "stream") -> None:
+    def __init__(self, address: str) -> None:
         self.address = address
-        self.transport = transport
         self.channels: list[grpc.aio.Channel] = []
         self.stubs: list[pb_grpc.WorkerServiceStub] = []
         self.md = (("authorization", f"Bearer {WORKER_TOKEN}"),)
@@ -221,7 +212,6 @@ class Fleet:
 
         async def worker(i: int) -> None:
             wid, mid = self.workers[i]
-            stub = self.stub(i)
             tick = begin + period_s * i / n  # spread evenly over the period
             while tick < end:
                 await asyncio.sleep(max(0.0, tick - loop.time()))
@@ -233,18 +223,12 @@ class Fleet:
                                            images_validated=0, epoch=1, worker_flops=32 * flops_per_image)
                 try:
                     t = time.perf_counter()
-                    if self.transport == "stream":
-                        await self._exchange(i, pb.WorkerMessage(heartbeat=pb.HeartbeatRequest(worker_id=wid, model_id=mid)))
-                    else:
-                        await stub.Heartbeat(pb.HeartbeatRequest(worker_id=wid, model_id=mid), metadata=self.md, timeout=10)
+                    await self._exchange(i, pb.WorkerMessage(heartbeat=pb.HeartbeatRequest(worker_id=wid, model_id=mid)))
                     hb = time.perf_counter() - t
                     stats.calls += 1
                     self.seq[mid] = seq
                     t = time.perf_counter()
-                    if self.transport == "stream":
-                        await self._exchange(i, pb.WorkerMessage(progress=report))
-                    else:
-                        await stub.ReportProgress(report, metadata=self.md, timeout=10)
+                    await self._exchange(i, pb.WorkerMessage(progress=report))
                     rep = time.perf_counter() - t
                     stats.calls += 1
                     if measured and loop.time() <= end + 1.0:
@@ -269,7 +253,7 @@ class Fleet:
 
 
 async def _bench(address: str, steps: list[tuple[int, float]], window_s: float, warmup_s: float,
-                 server_pid: int, transport: str) -> list[dict]:
+                 server_pid: int) -> list[dict]:
     from aiperf.flops import count_flops
     from aiperf.resnet import resnet50
 
@@ -278,7 +262,7 @@ async def _bench(address: str, steps: list[tuple[int, float]], window_s: float, 
     ctl = pb_grpc.ControlServiceStub(grpc.aio.insecure_channel(address))
     md = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
     await ctl.StartRun(pb.StartRunRequest(duration_s=3600, profile=pb.PROFILE_SMOKE), metadata=md, timeout=30)
-    fleet = Fleet(address, transport)
+    fleet = Fleet(address)
     rows = []
     far_over = False
     for n, period in steps:
@@ -316,7 +300,7 @@ async def _bench(address: str, steps: list[tuple[int, float]], window_s: float, 
 
 
 def run_backend(name: str, db_url: str | None, steps: list[tuple[int, float]], window_s: float,
-                warmup_s: float, max_workers: int, transport: str = "stream") -> list[dict]:
+                warmup_s: float, max_workers: int) -> list[dict]:
     """db_url None: the no-op server (baseline)."""
     port = _free_port()
     ctx = mp.get_context("spawn")
@@ -332,7 +316,7 @@ def run_backend(name: str, db_url: str | None, steps: list[tuple[int, float]], w
             raise RuntimeError(f"{name}: master did not start")
         print(f"== {name}: master pid {proc.pid} on 127.0.0.1:{port}", flush=True)
         try:
-            rows = asyncio.run(_bench(f"127.0.0.1:{port}", steps, window_s, warmup_s, proc.pid, transport))
+            rows = asyncio.run(_bench(f"127.0.0.1:{port}", steps, window_s, warmup_s, proc.pid))
         finally:
             stop.set()
             proc.join(30)
@@ -390,9 +374,6 @@ def main() -> int:
     parser.add_argument("--max-workers", type=int, default=None,
                         help="gRPC server threads (default: the master's own default)")
     parser.add_argument("--warmup", type=float, default=1.5, help="unmeasured seconds per step")
-    parser.add_argument("--transport", choices=("stream", "unary"), default="stream",
-                        help="stream: heartbeats and reports on one Connect stream per worker, as the worker "
-                             "agent sends them; unary: one Heartbeat and one ReportProgress call each")
     parser.add_argument("--backends", default="noop,sqlite,postgres",
                         help="noop: the same gRPC server with do-nothing handlers (the baseline)")
     args = parser.parse_args()
@@ -406,14 +387,14 @@ def main() -> int:
         n, period = args.production.split(":")
         steps.append((int(n), float(period)))
     print(f"master_bench: {os.cpu_count()} CPUs; each worker sends 1 heartbeat + 1 progress report per second "
-          f"({'on its Connect stream' if args.transport == 'stream' else 'as unary calls'})", flush=True)
+          "on its Connect stream", flush=True)
     t = time.perf_counter()
     results: dict[str, list[dict]] = {}
     if "noop" in args.backends:
-        results["noop"] = run_backend("noop", None, steps, args.window, args.warmup, args.max_workers, args.transport)
+        results["noop"] = run_backend("noop", None, steps, args.window, args.warmup, args.max_workers)
     if "sqlite" in args.backends:
         with tempfile.TemporaryDirectory() as d:
-            results["sqlite"] = run_backend("sqlite", f"sqlite:///{d}/bench.db", steps, args.window, args.warmup, args.max_workers, args.transport)
+            results["sqlite"] = run_backend("sqlite", f"sqlite:///{d}/bench.db", steps, args.window, args.warmup, args.max_workers)
     if "postgres" in args.backends:
         base = os.environ.get("AIPERF_TEST_POSTGRES_URL")
         if not base:
@@ -421,7 +402,7 @@ def main() -> int:
         else:
             url, drop = _postgres_schema(base)
             try:
-                results["postgres"] = run_backend("postgres", url, steps, args.window, args.warmup, args.max_workers, args.transport)
+                results["postgres"] = run_backend("postgres", url, steps, args.window, args.warmup, args.max_workers)
             finally:
                 drop()
     if "noop" in results:

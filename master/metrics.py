@@ -8,9 +8,9 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-log = logging.getLogger(__name__)
+from aiperf.api.enums import MODEL_STATE_NAMES
 
-MODEL_STATES = ("queued", "training", "done", "failed", "abandoned")
+log = logging.getLogger(__name__)
 
 
 class MasterMetrics:
@@ -30,7 +30,7 @@ class MasterMetrics:
         self.current_flops = Gauge("aiperf_current_flops", "FLOPS(now) of the current run", registry=self.registry)
         self.run_state = Gauge("aiperf_run_running", "1 while the current run is running", registry=self.registry)
         self._server: WSGIServer | None = None
-        for state in MODEL_STATES:
+        for state in MODEL_STATE_NAMES:
             self.models.labels(state=state).set(0)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> int:

@@ -31,7 +31,8 @@ from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api.client import MAX_MESSAGE_BYTES
 from master.auth import TokenInterceptor, Tokens, load_tokens
 from master.metrics import MasterMetrics
-from master.service import ControlServicer, Master, WorkerServicer
+from master.master import Master
+from master.servicers import ControlServicer, WorkerServicer
 from master.sqlstore import SqlStore
 
 log = logging.getLogger(__name__)
@@ -149,74 +150,95 @@ def serve(
     """
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
-    if (tls_cert is None) != (tls_key is None):
-        raise ValueError("TLS needs both a certificate and a key")
+    credentials = _server_credentials(tls_cert, tls_key)
     tokens = load_tokens(data_dir, worker_token, admin_token, worker_token_file, admin_token_file, env)
-    credentials = None
-    if tls_cert is not None and tls_key is not None:
-        credentials = grpc.ssl_server_credentials([(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())])
     store = SqlStore(db_url or default_db_url(data_dir))
-    metrics = MasterMetrics()
     master = Master(store, heartbeat_interval_s=heartbeat_interval_s, stop_grace_s=stop_grace_s,
-                    clock=clock, metrics=metrics)
+                    clock=clock, metrics=MasterMetrics())
     pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="aiperf-rpc")
     address = f"{host}:{port}"
-
-    def abandon(message: str) -> OSError:
+    try:
+        loop, loop_thread, server, health_servicer, bound = _run_grpc(address, credentials, tokens, master, pool)
+    except OSError as exc:
         master.close()
         store.close()
         pool.shutdown(wait=False)
-        return OSError(message)
+        raise OSError(str(exc)) from None
+    metrics_bound = master.metrics.serve(metrics_port) if metrics_port is not None else None
+    period = tick_s if tick_s is not None else max(0.05, min(1.0, heartbeat_interval_s / 4))
+    stop, thread = _start_background(master, period)
+    log.info("event=master_listening address=%s tls=%s db=%s heartbeat_interval_s=%g",
+             address.replace("[::]", "0.0.0.0"), credentials is not None, store.engine.url.render_as_string(),
+             heartbeat_interval_s)
+    return MasterHandle(
+        port=bound, host=host, tokens=tokens, master=master, store=store, metrics_port=metrics_bound,
+        tls=credentials is not None, _server=server, _health=health_servicer, _loop=loop, _loop_thread=loop_thread,
+        _pool=pool, _stop_event=stop, _thread=thread,
+    )
 
+
+def _server_credentials(tls_cert: Path | None, tls_key: Path | None) -> grpc.ServerCredentials | None:
+    """TLS credentials from a certificate and key, or None (plain)."""
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("TLS needs both a certificate and a key")
+    if tls_cert is None or tls_key is None:
+        return None
+    return grpc.ssl_server_credentials([(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())])
+
+
+def _run_grpc(address: str, credentials: grpc.ServerCredentials | None, tokens: Tokens, master: Master,
+              pool: futures.Executor
+              ) -> tuple[asyncio.AbstractEventLoop, threading.Thread, grpc.aio.Server, health.aio.HealthServicer, int]:
+    """The gRPC server started on an event loop of its own thread; OSError (loop stopped) when it cannot listen."""
     loop = asyncio.new_event_loop()
     loop_thread = threading.Thread(target=loop.run_forever, name="aiperf-grpc", daemon=True)
     loop_thread.start()
-
-    async def start() -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
-        server = grpc.aio.server(
-            interceptors=[TokenInterceptor(tokens)],
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
-            ],
-        )
-        pb_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(master, pool), server)
-        pb_grpc.add_ControlServiceServicer_to_server(ControlServicer(master, pool), server)
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        try:
-            bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
-        except RuntimeError as exc:
-            raise OSError(f"cannot listen on {address}: {exc}") from None
-        if bound == 0:
-            raise OSError(f"cannot listen on {address}")
-        await server.start()
-        for name in ("", *SERVICE_NAMES):
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-        return server, health_servicer, bound
-
     try:
-        server, health_servicer, bound = asyncio.run_coroutine_threadsafe(start(), loop).result(60)
-    except OSError as exc:
+        server, health_servicer, bound = asyncio.run_coroutine_threadsafe(
+            _start_grpc(address, credentials, tokens, master, pool), loop).result(60)
+    except OSError:
         loop.call_soon_threadsafe(loop.stop)
         loop_thread.join(timeout=30)
-        raise abandon(str(exc)) from None
-    metrics_bound = metrics.serve(metrics_port) if metrics_port is not None else None
+        raise
+    return loop, loop_thread, server, health_servicer, bound
+
+
+async def _start_grpc(address: str, credentials: grpc.ServerCredentials | None, tokens: Tokens, master: Master,
+                      pool: futures.Executor) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+    """The started gRPC server (worker, control and health services) and its port; OSError when it cannot listen."""
+    server = grpc.aio.server(
+        interceptors=[TokenInterceptor(tokens)],
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    pb_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(master, pool), server)
+    pb_grpc.add_ControlServiceServicer_to_server(ControlServicer(master, pool), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    try:
+        bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise OSError(f"cannot listen on {address}: {exc}") from None
+    if bound == 0:
+        raise OSError(f"cannot listen on {address}")
+    await server.start()
+    for name in ("", *SERVICE_NAMES):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, health_servicer, bound
+
+
+def _start_background(master: Master, period_s: float) -> tuple[threading.Event, threading.Thread]:
+    """A first tick, then the background thread that ticks every period_s until the event is set."""
     stop = threading.Event()
-    period = tick_s if tick_s is not None else max(0.05, min(1.0, heartbeat_interval_s / 4))
     master.tick()
     # Everything alive now (modules, the schema, caches) lives as long as the
     # process: keep it out of the collector, so that full collections with
     # thousands of open worker streams stay short (they show up as RPC latency).
     gc.freeze()
-    thread = threading.Thread(target=_background, args=(master, stop, period), name="aiperf-master-tick", daemon=True)
+    thread = threading.Thread(target=_background, args=(master, stop, period_s), name="aiperf-master-tick",
+                              daemon=True)
     thread.start()
-    log.info("event=master_listening address=%s tls=%s db=%s heartbeat_interval_s=%g",
-             address.replace("[::]", "0.0.0.0"), tls_cert is not None, store.engine.url.render_as_string(),
-             heartbeat_interval_s)
-    return MasterHandle(
-        port=bound, host=host, tokens=tokens, master=master, store=store, metrics_port=metrics_bound,
-        tls=tls_cert is not None, _server=server, _health=health_servicer, _loop=loop, _loop_thread=loop_thread,
-        _pool=pool, _stop_event=stop, _thread=thread,
-    )
+    return stop, thread

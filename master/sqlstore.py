@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sqlite3
 import threading
 from typing import Any, Iterator, Sequence
 
@@ -21,13 +20,15 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, bindparam, create_engine, event, func, insert, select, update
+from sqlalchemy import Engine, create_engine, event, func, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from aiperf.api.enums import ACTIVE_RUN_STATES, FINISHED_MODEL_STATES, OPEN_MODEL_STATES, OVER_RUN_STATES
 from aiperf.scoring import Point
 from master.models import ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow
+from master.progress_sql import ProgressSql
 from master.store import (
     FailedPrecondition,
     ModelRecord,
@@ -49,13 +50,9 @@ from master.store import (
 
 log = logging.getLogger(__name__)
 
-ACTIVE_RUN = ("pending", "running", "stopping")
-OVER_RUN = ("finished", "aborted")
-OPEN_MODEL = ("queued", "training")
 MIGRATIONS = "master:migrations"
 PROGRESS_CACHE_SIZE = 16384  # models whose state add_progress keeps in memory
 HEARTBEAT_CHUNK = 256  # workers per heartbeat-flush transaction
-MULTIROW_CHUNK = 500  # rows per multi-row statement (SQLite allows 32,766 parameters)
 
 
 def _alembic_config() -> Config:
@@ -157,114 +154,7 @@ class SqlStore(Store):
         # trained in memory instead of reading it back for every batch of reports.
         self._write_lock = threading.RLock()
         self._progress_models: dict[int, dict[str, Any]] = {}
-        self._prepare_progress_statements()
-
-    def _prepare_progress_statements(self) -> None:
-        # Built once: constructing SQLAlchemy statements costs more than running them here.
-        q = (
-            select(ModelRow.id, ModelRow.run_id, ModelRow.worker_id, ModelRow.state, ModelRow.started_at,
-                   ModelRow.images_trained, ModelRow.images_validated, ModelRow.epochs, ModelRow.best_accuracy,
-                   RunRow.state)
-            .join(RunRow, RunRow.id == ModelRow.run_id)
-            .where(ModelRow.id.in_(bindparam("ids", expanding=True)))
-        )
-        self._q_models = q if self.dialect == "sqlite" else q.with_for_update(of=ModelRow)
-        # two IN lists, not a row-value IN: SQLite searches the unique index only for this form
-        self._q_seen = select(
-            ProgressRow.model_id, ProgressRow.seq, ProgressRow.master_flops, ProgressRow.flops_mismatch
-        ).where(
-            ProgressRow.model_id.in_(bindparam("mids", expanding=True)),
-            ProgressRow.seq.in_(bindparam("seqs", expanding=True)),
-        )
-        self._q_max_seq = (
-            select(ProgressRow.model_id, func.max(ProgressRow.seq))
-            .where(ProgressRow.model_id.in_(bindparam("mids", expanding=True)))
-            .group_by(ProgressRow.model_id)
-        )
-        progress_cols = ("run_id", "model_id", "worker_id", "seq", "t", "epoch", "images_trained",
-                         "images_validated", "accuracy", "worker_flops", "master_flops", "flops_mismatch")
-        self._insert_progress = self._driver_statement(
-            insert(ProgressRow).values({c: bindparam(c) for c in progress_cols}))
-        self._update_beat_sql = self._driver_statement(update(WorkerRow).where(WorkerRow.id == bindparam("wid")).values(
-            last_heartbeat=bindparam("beat"), state="alive"
-        ))
-        self._update_model = self._driver_statement(update(ModelRow).where(ModelRow.id == bindparam("mid")).values(
-            state=bindparam("new_state"), started_at=bindparam("new_started_at"),
-            images_trained=bindparam("new_trained"), images_validated=bindparam("new_validated"),
-            epochs=bindparam("new_epochs"), best_accuracy=bindparam("new_best"),
-        ))
-        self._progress_cols = progress_cols
-        # Multi-row forms of the two statements (one INSERT ... VALUES (..), (..) and one
-        # UPDATE ... FROM (VALUES ..)): a batch then costs two statement executions, not two
-        # per report. That matters most for SQLite, whose driver releases and re-takes the
-        # GIL on every row of an executemany, each time waiting for the busy gRPC thread.
-        placeholder = {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(self.engine.dialect.paramstyle)
-        multirow = placeholder is not None and (
-            self.dialect != "sqlite" or sqlite3.sqlite_version_info >= (3, 33))  # UPDATE ... FROM
-        self._multirow = multirow
-        update_cols = (("mid", ModelRow.id), ("new_state", ModelRow.state),
-                       ("new_started_at", ModelRow.started_at), ("new_trained", ModelRow.images_trained),
-                       ("new_validated", ModelRow.images_validated), ("new_epochs", ModelRow.epochs),
-                       ("new_best", ModelRow.best_accuracy))
-        self._update_keys = tuple(name for name, _ in update_cols)
-        # the SQL around the VALUES rows, and one row, built once
-        self._insert_head = f"INSERT INTO {ProgressRow.__tablename__} ({', '.join(progress_cols)}) VALUES "
-        self._insert_row = "(" + ", ".join([placeholder or ""] * len(progress_cols)) + ")"
-        if self.dialect == "sqlite":
-            self._update_row = "(" + ", ".join([placeholder or ""] * len(update_cols)) + ")"
-        else:  # PostgreSQL types a VALUES list from its values; a column of NULLs would be text
-            self._update_row = "(" + ", ".join(f"CAST({placeholder} AS {col.type.compile(dialect=self.engine.dialect)})"
-                                               for _, col in update_cols) + ")"
-        sets = ", ".join(f"{col.key} = v.column{i + 1}" for i, (_, col) in enumerate(update_cols) if i > 0)
-        self._update_head = f"UPDATE {ModelRow.__tablename__} SET {sets} FROM (VALUES "
-        self._update_tail = f") AS v WHERE {ModelRow.__tablename__}.id = v.column1"
-
-    def _driver_statement(self, stmt: Any) -> tuple[str, tuple[str, ...] | None]:
-        """SQL text in the driver's own parameter style, and the parameter order when positional.
-
-        The progress writes run it on the DBAPI cursor: SQLAlchemy's per-statement work costs
-        several times the SQL itself on a batch of a few reports. Only plain columns (ints,
-        floats, strings, booleans) are bound, which need no SQLAlchemy type processing.
-        """
-        compiled = stmt.compile(dialect=self.engine.dialect)
-        order = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
-        # PostgreSQL's compiler adds RETURNING <primary key> to a single-row INSERT; nothing reads it
-        return str(compiled).split(" RETURNING ")[0], order
-
-    def _write_progress(self, conn: Any, rows: list[dict[str, Any]], updates: list[dict[str, Any]]) -> None:
-        """INSERT the reports and UPDATE their models on the DBAPI cursor of `conn`."""
-        if not self._multirow:
-            self._executemany(conn, [(*self._insert_progress, rows), (*self._update_model, updates)])
-            return
-        with self._cursor(conn) as cursor:
-            for k in range(0, len(rows), MULTIROW_CHUNK):
-                chunk = rows[k:k + MULTIROW_CHUNK]
-                cursor.execute(self._insert_head + ", ".join([self._insert_row] * len(chunk)),
-                               [r[c] for r in chunk for c in self._progress_cols])
-            for k in range(0, len(updates), MULTIROW_CHUNK):
-                chunk = updates[k:k + MULTIROW_CHUNK]
-                cursor.execute(self._update_head + ", ".join([self._update_row] * len(chunk)) + self._update_tail,
-                               [u[c] for u in chunk for c in self._update_keys])
-
-    @staticmethod
-    @contextlib.contextmanager
-    def _cursor(conn: Any) -> Iterator[Any]:
-        """The DBAPI cursor of `conn`; with psycopg, in one pipeline: one round trip for all statements."""
-        raw = conn.connection.dbapi_connection
-        pipeline = raw.pipeline() if hasattr(raw, "pipeline") else contextlib.nullcontext()
-        cursor = raw.cursor()
-        try:
-            with pipeline:
-                yield cursor
-        finally:
-            cursor.close()
-
-    def _executemany(self, conn: Any, statements: list[tuple[str, tuple[str, ...] | None, list[dict[str, Any]]]]) -> None:
-        """Run driver statements (see _driver_statement) on the DBAPI cursor of `conn`."""
-        with self._cursor(conn) as cursor:
-            for sql, order, params in statements:
-                if params:
-                    cursor.executemany(sql, [tuple(r[k] for k in order) for r in params] if order else params)
+        self._sql = ProgressSql(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -297,7 +187,7 @@ class SqlStore(Store):
 
     @staticmethod
     def _abandon(session: Session, where: Any, now: float, reason: str) -> list[int]:
-        ids = list(session.scalars(select(ModelRow.id).where(where, ModelRow.state.in_(OPEN_MODEL))))
+        ids = list(session.scalars(select(ModelRow.id).where(where, ModelRow.state.in_(OPEN_MODEL_STATES))))
         if ids:
             session.execute(
                 update(ModelRow)
@@ -310,7 +200,7 @@ class SqlStore(Store):
     def create_run(self, spec: NewRun, now: float, allow_concurrent: bool = False) -> RunRecord:
         with self._write() as s:
             if not allow_concurrent:
-                active = s.scalars(select(RunRow.id).where(RunRow.state.in_(ACTIVE_RUN)).with_for_update()).first()
+                active = s.scalars(select(RunRow.id).where(RunRow.state.in_(ACTIVE_RUN_STATES)).with_for_update()).first()
                 if active is not None:
                     raise FailedPrecondition(f"run {active} is still active; stop it first")
             row = RunRow(
@@ -328,7 +218,7 @@ class SqlStore(Store):
 
     def current_run(self) -> RunRecord | None:
         with self._read() as s:
-            row = s.scalars(select(RunRow).where(RunRow.state.in_(ACTIVE_RUN)).order_by(RunRow.id.desc())).first()
+            row = s.scalars(select(RunRow).where(RunRow.state.in_(ACTIVE_RUN_STATES)).order_by(RunRow.id.desc())).first()
             return _run(row) if row else None
 
     def latest_run(self) -> RunRecord | None:
@@ -338,7 +228,7 @@ class SqlStore(Store):
 
     def active_runs(self) -> list[RunRecord]:
         with self._read() as s:
-            rows = s.scalars(select(RunRow).where(RunRow.state.in_(ACTIVE_RUN)).order_by(RunRow.id))
+            rows = s.scalars(select(RunRow).where(RunRow.state.in_(ACTIVE_RUN_STATES)).order_by(RunRow.id))
             return [_run(r) for r in rows]
 
     def start_run(self, run_id: int, now: float) -> RunRecord:
@@ -354,7 +244,7 @@ class SqlStore(Store):
     def stop_run(self, run_id: int, now: float, reason: str) -> RunRecord:
         with self._write() as s:
             row = self._get_run(s, run_id, lock=True)
-            if row.state in OVER_RUN:
+            if row.state in OVER_RUN_STATES:
                 raise FailedPrecondition(f"run {run_id} is already {row.state}")
             if row.state == "running":
                 row.state = "stopping"
@@ -367,11 +257,11 @@ class SqlStore(Store):
             return _run(row)
 
     def finish_run(self, run_id: int, now: float, state: str, reason: str) -> tuple[RunRecord, list[int]]:
-        if state not in OVER_RUN:
+        if state not in OVER_RUN_STATES:
             raise ValueError(f"finish_run state must be finished or aborted, not {state}")
         with self._write() as s:
             row = self._get_run(s, run_id, lock=True)
-            if row.state in OVER_RUN:
+            if row.state in OVER_RUN_STATES:
                 raise FailedPrecondition(f"run {run_id} is already {row.state}")
             abandoned = self._abandon(s, ModelRow.run_id == run_id, now, f"run {state}")
             if row.stopped_at is None:
@@ -425,11 +315,9 @@ class SqlStore(Store):
         # workers would hold the write lock long enough to delay the progress writes.
         # Ordered by worker id, so concurrent flushes lock rows in the same order.
         items = sorted(beats.items())
-        sql, order = self._update_beat_sql
         for k in range(0, len(items), HEARTBEAT_CHUNK):
-            params = [{"wid": wid, "beat": t, "state": "alive"} for wid, t in items[k:k + HEARTBEAT_CHUNK]]
             with self._write_lock, self.engine.begin() as conn:
-                self._executemany(conn, [(sql, order, params)])
+                self._sql.write_heartbeats(conn, items[k:k + HEARTBEAT_CHUNK])
 
     def mark_workers_lost(self, worker_ids: Sequence[int], now: float) -> list[int]:
         if not worker_ids:
@@ -546,7 +434,7 @@ class SqlStore(Store):
         predicted_accuracy: float | None,
         now: float,
     ) -> ModelRecord:
-        if state not in ("done", "failed"):
+        if state not in FINISHED_MODEL_STATES:
             raise ValueError(f"finish state must be done or failed, not {state}")
         with self._write() as s:
             row = s.scalars(select(ModelRow).where(ModelRow.id == model_id).with_for_update()).first()
@@ -556,7 +444,7 @@ class SqlStore(Store):
                 raise PermissionDenied(f"model {model_id} belongs to worker {row.worker_id}, not {worker_id}")
             if row.state == state:
                 return _model(row)  # a retried finish
-            if row.state not in OPEN_MODEL:
+            if row.state not in OPEN_MODEL_STATES:
                 raise FailedPrecondition(f"model {model_id} is {row.state}")
             if best_accuracy is not None and (row.best_accuracy is None or best_accuracy > row.best_accuracy):
                 # an accuracy the time line has not seen yet: it enters it now
@@ -600,13 +488,13 @@ class SqlStore(Store):
                     if retried:
                         seen = {
                             (mid, seq): (mf, mm)
-                            for mid, seq, mf, mm in conn.execute(self._q_seen, {
+                            for mid, seq, mf, mm in conn.execute(self._sql.seen, {
                                 "mids": sorted({k[0] for k in retried}), "seqs": sorted({k[1] for k in retried})})
                             if (mid, seq) in retried
                         }
                     rows = self._progress_rows(items, models, seen, results)
                     if rows:
-                        self._write_progress(
+                        self._sql.write_progress(
                             conn, rows,
                             [
                                 {"mid": mid, "new_state": m["state"], "new_started_at": m["started_at"],
@@ -632,13 +520,13 @@ class SqlStore(Store):
         models = {mid: dict(cache[mid]) for mid in model_ids if mid in cache}
         missing = [mid for mid in model_ids if mid not in models]
         if missing:
-            for row in conn.execute(self._q_models, {"ids": missing}):
+            for row in conn.execute(self._sql.models, {"ids": missing}):
                 models[row[0]] = {
                     "run_id": row[1], "worker_id": row[2], "state": row[3], "started_at": row[4],
                     "images_trained": row[5], "images_validated": row[6], "epochs": row[7],
                     "best_accuracy": row[8], "run_state": row[9], "changed": False, "max_seq": 0,
                 }
-            for mid, top in conn.execute(self._q_max_seq, {"mids": missing}):
+            for mid, top in conn.execute(self._sql.max_seq, {"mids": missing}):
                 if mid in models:
                     models[mid]["max_seq"] = int(top or 0)
         return models
@@ -665,11 +553,11 @@ class SqlStore(Store):
                 results.append(ProgressResult(it.model_id, it.seq, duplicate=True, master_flops=mf,
                                               flops_mismatch=bool(mm), model_state=m["state"]))
                 continue
-            if m["state"] not in OPEN_MODEL:
+            if m["state"] not in OPEN_MODEL_STATES:
                 results.append(ProgressResult(it.model_id, it.seq, model_state=m["state"], error=FailedPrecondition(
                     f"model {it.model_id} is {m['state']}; no more reports")))
                 continue
-            if m["run_state"] in OVER_RUN:
+            if m["run_state"] in OVER_RUN_STATES:
                 results.append(ProgressResult(it.model_id, it.seq, model_state=m["state"], error=FailedPrecondition(
                     f"run {m['run_id']} is {m['run_state']}")))
                 continue

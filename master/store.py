@@ -5,10 +5,16 @@ master/sqlstore.py (SQLAlchemy 2 on SQLite or PostgreSQL). No SQL lives
 anywhere else. The store enforces the invariants that must hold inside one
 transaction (a progress report belongs to the worker's open model, a retried
 report is not counted twice, one active run, ...) and raises the errors below;
-the service maps them to gRPC status codes. A failed call writes nothing.
+the servicers map them to gRPC status codes. A failed call writes nothing.
+Ownership is checked here and nowhere else: a progress report or a finish
+for another worker's model is refused with PermissionDenied.
 
-States are lower-case strings: runs pending/running/stopping/finished/aborted,
-models queued/training/done/failed/abandoned, workers alive/lost.
+A record extends what was asked for (NewRun -> RunRecord, WorkerInput ->
+WorkerRecord, NewModel -> ModelRecord) with what the store adds.
+
+States are lower-case strings (aiperf.api.enums): runs pending/running/
+stopping/finished/aborted, models queued/training/done/failed/abandoned,
+workers alive/lost.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ class SchemaError(StoreError):
 
 @dataclass(frozen=True)
 class NewRun:
+    """A run as created."""
+
     profile: str
     seed: int
     duration_s: float
@@ -55,15 +63,9 @@ class NewRun:
 
 
 @dataclass(frozen=True)
-class RunRecord:
+class RunRecord(NewRun):
     id: int
     state: str
-    profile: str
-    seed: int
-    duration_s: float
-    precision: str
-    config: dict[str, Any]
-    software: dict[str, str]
     created_at: float
     started_at: float | None
     deadline: float | None
@@ -74,6 +76,8 @@ class RunRecord:
 
 @dataclass(frozen=True)
 class WorkerInput:
+    """A worker as it registers."""
+
     name: str
     host: str
     accelerators: list[dict[str, Any]]  # {"model": str, "memory_bytes": int, "peak_flops": float}
@@ -83,14 +87,8 @@ class WorkerInput:
 
 
 @dataclass(frozen=True)
-class WorkerRecord:
+class WorkerRecord(WorkerInput):
     id: int
-    name: str
-    host: str
-    accelerators: list[dict[str, Any]]
-    cpus: int
-    memory_bytes: int
-    software: dict[str, str]
     state: str
     registered_at: float
     last_heartbeat: float
@@ -107,6 +105,8 @@ class RunWorker:
 
 @dataclass(frozen=True)
 class NewModel:
+    """A model as submitted, with the master's FLOP count per image."""
+
     run_id: int
     parent_id: int | None
     worker_id: int
@@ -115,31 +115,20 @@ class NewModel:
     graph_hash: str
     batch_size: int
     kernel_size: int
-    state: str  # "training" or "queued"
+    state: str  # "training" or "queued" when submitted
     flops_per_train_image: int
     flops_per_eval_image: int
 
 
 @dataclass(frozen=True)
-class ModelRecord:
+class ModelRecord(NewModel):
     id: int
-    run_id: int
-    parent_id: int | None
-    worker_id: int
-    round: int
-    graph_json: str
-    graph_hash: str
-    batch_size: int
-    kernel_size: int
-    state: str
     reason: str
     created_at: float
     started_at: float | None
     finished_at: float | None
     best_accuracy: float | None
     predicted_accuracy: float | None
-    flops_per_train_image: int
-    flops_per_eval_image: int
     images_trained: int
     images_validated: int
     epochs: int

@@ -17,10 +17,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api.client import Accelerator, ApiError, ControlClient, ResourceSample, WorkerClient
+from aiperf.api.enums import MODEL_STATES
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
 from aiperf.morphism import deeper_at, deeper_positions
-from cli.records import scoreboard_to_dict
 
 HP = {"batch_size": 32, "kernel_size": 3}
 
@@ -110,18 +110,19 @@ def test_whole_lifecycle(master_server, small_graph, db_url):
     assert w.send_resource_samples(wid, [ResourceSample(age_s=1.0, accelerator_index=0, accelerator_util=0.9),
                                          ResourceSample(cpu_util=0.5, memory_used=1 << 30)]) == 2
 
-    sb = scoreboard_to_dict(c.scoreboard())
+    sb = c.scoreboard()
     total = fc.ops(3200, 800) + fc2.ops(640, 160)
-    assert sb["total_ops"] == pytest.approx(total) and sb["worker_ops"] == pytest.approx(total)
-    assert sb["provisional"] and sb["score"] == pytest.approx(sb["flops"])
-    assert sb["flops"] == pytest.approx(total / sb["elapsed_s"], rel=0.2)
-    assert sb["error"] == pytest.approx(0.58) and sb["best_accuracy"] == pytest.approx(0.42)
-    assert sb["workers"] == 1 and sb["accelerators"] == 2 and sb["models_done"] == 1
-    assert sb["models"]["failed"] == 1 and sb["images_trained"] == 3840 and sb["images_validated"] == 960
-    assert sb["hardware"][0]["accelerators"][0]["model"] == "Tesla V100"
-    assert sb["hardware"][0]["software"] == {"tensorflow": "2.21.0"}
-    assert not sb["valid"] and "minimum 120 s" in sb["invalid_reason"]
-    assert sb["software"]["aiperf"] and not sb["official"]
+    assert sb.total_ops == pytest.approx(total) and sb.worker_ops == pytest.approx(total)
+    assert sb.provisional and sb.score == pytest.approx(sb.flops)
+    assert sb.flops == pytest.approx(total / sb.elapsed_s, rel=0.2)
+    assert sb.error == pytest.approx(0.58) and sb.best_accuracy == pytest.approx(0.42)
+    assert sb.workers == 1 and sb.accelerators == 2 and sb.models_done == 1
+    assert {MODEL_STATES[m.state]: m.count for m in sb.models}["failed"] == 1
+    assert sb.images_trained == 3840 and sb.images_validated == 960
+    assert sb.inventory[0].accelerators[0].model == "Tesla V100"
+    assert {s.name: s.version for s in sb.inventory[0].software} == {"tensorflow": "2.21.0"}
+    assert not sb.valid and "minimum 120 s" in sb.invalid_reason
+    assert "aiperf" in {s.name for s in sb.master_software} and not sb.official
 
     stopped = c.stop_run()
     assert stopped.state == pb.RUN_FINISHED or stopped.state == pb.RUN_STOPPING
@@ -135,7 +136,7 @@ def test_whole_lifecycle(master_server, small_graph, db_url):
     assert listed.total == 1 and listed.models[0].graph_json == ""
 
 
-def test_reports_are_idempotent_unary_and_streamed(master_server, small_graph, db_url):
+def test_reports_are_idempotent(master_server, small_graph, db_url):
     h = master_server(db_url)
     w, c = clients(h)
     wid = register(w)
@@ -145,11 +146,12 @@ def test_reports_are_idempotent_unary_and_streamed(master_server, small_graph, d
     first = w.report_progress(wid, mid, 1, 1000, 0, 1, fc.ops(1000, 0))
     again = w.report_progress(wid, mid, 1, 1000, 0, 1, fc.ops(1000, 0))
     assert again.duplicate and again.master_flops == first.master_flops
-    reports = [WorkerClient.progress_report(wid, mid, seq, 500, 0, 1, fc.ops(500, 0)) for seq in (1, 2, 3)]
-    summary = w.stream_progress(reports)
-    assert [a.duplicate for a in summary.acks] == [True, False, False]
-    summary = w.stream_progress(reports)  # the whole backlog resent
-    assert all(a.duplicate for a in summary.acks)
+
+    def backlog() -> list[bool]:  # a backlog after an outage, sent again whole
+        return [w.report_progress(wid, mid, seq, 500, 0, 1, fc.ops(500, 0)).duplicate for seq in (1, 2, 3)]
+
+    assert backlog() == [True, False, False]
+    assert backlog() == [True, True, True]
     sb = c.scoreboard()
     assert sb.reports == 3 and sb.total_ops == pytest.approx(fc.ops(2000, 0)) and sb.images_trained == 2000
 
@@ -187,21 +189,21 @@ def test_scores_on_the_master_clock(master_server, small_graph):
         clock.t = t0 + dt
         w.report_progress(wid, mid, seq, tr, va, 1, fc.ops(tr, va), val_accuracy=acc)
     clock.t = t0 + 7200
-    sb = scoreboard_to_dict(c.scoreboard())
+    sb = c.scoreboard()
     f = [fc.train * 100_000, fc.train * 100_000 + fc.eval * 20_000, fc.train * 200_000, fc.eval * 20_000]
     cumulative = [sum(f[: i + 1]) for i in range(4)]
     # candidates after the hour: t=3600 (F=cum[1]), 4500 (cum[2]), 5400 (cum[3])
     candidates = {3600: cumulative[1] / 3600, 4500: cumulative[2] / 4500, 5400: cumulative[3] / 5400}
     best_t = max(candidates, key=candidates.get)
-    assert not sb["provisional"] and sb["official"]
-    assert sb["score"] == pytest.approx(candidates[best_t]) and sb["score_time_s"] == pytest.approx(best_t)
-    assert sb["flops"] == pytest.approx(cumulative[3] / 7200)
-    assert sb["elapsed_s"] == pytest.approx(7200)
-    assert sb["error"] == pytest.approx(0.25)
-    assert sb["regulated_score"] == pytest.approx(-math.log(0.25) * candidates[best_t])
-    assert sb["valid_flops"] == pytest.approx(candidates[best_t] * (0.75 / 0.70) ** 5)
-    assert sb["efficiency"] == pytest.approx(candidates[best_t] / (2 * 5e9))
-    assert sb["valid"] and sb["invalid_reason"] is None
+    assert not sb.provisional and sb.official
+    assert sb.score == pytest.approx(candidates[best_t]) and sb.score_time_s == pytest.approx(best_t)
+    assert sb.flops == pytest.approx(cumulative[3] / 7200)
+    assert sb.elapsed_s == pytest.approx(7200)
+    assert sb.error == pytest.approx(0.25)
+    assert sb.regulated_score == pytest.approx(-math.log(0.25) * candidates[best_t])
+    assert sb.valid_flops == pytest.approx(candidates[best_t] * (0.75 / 0.70) ** 5)
+    assert sb.efficiency == pytest.approx(candidates[best_t] / (2 * 5e9))
+    assert sb.valid and sb.invalid_reason == ""
 
     # deadline: the background thread moves the run to stopping, then finished once the model ends
     clock.t = t0 + 3 * 3600 + 1
@@ -338,14 +340,14 @@ def test_tokens(master_server):
     with pytest.raises(ApiError) as e:
         ControlClient(h.address, h.worker_token, retries=0).run_status()
     assert code_of(e) == grpc.StatusCode.UNAUTHENTICATED
-    # no metadata at all, also on the client-streaming method
+    # no metadata at all, also on the streaming method
     channel = grpc.insecure_channel(h.address)
     stub = pb_grpc.WorkerServiceStub(channel)
     with pytest.raises(grpc.RpcError) as e:
         stub.Register(pb.RegisterRequest(name="x"), timeout=5)
     assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
     with pytest.raises(grpc.RpcError) as e:
-        stub.StreamProgress(iter([pb.ProgressReport()]), timeout=5)
+        next(stub.Connect(iter([pb.WorkerMessage(progress=pb.ProgressReport())]), timeout=5))
     assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
     # health needs no token
     health = health_pb2_grpc.HealthStub(channel)
@@ -400,10 +402,9 @@ def test_invalid_arguments_write_nothing(master_server, small_graph):
     assert status(w.report_progress, other, mid, 1, 1, 0, 1, fc.ops(1, 0)) == P  # another worker's model
     assert status(w.finish_model, other, mid, "done", 0.5) == P
     assert status(w.finish_model, wid, mid, "done", 1.5) == I
-    bad_stream = [WorkerClient.progress_report(wid, mid, 1, 10, 0, 1, fc.ops(10, 0)),
-                  WorkerClient.progress_report(wid, mid, 2, -1, 0, 1, 0)]
-    assert status(w.stream_progress, bad_stream) == I
-    assert c.scoreboard().reports == 1  # the report before the invalid one was kept, as documented
+    w.report_progress(wid, mid, 1, 10, 0, 1, fc.ops(10, 0))
+    assert status(w.report_progress, wid, mid, 2, -1, 0, 1, 0) == I
+    assert c.scoreboard().reports == 1  # the valid report was kept, the invalid one refused
     assert status(w.send_resource_samples, wid, [ResourceSample(cpu_util=2.0)]) == I
     assert h.store.resource_samples() == []
     m = c.list_models().models[0]
@@ -476,7 +477,7 @@ def test_tls(master_server, tmp_path: Path):
 # ---------------------------------------------------------------- Connect stream
 
 
-def test_connect_stream_carries_heartbeats_and_reports_like_the_unary_calls(master_server, small_graph, db_url):
+def test_connect_stream_carries_heartbeats_and_reports(master_server, small_graph, db_url):
     h = master_server(db_url)
     w, c = clients(h)
     wid = register(w)
@@ -489,7 +490,7 @@ def test_connect_stream_carries_heartbeats_and_reports_like_the_unary_calls(mast
         first = s.report_progress(wid, mid, 1, 1000, 0, 1, fc.ops(1000, 0))
         assert not first.duplicate and first.master_flops == fc.ops(1000, 0)
         assert s.report_progress(wid, mid, 1, 1000, 0, 1, fc.ops(1000, 0)).duplicate  # a resent report
-        # refused messages answer with the unary call's status and leave the stream open
+        # refused messages answer with the status of the refusal and leave the stream open
         with pytest.raises(ApiError) as e:
             s.report_progress(wid, mid, 2, -5, 0, 1, 0)
         assert code_of(e) == grpc.StatusCode.INVALID_ARGUMENT and "must be >= 0" in e.value.details
@@ -502,7 +503,7 @@ def test_connect_stream_carries_heartbeats_and_reports_like_the_unary_calls(mast
         assert code_of(e) == grpc.StatusCode.PERMISSION_DENIED
         ack = s.report_progress(wid, mid, 2, 500, 100, 1, fc.ops(500, 100), val_accuracy=0.3)
         assert not ack.duplicate and ack.model_state == pb.MODEL_TRAINING
-    # the unary call sees what the stream recorded, and nothing the stream refused
+    # another stream (the client's own) sees what this one recorded, and nothing it refused
     assert w.report_progress(wid, mid, 2, 500, 100, 1, fc.ops(500, 100)).duplicate
     sb = c.scoreboard()
     assert sb.reports == 2 and sb.images_trained == 1500 and sb.total_ops == pytest.approx(fc.ops(1500, 100))
@@ -552,10 +553,10 @@ def test_efficiency_uses_the_gemm_peak_of_the_runs_compute_type(master_server, s
         clock.t = t0 + 150
         w.report_progress(wid, mid, 1, 5000, 500, 1, fc.ops(5000, 500), val_accuracy=0.5)
     clock.t = t0 + 300
-    sb = scoreboard_to_dict(c.scoreboard())
+    sb = c.scoreboard()
     peak = 2 * 4e10 + 2e10  # float16 for the mixed_fp16 run
-    assert sb["score"] > 0 and sb["peak_flops"] == pytest.approx(peak)
-    assert sb["efficiency"] == pytest.approx(sb["score"] / peak)
+    assert sb.score > 0 and sb.peak_flops == pytest.approx(peak)
+    assert sb.efficiency == pytest.approx(sb.score / peak)
     inv = {wi.name: wi for wi in c.scoreboard().inventory}
     assert dict(inv["a"].accelerators[0].peak_flops_by_dtype) == by_dtype
 
@@ -606,3 +607,44 @@ def test_timeline_of_a_run(master_server, small_graph):
     with pytest.raises(ApiError) as e:
         c.timeline(buckets=10**6)
     assert code_of(e) == grpc.StatusCode.INVALID_ARGUMENT
+
+
+# ---------------------------------------------------------------- the Master without gRPC
+
+
+def test_the_master_takes_and_returns_plain_types(small_graph, tmp_path):
+    import asyncio
+
+    from master.domain import ModelSubmission, ProgressReport, RunSpec
+    from master.master import Master
+    from master.sqlstore import SqlStore
+    from master.store import PermissionDenied, WorkerInput
+
+    clock = FakeClock()
+    store = SqlStore(f"sqlite:///{tmp_path / 'plain.db'}")
+    m = Master(store, clock=clock)
+    try:
+        node = WorkerInput(name="", host="node-1", accelerators=[{"model": "V100", "peak_flops": 1e10}], cpus=4,
+                           memory_bytes=1, software={})
+        wid = m.register(node)[0].id
+        other = m.register(WorkerInput("node-2", "", [], 1, 1, {}))[0]
+        assert other.host == "node-2"  # a missing name or host defaults to the other
+        run = m.start_run(RunSpec(duration_s=600))
+        model = m.submit_model(ModelSubmission(wid, 0, small_graph.to_json(), small_graph.hash(), 0, 1, 32, 3))
+    finally:
+        m.close()
+    # a fresh Master (empty FLOP cache) counts with the FLOPs stored with the model
+    m = Master(store, clock=clock)
+    try:
+        clock.t += 30
+        ack = asyncio.run(m.report_progress(ProgressReport(wid, model.id, 1, 1, 1000, 0, None, 0)))
+        assert ack.master_flops == 1000 * model.flops_per_train_image and ack.flops_mismatch
+        with pytest.raises(PermissionDenied):  # the store checks whose model it is
+            asyncio.run(m.report_progress(ProgressReport(other.id, model.id, 2, 1, 10, 0, None, 0)))
+        sb = m.scoreboard(0)
+        assert sb.run.id == run.id and sb.result.total_ops == 1000 * model.flops_per_train_image
+        assert sb.accelerators == 1 and sb.workers_alive == 1 and sb.model_counts == {"training": 1}
+        assert sb.peak_flops == pytest.approx(1e10) and sb.best_model_id is None
+    finally:
+        m.close()
+        store.close()

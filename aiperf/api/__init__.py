@@ -1,5 +1,9 @@
-"""The master's gRPC API: generated messages/stubs and a typed client.
+"""The master's gRPC API and its Python clients: the one part of `aiperf` with I/O.
 
-`aiperf_pb2` / `aiperf_pb2_grpc` are generated from `protos/aiperf.proto` by
-`make protos`; do not edit them. `client` wraps them for workers and the CLI.
+The rest of `aiperf` is pure; this package talks to the network and runs
+threads. `aiperf_pb2` / `aiperf_pb2_grpc` are generated from
+`protos/aiperf.proto` by `make protos`; do not edit them. `client` holds the
+typed clients for workers and the CLI, `stream` the Connect multiplexer they
+send heartbeats and progress reports on, `calls` their shared error and retry
+rule, `enums` the lower-case names of the API's enums.
 """

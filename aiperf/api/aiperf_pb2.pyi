@@ -422,12 +422,6 @@ class ProgressAck(_message.Message):
     model_state: ModelState
     def __init__(self, model_id: _Optional[int] = ..., seq: _Optional[int] = ..., duplicate: _Optional[bool] = ..., master_flops: _Optional[int] = ..., flops_mismatch: _Optional[bool] = ..., run_state: _Optional[_Union[RunState, str]] = ..., model_state: _Optional[_Union[ModelState, str]] = ...) -> None: ...
 
-class ProgressSummary(_message.Message):
-    __slots__ = ("acks",)
-    ACKS_FIELD_NUMBER: _ClassVar[int]
-    acks: _containers.RepeatedCompositeFieldContainer[ProgressAck]
-    def __init__(self, acks: _Optional[_Iterable[_Union[ProgressAck, _Mapping]]] = ...) -> None: ...
-
 class FinishModelRequest(_message.Message):
     __slots__ = ("worker_id", "model_id", "state", "reason", "best_accuracy", "predicted_accuracy", "has_accuracy")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]

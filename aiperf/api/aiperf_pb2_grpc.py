@@ -26,7 +26,10 @@ if _version_not_supported:
 
 
 class WorkerServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Heartbeats and progress reports travel only on Connect. The unary Heartbeat
+    and ReportProgress and the client-streaming StreamProgress (with its
+    ProgressSummary message) were removed: no worker used them.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -38,11 +41,6 @@ class WorkerServiceStub:
                 '/aiperf.v1.WorkerService/Register',
                 request_serializer=aiperf__pb2.RegisterRequest.SerializeToString,
                 response_deserializer=aiperf__pb2.RegisterResponse.FromString,
-                _registered_method=True)
-        self.Heartbeat = channel.unary_unary(
-                '/aiperf.v1.WorkerService/Heartbeat',
-                request_serializer=aiperf__pb2.HeartbeatRequest.SerializeToString,
-                response_deserializer=aiperf__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
         self.GetHistory = channel.unary_unary(
                 '/aiperf.v1.WorkerService/GetHistory',
@@ -58,16 +56,6 @@ class WorkerServiceStub:
                 '/aiperf.v1.WorkerService/GetHyperparameterHistory',
                 request_serializer=aiperf__pb2.GetHyperparameterHistoryRequest.SerializeToString,
                 response_deserializer=aiperf__pb2.GetHyperparameterHistoryResponse.FromString,
-                _registered_method=True)
-        self.ReportProgress = channel.unary_unary(
-                '/aiperf.v1.WorkerService/ReportProgress',
-                request_serializer=aiperf__pb2.ProgressReport.SerializeToString,
-                response_deserializer=aiperf__pb2.ProgressAck.FromString,
-                _registered_method=True)
-        self.StreamProgress = channel.stream_unary(
-                '/aiperf.v1.WorkerService/StreamProgress',
-                request_serializer=aiperf__pb2.ProgressReport.SerializeToString,
-                response_deserializer=aiperf__pb2.ProgressSummary.FromString,
                 _registered_method=True)
         self.FinishModel = channel.unary_unary(
                 '/aiperf.v1.WorkerService/FinishModel',
@@ -87,15 +75,12 @@ class WorkerServiceStub:
 
 
 class WorkerServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Heartbeats and progress reports travel only on Connect. The unary Heartbeat
+    and ReportProgress and the client-streaming StreamProgress (with its
+    ProgressSummary message) were removed: no worker used them.
+    """
 
     def Register(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def Heartbeat(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -119,20 +104,6 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def ReportProgress(self, request, context):
-        """Unary progress report; idempotent on (model_id, seq).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def StreamProgress(self, request_iterator, context):
-        """The same over one client stream; acks come back together at the end.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def FinishModel(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -146,8 +117,7 @@ class WorkerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Connect(self, request_iterator, context):
-        """Heartbeats and progress reports on one stream (the unary Heartbeat and
-        ReportProgress do the same, one call each).
+        """Heartbeats and progress reports (idempotent on (model_id, seq)) on one stream.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -160,11 +130,6 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.Register,
                     request_deserializer=aiperf__pb2.RegisterRequest.FromString,
                     response_serializer=aiperf__pb2.RegisterResponse.SerializeToString,
-            ),
-            'Heartbeat': grpc.unary_unary_rpc_method_handler(
-                    servicer.Heartbeat,
-                    request_deserializer=aiperf__pb2.HeartbeatRequest.FromString,
-                    response_serializer=aiperf__pb2.HeartbeatResponse.SerializeToString,
             ),
             'GetHistory': grpc.unary_unary_rpc_method_handler(
                     servicer.GetHistory,
@@ -180,16 +145,6 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.GetHyperparameterHistory,
                     request_deserializer=aiperf__pb2.GetHyperparameterHistoryRequest.FromString,
                     response_serializer=aiperf__pb2.GetHyperparameterHistoryResponse.SerializeToString,
-            ),
-            'ReportProgress': grpc.unary_unary_rpc_method_handler(
-                    servicer.ReportProgress,
-                    request_deserializer=aiperf__pb2.ProgressReport.FromString,
-                    response_serializer=aiperf__pb2.ProgressAck.SerializeToString,
-            ),
-            'StreamProgress': grpc.stream_unary_rpc_method_handler(
-                    servicer.StreamProgress,
-                    request_deserializer=aiperf__pb2.ProgressReport.FromString,
-                    response_serializer=aiperf__pb2.ProgressSummary.SerializeToString,
             ),
             'FinishModel': grpc.unary_unary_rpc_method_handler(
                     servicer.FinishModel,
@@ -215,7 +170,10 @@ def add_WorkerServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class WorkerService:
-    """Missing associated documentation comment in .proto file."""
+    """Heartbeats and progress reports travel only on Connect. The unary Heartbeat
+    and ReportProgress and the client-streaming StreamProgress (with its
+    ProgressSummary message) were removed: no worker used them.
+    """
 
     @staticmethod
     def Register(request,
@@ -234,33 +192,6 @@ class WorkerService:
             '/aiperf.v1.WorkerService/Register',
             aiperf__pb2.RegisterRequest.SerializeToString,
             aiperf__pb2.RegisterResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Heartbeat(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/aiperf.v1.WorkerService/Heartbeat',
-            aiperf__pb2.HeartbeatRequest.SerializeToString,
-            aiperf__pb2.HeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -342,60 +273,6 @@ class WorkerService:
             '/aiperf.v1.WorkerService/GetHyperparameterHistory',
             aiperf__pb2.GetHyperparameterHistoryRequest.SerializeToString,
             aiperf__pb2.GetHyperparameterHistoryResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def ReportProgress(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/aiperf.v1.WorkerService/ReportProgress',
-            aiperf__pb2.ProgressReport.SerializeToString,
-            aiperf__pb2.ProgressAck.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def StreamProgress(request_iterator,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.stream_unary(
-            request_iterator,
-            target,
-            '/aiperf.v1.WorkerService/StreamProgress',
-            aiperf__pb2.ProgressReport.SerializeToString,
-            aiperf__pb2.ProgressSummary.FromString,
             options,
             channel_credentials,
             insecure,

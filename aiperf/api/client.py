@@ -14,8 +14,8 @@ A worker's life, in calls::
                      software={"tensorflow": "2.21.0"})
     # reg.worker_id, reg.heartbeat_interval_s, reg.has_run, reg.run (RunInfo)
     hb = c.heartbeat(reg.worker_id)          # every heartbeat_interval_s, from a thread
-    s = c.connect()                          # or: the same calls on one Connect stream,
-    hb = s.heartbeat(reg.worker_id)          # what the worker agent uses (cheaper for the master)
+    s = c.connect()                          # or: on a stream of the caller's own, which it
+    hb = s.heartbeat(reg.worker_id)          # closes itself (what the worker agent does)
     # hb.has_run / hb.run.state (aiperf_pb2.RUN_RUNNING ...), hb.run.config:
     #   run_id, profile, seed, duration_s, precision, limits, warmup_rounds, ...
     hist = c.get_history(reg.worker_id, since_model_id=last_seen)  # .models, .ranked_model_ids
@@ -29,6 +29,10 @@ A worker's life, in calls::
     c.finish_model(reg.worker_id, sub.model_id, "done", best_accuracy=0.41,
                    predicted_accuracy=0.55)
     obs = c.get_hyperparameter_history(reg.worker_id)  # for TPE: .observations
+
+Heartbeats and progress reports travel on the worker's Connect stream
+(aiperf.api.stream): `heartbeat` and `report_progress` ride one the client
+opens on first use.
 
 Rules the master enforces (violations raise ApiError):
 - `seq` starts at 1 and grows by one per report of a model; resending the same
@@ -51,38 +55,29 @@ Rules the master enforces (violations raise ApiError):
 
 from __future__ import annotations
 
-import collections
 import logging
-import queue
-import threading
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import grpc
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
-from aiperf.api.enums import API_VERSION, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES
+from aiperf.api.calls import DEFAULT_TIMEOUT_S, ApiError, api_error, with_retries
+from aiperf.api.enums import API_VERSION, FINISHED_MODEL_STATES, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES
+from aiperf.api.stream import WorkerStream
+
+__all__ = [
+    "Accelerator", "ApiError", "ControlClient", "DEFAULT_TIMEOUT_S", "MAX_MESSAGE_BYTES", "ResourceSample",
+    "WorkerClient", "WorkerStream", "hyperparameters_dict", "hyperparameters_message", "make_channel",
+]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-DEFAULT_TIMEOUT_S = 15.0
 # Messages hold graph JSON; a history page of many models can be large.
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-_TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-
-
-class ApiError(Exception):
-    """A failed call: `code` is the grpc.StatusCode, `details` the master's message."""
-
-    def __init__(self, code: grpc.StatusCode, details: str, method: str = "") -> None:
-        super().__init__(f"{method}: {code.name}: {details}" if method else f"{code.name}: {details}")
-        self.code = code
-        self.details = details
-        self.method = method
 
 
 @dataclass(frozen=True)
@@ -173,31 +168,9 @@ class _Client:
             try:
                 return fn(request, timeout=self.timeout_s, metadata=self._metadata)
             except grpc.RpcError as exc:
-                raise _api_error(exc, method) from None
+                raise api_error(exc, method) from None
 
-        return _with_retries(method, self.retries + 1 if retry else 1, once)
-
-
-def _api_error(exc: grpc.RpcError, method: str) -> ApiError:
-    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
-    details = exc.details() if hasattr(exc, "details") else str(exc)
-    return ApiError(code, details or "", method)
-
-
-def _with_retries(method: str, attempts: int, once: Callable[[], T]) -> T:
-    """once(), again after transient failures (backoff 0.2 s doubling to 5 s), at most `attempts` times."""
-    delay = 0.2
-    for attempt in range(attempts):
-        try:
-            return once()
-        except ApiError as exc:
-            if exc.code in _TRANSIENT and attempt + 1 < attempts:
-                log.warning("event=retry method=%s code=%s attempt=%d", method, exc.code.name, attempt + 1)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            raise
-    raise AssertionError("unreachable")
+        return with_retries(method, self.retries + 1 if retry else 1, once, log)
 
 
 class WorkerClient(_Client):
@@ -206,6 +179,11 @@ class WorkerClient(_Client):
     def __init__(self, address: str, token: str, **kwargs: Any) -> None:
         super().__init__(address, token, **kwargs)
         self._stub = pb_grpc.WorkerServiceStub(self._channel)
+        self._stream = self.connect()  # for heartbeat() and report_progress(); opened on first use
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
 
     def register(
         self,
@@ -234,9 +212,9 @@ class WorkerClient(_Client):
         return self._call("Register", self._stub.Register, req, retry=True)
 
     def heartbeat(self, worker_id: int, model_id: int = 0) -> pb.HeartbeatResponse:
-        """Say alive; the reply carries the run (state, config) and the worker's state."""
-        req = pb.HeartbeatRequest(worker_id=worker_id, model_id=model_id)
-        return self._call("Heartbeat", self._stub.Heartbeat, req, retry=True)
+        """Say alive; the reply carries the run (state, config) and the worker's state.
+        Sent on the client's Connect stream; retried on transient failures."""
+        return self._stream.heartbeat(worker_id, model_id)
 
     def get_history(
         self, worker_id: int, since_model_id: int = 0, run_id: int = 0, limit: int = 0
@@ -278,29 +256,6 @@ class WorkerClient(_Client):
         req = pb.GetHyperparameterHistoryRequest(worker_id=worker_id, run_id=run_id)
         return self._call("GetHyperparameterHistory", self._stub.GetHyperparameterHistory, req, retry=True)
 
-    @staticmethod
-    def progress_report(
-        worker_id: int,
-        model_id: int,
-        seq: int,
-        images_trained: int,
-        images_validated: int,
-        epoch: int,
-        worker_flops: int,
-        val_accuracy: float | None = None,
-    ) -> pb.ProgressReport:
-        return pb.ProgressReport(
-            worker_id=worker_id,
-            model_id=model_id,
-            seq=seq,
-            images_trained=int(images_trained),
-            images_validated=int(images_validated),
-            has_accuracy=val_accuracy is not None,
-            val_accuracy=float(val_accuracy or 0.0),
-            epoch=int(epoch),
-            worker_flops=int(worker_flops),
-        )
-
     def report_progress(
         self,
         worker_id: int,
@@ -313,24 +268,15 @@ class WorkerClient(_Client):
         val_accuracy: float | None = None,
     ) -> pb.ProgressAck:
         """Report images processed since the last report (idempotent on seq;
-        retried on transient failures)."""
-        req = self.progress_report(
-            worker_id, model_id, seq, images_trained, images_validated, epoch, worker_flops, val_accuracy
-        )
-        return self._call("ReportProgress", self._stub.ReportProgress, req, retry=True)
+        retried on transient failures). Sent on the client's Connect stream."""
+        return self._stream.report_progress(worker_id, model_id, seq, images_trained, images_validated, epoch,
+                                            worker_flops, val_accuracy)
 
-    def connect(self) -> "WorkerStream":
-        """A Connect stream for this worker's heartbeats and progress reports:
-        the same calls as heartbeat() and report_progress(), at a fraction of
-        the master's cost per message. Opened on first use."""
+    def connect(self) -> WorkerStream:
+        """A new Connect stream for this worker's heartbeats and progress
+        reports: the same calls as heartbeat() and report_progress(), on a
+        stream of the caller's own. Opened on first use."""
         return WorkerStream(self._stub, self._metadata, timeout_s=self.timeout_s, retries=self.retries)
-
-    def stream_progress(self, reports: Iterable[pb.ProgressReport]) -> pb.ProgressSummary:
-        """Send several reports over one stream (e.g. a backlog after a network
-        outage); all or nothing: the first invalid report fails the call, but
-        reports before it are recorded, and resending them is harmless."""
-        items = list(reports)
-        return self._call("StreamProgress", lambda req, **kw: self._stub.StreamProgress(iter(req), **kw), items, retry=True)
 
     def finish_model(
         self,
@@ -344,7 +290,7 @@ class WorkerClient(_Client):
         """End a model: state "done" or "failed" (with reason). best_accuracy is
         the best observed validation accuracy; predicted_accuracy ranks it.
         Idempotent: finishing again with the same state is accepted."""
-        if state not in ("done", "failed"):
+        if state not in FINISHED_MODEL_STATES:
             raise ValueError(f"finish state must be 'done' or 'failed', not {state!r}")
         req = pb.FinishModelRequest(
             worker_id=worker_id,
@@ -446,290 +392,3 @@ class ControlClient(_Client):
         """FLOPS(t), best accuracy and resource means over the run (see aiperf.timeline)."""
         req = pb.GetTimelineRequest(run_id=run_id, max_points=max_points, buckets=buckets)
         return self._call("GetTimeline", self._stub.GetTimeline, req, retry=True)
-
-
-# ---------------------------------------------------------------- plain dicts (JSON output, reports)
-
-
-def run_info_to_dict(run: pb.RunInfo) -> dict[str, Any]:
-    from aiperf.api.enums import PRECISIONS, PROFILES, RUN_STATES
-
-    c = run.config
-    return {
-        "run_id": c.run_id,
-        "state": RUN_STATES.get(run.state, "unknown"),
-        "profile": PROFILES.get(c.profile, "unknown"),
-        "seed": c.seed,
-        "duration_s": c.duration_s,
-        "precision": PRECISIONS.get(c.precision, "unknown"),
-        "limits": {
-            "max_models": c.limits.max_models,
-            "max_rounds_per_worker": c.limits.max_rounds_per_worker,
-            "max_epochs_per_round": c.limits.max_epochs_per_round,
-        },
-        "warmup_rounds": c.warmup_rounds,
-        "min_workers": c.min_workers,
-        "min_running_time_s": c.min_running_time_s,
-        "report_interval_s": c.report_interval_s,
-        "resource_interval_s": c.resource_interval_s,
-        "created_at": run.created_at,
-        "started_at": run.started_at or None,
-        "deadline": run.deadline or None,
-        "stopped_at": run.stopped_at or None,
-        "finished_at": run.finished_at or None,
-        "stop_reason": run.stop_reason,
-    }
-
-
-def _model_counts_dict(counts: Iterable[pb.ModelCount]) -> dict[str, int]:
-    from aiperf.api.enums import MODEL_STATES
-
-    return {MODEL_STATES.get(c.state, "unknown"): c.count for c in counts}
-
-
-def worker_info_to_dict(w: pb.WorkerInfo) -> dict[str, Any]:
-    from aiperf.api.enums import WORKER_STATES
-
-    return {
-        "worker_id": w.worker_id,
-        "name": w.name,
-        "host": w.host,
-        "state": WORKER_STATES.get(w.state, "unknown"),
-        "accelerators": [
-            {"model": a.model, "memory_bytes": a.memory_bytes, "peak_flops": a.peak_flops or None}
-            for a in w.accelerators
-        ],
-        "cpus": w.cpus,
-        "memory_bytes": w.memory_bytes,
-        "software": {s.name: s.version for s in w.software},
-    }
-
-
-def run_status_to_dict(st: pb.RunStatus) -> dict[str, Any]:
-    d = run_info_to_dict(st.run)
-    d.update({
-        "master_time": st.master_time,
-        "elapsed_s": st.elapsed_s,
-        "workers_alive": st.workers_alive,
-        "workers": st.workers_joined,
-        "models": _model_counts_dict(st.models),
-        "api_version": st.api_version,
-    })
-    return d
-
-
-def scoreboard_to_dict(sb: pb.Scoreboard) -> dict[str, Any]:
-    """The scoreboard as one JSON-ready dict (what `aiperf scoreboard --json` prints)."""
-    d = run_info_to_dict(sb.run)
-    d.update({
-        "official": sb.official,
-        "elapsed_s": sb.elapsed_s,
-        "flops": sb.flops,
-        "score": sb.score,
-        "provisional": sb.provisional,
-        "score_time_s": sb.score_time_s,
-        "regulated_score": sb.regulated_score,
-        "valid_flops": sb.valid_flops,
-        "error": sb.error,
-        "best_accuracy": sb.best_accuracy if sb.error < 1.0 else None,
-        "target_accuracy": sb.target_accuracy,
-        "valid": sb.valid,
-        "invalid_reason": sb.invalid_reason or None,
-        "efficiency": sb.efficiency or None,
-        "peak_flops": sb.peak_flops or None,
-        "total_ops": sb.total_ops,
-        "worker_ops": sb.worker_ops,
-        "flops_mismatch_reports": sb.flops_mismatch_reports,
-        "reports": sb.reports,
-        "workers": sb.workers,
-        "workers_alive": sb.workers_alive,
-        "accelerators": sb.accelerators,
-        "models": _model_counts_dict(sb.models),
-        "models_done": sb.models_done,
-        "best_model_id": sb.best_model_id or None,
-        "images_trained": sb.images_trained,
-        "images_validated": sb.images_validated,
-        "min_running_time_s": sb.min_running_time_s,
-        "hardware": [worker_info_to_dict(w) for w in sb.inventory],
-        "software": {s.name: s.version for s in sb.master_software},
-    })
-    return d
-
-
-def timeline_to_dict(tl: pb.Timeline) -> dict[str, Any]:
-    """The run's timeline as plain dicts (None where a value is not known)."""
-    return {
-        "run": run_info_to_dict(tl.run),
-        "points": [{"elapsed_s": p.elapsed_s, "ops": p.ops, "flops": p.flops,
-                    "best_accuracy": p.best_accuracy if p.has_accuracy else None} for p in tl.points],
-        "resources": [{
-            "elapsed_s": r.elapsed_s,
-            "accelerator_util": r.accelerator_util if r.has_accelerator else None,
-            "accelerator_memory_used": r.accelerator_memory_used if r.has_accelerator else None,
-            "cpu_util": r.cpu_util if r.has_host else None,
-            "memory_used": r.memory_used if r.has_host else None,
-        } for r in tl.resources],
-    }
-
-
-def model_to_dict(m: pb.Model) -> dict[str, Any]:
-    from aiperf.api.enums import MODEL_STATES
-
-    d: dict[str, Any] = {
-        "model_id": m.model_id,
-        "run_id": m.run_id,
-        "parent_id": m.parent_id or None,
-        "worker_id": m.worker_id,
-        "round": m.round,
-        "graph_hash": m.graph_hash,
-        "hyperparameters": hyperparameters_dict(m.hyperparameters),
-        "state": MODEL_STATES.get(m.state, "unknown"),
-        "best_accuracy": m.best_accuracy if m.has_accuracy else None,
-        "predicted_accuracy": m.predicted_accuracy or None,
-        "created_at": m.created_at,
-        "finished_at": m.finished_at or None,
-        "reason": m.reason,
-        "flops_per_train_image": m.flops_per_train_image,
-        "flops_per_eval_image": m.flops_per_eval_image,
-        "images_trained": m.images_trained,
-        "images_validated": m.images_validated,
-        "epochs": m.epochs,
-    }
-    if m.graph_json:
-        d["graph_json"] = m.graph_json
-    return d
-
-
-_CODE_BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
-
-
-class _Pending:
-    """One message waiting for its reply."""
-
-    __slots__ = ("done", "reply", "error")
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.reply: pb.MasterMessage | None = None
-        self.error: ApiError | None = None
-
-
-class _OpenStream:
-    def __init__(self, call: Any, requests: "queue.SimpleQueue[pb.WorkerMessage | None]") -> None:
-        self.call = call
-        self.requests = requests
-        self.waiting: collections.deque[_Pending] = collections.deque()
-
-
-class WorkerStream:
-    """Heartbeats and progress reports over one Connect stream.
-
-    Each call blocks until the master's reply (one per message, in order) and
-    raises ApiError like the unary calls: a refused message with the code the
-    unary RPC would return; a broken stream (master restarting, network) with
-    its transport code, after which the next call opens a new stream. Transient
-    failures are retried as the unary calls are; both calls are idempotent.
-    Thread-safe: a heartbeat thread and a progress sender can share one.
-    """
-
-    def __init__(self, stub: pb_grpc.WorkerServiceStub, metadata: tuple, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 retries: int = 3) -> None:
-        self._stub = stub
-        self._metadata = metadata
-        self.timeout_s = timeout_s
-        self.retries = retries
-        self._lock = threading.Lock()
-        self._open: _OpenStream | None = None
-        self._closed = False
-
-    def heartbeat(self, worker_id: int, model_id: int = 0) -> pb.HeartbeatResponse:
-        """As WorkerClient.heartbeat."""
-        msg = pb.WorkerMessage(heartbeat=pb.HeartbeatRequest(worker_id=worker_id, model_id=model_id))
-        return self._retrying("Heartbeat", msg).heartbeat
-
-    def report_progress(self, worker_id: int, model_id: int, seq: int, images_trained: int, images_validated: int,
-                        epoch: int, worker_flops: int, val_accuracy: float | None = None) -> pb.ProgressAck:
-        """As WorkerClient.report_progress."""
-        report = WorkerClient.progress_report(worker_id, model_id, seq, images_trained, images_validated, epoch,
-                                              worker_flops, val_accuracy)
-        return self._retrying("ReportProgress", pb.WorkerMessage(progress=report)).progress
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            stream, self._open = self._open, None
-        if stream is not None:
-            stream.requests.put(None)  # half-close: the master ends the stream
-            stream.call.cancel()
-
-    def __enter__(self) -> "WorkerStream":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- internals ----------------------------------------------------------
-    def _retrying(self, method: str, msg: pb.WorkerMessage) -> pb.MasterMessage:
-        return _with_retries(f"Connect.{method}", self.retries + 1, lambda: self._exchange(method, msg))
-
-    def _start(self) -> _OpenStream:
-        requests: queue.SimpleQueue[pb.WorkerMessage | None] = queue.SimpleQueue()
-
-        def messages() -> Iterator[pb.WorkerMessage]:
-            while (m := requests.get()) is not None:
-                yield m
-
-        stream = _OpenStream(self._stub.Connect(messages(), metadata=self._metadata), requests)
-        threading.Thread(target=self._read, args=(stream,), name="aiperf-connect-reader", daemon=True).start()
-        return stream
-
-    def _read(self, stream: _OpenStream) -> None:
-        try:
-            for reply in stream.call:
-                with self._lock:
-                    pending = stream.waiting.popleft() if stream.waiting else None
-                if pending is not None:
-                    pending.reply = reply
-                    pending.done.set()
-            error = ApiError(grpc.StatusCode.UNAVAILABLE, "the master closed the stream", "Connect")
-        except grpc.RpcError as exc:
-            error = _api_error(exc, "Connect")
-            if error.code == grpc.StatusCode.CANCELLED and not self._closed:
-                # cancelled by a master shutting down: retry elsewhere/later
-                error = ApiError(grpc.StatusCode.UNAVAILABLE, error.details, "Connect")
-        self._fail(stream, error)
-
-    def _fail(self, stream: _OpenStream, error: ApiError) -> None:
-        with self._lock:
-            if self._open is stream:
-                self._open = None
-            waiting = list(stream.waiting)
-            stream.waiting.clear()
-        stream.requests.put(None)  # ends the request generator (gRPC's sending thread waits on it)
-        for pending in waiting:
-            pending.error = error
-            pending.done.set()
-
-    def _exchange(self, method: str, msg: pb.WorkerMessage) -> pb.MasterMessage:
-        pending = _Pending()
-        with self._lock:
-            if self._closed:
-                raise ApiError(grpc.StatusCode.CANCELLED, "the stream is closed", method)
-            if self._open is None:
-                self._open = self._start()
-            stream = self._open
-            stream.waiting.append(pending)  # under the lock: replies come in this order
-            stream.requests.put(msg)
-        if not pending.done.wait(self.timeout_s):
-            # no reply in time: give up on this stream; the next call opens another
-            stream.call.cancel()
-            self._fail(stream, ApiError(grpc.StatusCode.DEADLINE_EXCEEDED, f"no reply in {self.timeout_s:g} s", method))
-            pending.done.wait(self.timeout_s)  # set by _fail, or by the reader if the reply just came
-        if pending.error is not None:
-            raise ApiError(pending.error.code, pending.error.details, method)
-        reply = pending.reply
-        assert reply is not None
-        if reply.WhichOneof("body") == "error":
-            code = _CODE_BY_NUMBER.get(reply.error.code, grpc.StatusCode.UNKNOWN)
-            raise ApiError(code, reply.error.message, method)
-        return reply

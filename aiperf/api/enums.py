@@ -43,8 +43,13 @@ WORKER_STATE_VALUES = _inverse(WORKER_STATES)
 PROFILE_VALUES = _inverse(PROFILES)
 PRECISION_VALUES = _inverse(PRECISIONS)
 
-ACTIVE_RUN_STATES = frozenset({"pending", "running", "stopping"})
-OPEN_MODEL_STATES = frozenset({"queued", "training"})
+MODEL_STATE_NAMES: tuple[str, ...] = tuple(MODEL_STATES.values())  # in the API's order
+
+# The groups of states the master's rules speak of (ordered, so that SQL built from them is stable).
+ACTIVE_RUN_STATES: tuple[str, ...] = ("pending", "running", "stopping")  # a run that takes work
+OVER_RUN_STATES: tuple[str, ...] = ("finished", "aborted")  # a run that refuses reports
+OPEN_MODEL_STATES: tuple[str, ...] = ("queued", "training")  # a model that takes reports
+FINISHED_MODEL_STATES: tuple[str, ...] = ("done", "failed")  # what a worker may finish a model as
 
 
 # The compute type whose dense GEMM rate is the peak for a run's precision.

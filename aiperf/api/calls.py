@@ -1,0 +1,52 @@
+"""What every call to the master shares: its time limit, its error and its retry rule.
+
+Used by the typed clients (client.py) and the Connect stream (stream.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, TypeVar
+
+import grpc
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S = 15.0
+TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+class ApiError(Exception):
+    """A failed call: `code` is the grpc.StatusCode, `details` the master's message."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, method: str = "") -> None:
+        super().__init__(f"{method}: {code.name}: {details}" if method else f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+        self.method = method
+
+
+def api_error(exc: grpc.RpcError, method: str) -> ApiError:
+    """The ApiError of a failed gRPC call."""
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    return ApiError(code, details or "", method)
+
+
+def with_retries(method: str, attempts: int, once: Callable[[], T], log: logging.Logger) -> T:
+    """once(), again after transient failures (backoff 0.2 s doubling to 5 s), at most `attempts` times.
+
+    Retries are logged on the caller's `log` (the CLI silences the client's own logger)."""
+    delay = 0.2
+    for attempt in range(attempts):
+        try:
+            return once()
+        except ApiError as exc:
+            if exc.code in TRANSIENT_CODES and attempt + 1 < attempts:
+                log.warning("event=retry method=%s code=%s attempt=%d", method, exc.code.name, attempt + 1)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            raise
+    raise AssertionError("unreachable")

@@ -1,0 +1,299 @@
+"""Protobuf <-> the Master's plain types, both directions, in one place.
+
+Requests become master/domain.py types (an unknown enum value or API version
+is refused here: it is a malformed message); records and replies become
+messages. Nothing here reads the store or decides anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.api.enums import (
+    API_VERSION,
+    MODEL_STATE_NAMES,
+    MODEL_STATE_VALUES,
+    MODEL_STATES,
+    PRECISION_VALUES,
+    PRECISIONS,
+    PROFILE_VALUES,
+    PROFILES,
+    RUN_STATE_VALUES,
+    WORKER_STATE_VALUES,
+)
+from master.domain import (
+    DEFAULT_REPORT_INTERVAL_S,
+    DEFAULT_RESOURCE_INTERVAL_S,
+    DEFAULT_WARMUP_ROUNDS,
+    History,
+    HyperparameterObservation,
+    Limits,
+    ModelFinish,
+    ModelPage,
+    ModelSubmission,
+    ProgressReport,
+    ResourceSampleReport,
+    RunSpec,
+    RunStatus,
+    RunTimeline,
+    Scoreboard,
+)
+from master.store import (
+    FailedPrecondition,
+    InvalidArgument,
+    ModelRecord,
+    ProgressResult,
+    RunRecord,
+    WorkerInput,
+    WorkerRecord,
+)
+
+# ---------------------------------------------------------------- requests -> domain
+
+
+def run_spec(req: pb.StartRunRequest) -> RunSpec:
+    profile = PROFILES.get(req.profile or pb.PROFILE_SMOKE)
+    if profile is None:
+        raise InvalidArgument(f"unknown profile {req.profile}")
+    precision = PRECISIONS.get(req.precision or pb.PRECISION_FP32)
+    if precision is None:
+        raise InvalidArgument(f"unknown precision {req.precision}")
+    return RunSpec(
+        duration_s=req.duration_s, profile=profile, seed=int(req.seed), precision=precision,
+        limits=Limits(int(req.limits.max_models), int(req.limits.max_rounds_per_worker),
+                      int(req.limits.max_epochs_per_round)),
+        warmup_rounds=int(req.warmup_rounds), min_workers=int(req.min_workers),
+        allow_concurrent=req.allow_concurrent, report_interval_s=req.report_interval_s,
+        resource_interval_s=req.resource_interval_s,
+    )
+
+
+def worker_input(req: pb.RegisterRequest) -> WorkerInput:
+    if req.api_version not in (pb.API_VERSION_UNSPECIFIED, API_VERSION):
+        raise FailedPrecondition(f"API version {req.api_version} not supported; this master speaks {API_VERSION}")
+    return WorkerInput(
+        name=req.name,
+        host=req.host,
+        accelerators=[
+            {"model": a.model, "memory_bytes": int(a.memory_bytes), "peak_flops": float(a.peak_flops),
+             "peak_flops_by_dtype": {k: float(v) for k, v in sorted(a.peak_flops_by_dtype.items())}}
+            for a in req.accelerators
+        ],
+        cpus=int(req.cpus),
+        memory_bytes=int(req.memory_bytes),
+        software={s.name: s.version for s in req.software},
+    )
+
+
+def model_submission(req: pb.SubmitModelRequest) -> ModelSubmission:
+    hp = req.hyperparameters
+    return ModelSubmission(
+        worker_id=req.worker_id, run_id=req.run_id, graph_json=req.graph_json, graph_hash=req.graph_hash,
+        parent_id=req.parent_id, round=req.round, batch_size=hp.batch_size, kernel_size=hp.kernel_size,
+        queue=req.queue,
+    )
+
+
+def progress_report(r: pb.ProgressReport) -> ProgressReport:
+    return ProgressReport(
+        worker_id=r.worker_id, model_id=r.model_id, seq=r.seq, epoch=r.epoch, images_trained=r.images_trained,
+        images_validated=r.images_validated, accuracy=r.val_accuracy if r.has_accuracy else None,
+        worker_flops=r.worker_flops,
+    )
+
+
+def model_finish(req: pb.FinishModelRequest) -> ModelFinish:
+    return ModelFinish(
+        worker_id=req.worker_id, model_id=req.model_id, state=MODEL_STATES.get(req.state, ""), reason=req.reason,
+        best_accuracy=req.best_accuracy if req.has_accuracy else None,
+        predicted_accuracy=req.predicted_accuracy if req.predicted_accuracy != 0 else None,  # 0: unknown
+    )
+
+
+def resource_samples(req: pb.SendResourceSamplesRequest) -> list[ResourceSampleReport]:
+    return [
+        ResourceSampleReport(
+            age_s=s.age_s, accelerator_index=s.accelerator_index, accelerator_util=s.accelerator_util,
+            accelerator_memory_used=s.accelerator_memory_used, cpu_util=s.cpu_util, memory_used=s.memory_used,
+        )
+        for s in req.samples
+    ]
+
+
+def model_state(state: int) -> str | None:
+    """A ListModels state filter: None for UNSPECIFIED (all)."""
+    if not state:
+        return None
+    name = MODEL_STATES.get(state)
+    if name is None:
+        raise InvalidArgument(f"unknown model state {state}")
+    return name
+
+
+# ---------------------------------------------------------------- domain -> messages
+
+
+def run_info(run: RunRecord) -> pb.RunInfo:
+    c = run.config
+    limits = c.get("limits", {})
+    return pb.RunInfo(
+        config=pb.RunConfig(
+            run_id=run.id,
+            profile=PROFILE_VALUES[run.profile],
+            seed=run.seed,
+            duration_s=run.duration_s,
+            precision=PRECISION_VALUES[run.precision],
+            limits=pb.Limits(
+                max_models=int(limits.get("max_models", 0)),
+                max_rounds_per_worker=int(limits.get("max_rounds_per_worker", 0)),
+                max_epochs_per_round=int(limits.get("max_epochs_per_round", 0)),
+            ),
+            warmup_rounds=int(c.get("warmup_rounds", DEFAULT_WARMUP_ROUNDS)),
+            min_running_time_s=float(c.get("min_running_time_s", 0.0)),
+            report_interval_s=float(c.get("report_interval_s", DEFAULT_REPORT_INTERVAL_S)),
+            resource_interval_s=float(c.get("resource_interval_s", DEFAULT_RESOURCE_INTERVAL_S)),
+            min_workers=int(c.get("min_workers", 0)),
+        ),
+        state=RUN_STATE_VALUES[run.state],
+        created_at=run.created_at,
+        started_at=run.started_at or 0.0,
+        deadline=run.deadline or 0.0,
+        stopped_at=run.stopped_at or 0.0,
+        finished_at=run.finished_at or 0.0,
+        stop_reason=run.stop_reason,
+    )
+
+
+def model_message(m: ModelRecord, include_graph: bool = True) -> pb.Model:
+    return pb.Model(
+        model_id=m.id, run_id=m.run_id, parent_id=m.parent_id or 0, worker_id=m.worker_id, round=m.round,
+        graph_json=m.graph_json if include_graph else "", graph_hash=m.graph_hash,
+        hyperparameters=pb.Hyperparameters(batch_size=m.batch_size, kernel_size=m.kernel_size),
+        state=MODEL_STATE_VALUES[m.state],
+        best_accuracy=m.best_accuracy or 0.0, predicted_accuracy=m.predicted_accuracy or 0.0,
+        has_accuracy=m.best_accuracy is not None,
+        created_at=m.created_at, finished_at=m.finished_at or 0.0, reason=m.reason,
+        flops_per_train_image=m.flops_per_train_image, flops_per_eval_image=m.flops_per_eval_image,
+        images_trained=m.images_trained, images_validated=m.images_validated, epochs=m.epochs,
+    )
+
+
+def worker_message(w: WorkerRecord, inventory: dict[str, Any] | None = None) -> pb.WorkerInfo:
+    """The worker, with its hardware as in `inventory` (when it joined a run) or as registered."""
+    inv = inventory or {
+        "host": w.host, "accelerators": w.accelerators, "cpus": w.cpus,
+        "memory_bytes": w.memory_bytes, "software": w.software,
+    }
+    return pb.WorkerInfo(
+        worker_id=w.id, name=w.name, host=inv.get("host", w.host),
+        accelerators=[
+            pb.Accelerator(model=a.get("model", ""), memory_bytes=int(a.get("memory_bytes", 0)),
+                           peak_flops=float(a.get("peak_flops", 0.0)),
+                           peak_flops_by_dtype=a.get("peak_flops_by_dtype", {}))
+            for a in inv.get("accelerators", [])
+        ],
+        cpus=int(inv.get("cpus", 0)), memory_bytes=int(inv.get("memory_bytes", 0)),
+        software=software_messages(inv.get("software", {})),
+        state=WORKER_STATE_VALUES[w.state], registered_at=w.registered_at, last_heartbeat=w.last_heartbeat,
+    )
+
+
+def software_messages(software: dict[str, str]) -> list[pb.SoftwareVersion]:
+    return [pb.SoftwareVersion(name=k, version=v) for k, v in sorted(software.items())]
+
+
+def model_counts(counts: dict[str, int]) -> list[pb.ModelCount]:
+    """One count per model state, in the API's order."""
+    return [pb.ModelCount(state=MODEL_STATE_VALUES[s], count=counts.get(s, 0)) for s in MODEL_STATE_NAMES]
+
+
+def progress_ack(res: ProgressResult, run: RunRecord | None) -> pb.ProgressAck:
+    """The ack of a recorded report; `run`: the current run, whose state it carries."""
+    return pb.ProgressAck(
+        model_id=res.model_id, seq=res.seq, duplicate=res.duplicate, master_flops=res.master_flops,
+        flops_mismatch=res.flops_mismatch,
+        run_state=RUN_STATE_VALUES[run.state] if run is not None else pb.RUN_STATE_UNSPECIFIED,
+        model_state=MODEL_STATE_VALUES.get(res.model_state, pb.MODEL_STATE_UNSPECIFIED),
+    )
+
+
+def history_message(h: History) -> pb.GetHistoryResponse:
+    return pb.GetHistoryResponse(run_id=h.run_id, models=[model_message(m) for m in h.models],
+                                 ranked_model_ids=h.ranked_model_ids)
+
+
+def hyperparameter_history_message(run_id: int, observations: list[HyperparameterObservation]
+                                   ) -> pb.GetHyperparameterHistoryResponse:
+    return pb.GetHyperparameterHistoryResponse(run_id=run_id, observations=[
+        pb.HyperparameterObservation(
+            model_id=o.model_id, round=o.round, worker_id=o.worker_id,
+            hyperparameters=pb.Hyperparameters(batch_size=o.batch_size, kernel_size=o.kernel_size),
+            accuracy=o.accuracy,
+        )
+        for o in observations
+    ])
+
+
+def model_page_message(page: ModelPage, include_graph: bool) -> pb.ListModelsResponse:
+    return pb.ListModelsResponse(run_id=page.run_id, models=[model_message(m, include_graph) for m in page.models],
+                                 total=page.total)
+
+
+def run_status_message(st: RunStatus) -> pb.RunStatus:
+    return pb.RunStatus(
+        run=run_info(st.run), master_time=st.master_time, elapsed_s=st.elapsed_s, workers_alive=st.workers_alive,
+        workers_joined=st.workers_joined, models=model_counts(st.model_counts), api_version=API_VERSION,
+    )
+
+
+def scoreboard_message(sb: Scoreboard) -> pb.Scoreboard:
+    r = sb.result
+    return pb.Scoreboard(
+        run=run_info(sb.run),
+        elapsed_s=r.elapsed_s,
+        flops=r.flops,
+        score=r.score,
+        provisional=r.provisional,
+        regulated_score=r.regulated_score,
+        valid_flops=r.valid_flops,
+        error=r.error,
+        best_accuracy=r.best_accuracy or 0.0,
+        target_accuracy=sb.rules.target_accuracy,
+        valid=r.valid,
+        invalid_reason=r.invalid_reason,
+        official=sb.rules.official,
+        efficiency=r.efficiency or 0.0,
+        peak_flops=sb.peak_flops or 0.0,
+        total_ops=float(r.total_ops),
+        worker_ops=float(r.worker_ops),
+        flops_mismatch_reports=sb.flops_mismatch_reports,
+        reports=r.reports,
+        workers=len(sb.workers),
+        workers_alive=sb.workers_alive,
+        accelerators=sb.accelerators,
+        models=model_counts(sb.model_counts),
+        models_done=sb.models_done,
+        best_model_id=sb.best_model_id or 0,
+        inventory=[worker_message(rw.worker, rw.inventory) for rw in sb.workers],
+        master_software=software_messages(sb.run.software),
+        min_running_time_s=sb.rules.min_running_time_s,
+        score_time_s=r.score_time_s,
+        images_trained=sb.images_trained,
+        images_validated=sb.images_validated,
+    )
+
+
+def timeline_message(tl: RunTimeline) -> pb.Timeline:
+    return pb.Timeline(
+        run=run_info(tl.run),
+        points=[pb.CurvePoint(elapsed_s=c.elapsed_s, ops=float(c.ops), flops=c.flops,
+                              has_accuracy=c.best_accuracy is not None, best_accuracy=c.best_accuracy or 0.0)
+                for c in tl.points],
+        resources=[pb.ResourcePoint(
+            elapsed_s=r.elapsed_s,
+            has_accelerator=r.accelerator_util is not None, accelerator_util=r.accelerator_util or 0.0,
+            accelerator_memory_used=r.accelerator_memory_used or 0.0,
+            has_host=r.cpu_util is not None, cpu_util=r.cpu_util or 0.0, memory_used=r.memory_used or 0.0,
+        ) for r in tl.resources],
+    )

@@ -1,0 +1,77 @@
+"""The workers' heartbeats, kept in memory: who is alive, who is lost.
+
+The last beat of every worker is kept here and written to the store lazily
+(`take_unwritten`): losing a few seconds of them in a crash is harmless, and
+one UPDATE per beat would cost more than the beat itself. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterable
+
+from master.store import WorkerRecord
+
+
+class Heartbeats:
+    """Last heartbeat time per known worker, the beats not written yet, and the lost workers."""
+
+    def __init__(self, workers: Iterable[WorkerRecord], now: float) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[int, float] = {}
+        self._unwritten: dict[int, float] = {}
+        self._lost: set[int] = set()
+        # A restarted master gives every known alive worker a fresh grace period.
+        for w in workers:
+            self.learn(w, now)
+
+    def learn(self, w: WorkerRecord, now: float | None = None) -> None:
+        """Know a worker as stored (alive ones get a grace period until `now`)."""
+        with self._lock:
+            if w.state == "alive" and now is not None:
+                self._last[w.id] = max(w.last_heartbeat, now)
+            else:
+                self._last.setdefault(w.id, w.last_heartbeat)
+            if w.state == "lost":
+                self._lost.add(w.id)
+
+    def knows(self, worker_id: int) -> bool:
+        with self._lock:
+            return worker_id in self._last
+
+    def registered(self, worker_id: int, now: float) -> None:
+        """A worker (re)registered: alive, its beat already written with it."""
+        with self._lock:
+            self._last[worker_id] = now
+            self._unwritten.pop(worker_id, None)
+            self._lost.discard(worker_id)
+
+    def beat(self, worker_id: int, now: float) -> bool:
+        """Record a heartbeat; True when the worker was lost until now."""
+        with self._lock:
+            was_lost = worker_id in self._lost
+            self._last[worker_id] = now
+            self._unwritten[worker_id] = now
+            self._lost.discard(worker_id)
+        return was_lost
+
+    def take_unwritten(self) -> dict[int, float]:
+        """The beats to write (worker id -> time), forgotten here."""
+        with self._lock:
+            unwritten, self._unwritten = self._unwritten, {}
+        return unwritten
+
+    def mark_silent(self, now: float, limit_s: float) -> dict[int, float]:
+        """Workers silent for more than limit_s become lost; returns them with their silence in seconds."""
+        with self._lock:
+            lost = {w: now - t for w, t in self._last.items() if w not in self._lost and now - t > limit_s}
+            self._lost.update(lost)
+        return lost
+
+    def alive_count(self) -> int:
+        with self._lock:
+            return sum(1 for w in self._last if w not in self._lost)
+
+    def is_alive(self, worker_id: int) -> bool:
+        with self._lock:
+            return worker_id in self._last and worker_id not in self._lost

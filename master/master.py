@@ -1,0 +1,648 @@
+"""The Master: run lifecycle, workers, verified FLOP accounting, scores.
+
+`Master` holds the logic and the in-memory caches (the workers' heartbeats
+in master/heartbeats.py, FLOP counts per model, the current run). It takes
+and returns plain types (master/domain.py, master/store.py); the servicers
+convert protobuf. All truth lives in the store: a restarted master continues
+a run where it stopped. Whether a model is the reporting worker's is checked
+by the store, inside the transaction that records the report or the finish.
+
+FLOPs are counted by the master, never taken from workers: at submission the
+graph JSON -> Graph.from_json -> with_inserted_kernel(graph, kernel_size) ->
+count_flops gives the per-image counts stored with the model; every report
+is counted as train * images_trained + eval * images_validated from them.
+The worker's own figure is stored next to it and a disagreement above 1% is
+flagged.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import platform
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import grpc
+
+import aiperf
+from aiperf import scoring, timeline
+from aiperf.api.enums import (
+    FINISHED_MODEL_STATES,
+    GEMM_DTYPES,
+    KNOWN_GEMM_DTYPES,
+    MODEL_STATE_NAMES,
+    OPEN_MODEL_STATES,
+)
+from aiperf.flops import count_flops
+from aiperf.graph import Graph, GraphError, with_inserted_kernel
+from master.domain import (
+    DEFAULT_REPORT_INTERVAL_S,
+    DEFAULT_RESOURCE_INTERVAL_S,
+    DEFAULT_WARMUP_ROUNDS,
+    History,
+    HyperparameterObservation,
+    ModelFinish,
+    ModelPage,
+    ModelSubmission,
+    ProgressReport,
+    ResourceSampleReport,
+    RunSpec,
+    RunStatus,
+    RunTimeline,
+    Scoreboard,
+)
+from master.heartbeats import Heartbeats
+from master.metrics import MasterMetrics
+from master.progress import ProgressWriter
+from master.store import (
+    FailedPrecondition,
+    InvalidArgument,
+    ModelRecord,
+    NewModel,
+    NewRun,
+    NotFound,
+    ProgressInput,
+    ProgressResult,
+    ResourceSampleInput,
+    RunRecord,
+    RunWorker,
+    Store,
+    WorkerInput,
+    WorkerRecord,
+)
+
+log = logging.getLogger(__name__)
+
+LOST_AFTER_BEATS = 3
+HEARTBEAT_FLUSH_MAX_S = 5.0
+MAX_KERNEL_SIZE = 15
+FLOP_CACHE_SIZE = 4096
+LIST_LIMIT_DEFAULT = 1000
+LIST_LIMIT_MAX = 10000
+TIMELINE_BUCKETS = 200
+TIMELINE_BUCKETS_MAX = 100_000
+
+
+def software_versions() -> dict[str, str]:
+    """Versions of the master's software, recorded with every run."""
+    import alembic
+    import google.protobuf
+    import sqlalchemy
+
+    return {
+        "aiperf": aiperf.__version__,
+        "python": platform.python_version(),
+        "grpcio": grpc.__version__,
+        "protobuf": google.protobuf.__version__,
+        "sqlalchemy": sqlalchemy.__version__,
+        "alembic": alembic.__version__,
+        "platform": platform.platform(),
+    }
+
+
+@dataclass(frozen=True)
+class _ModelFlops:
+    """What the master needs to count a model's reports: its run and per-image totals."""
+
+    run_id: int
+    train: int  # operations per trained image
+    eval: int   # operations per validated image
+
+    def ops(self, images_trained: int, images_validated: int) -> int:
+        return self.train * images_trained + self.eval * images_validated
+
+
+class Master:
+    """The master's logic. Thread-safe; `tick()` is called periodically by
+    the server's background thread (deadlines, lost workers, metrics)."""
+
+    def __init__(
+        self,
+        store: Store,
+        heartbeat_interval_s: float = 5.0,
+        stop_grace_s: float = 300.0,
+        clock: Callable[[], float] = time.time,
+        metrics: MasterMetrics | None = None,
+    ) -> None:
+        if heartbeat_interval_s <= 0:
+            raise ValueError("heartbeat interval must be positive")
+        self.store = store
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.stop_grace_s = stop_grace_s
+        self.clock = clock
+        self.metrics = metrics or MasterMetrics()
+        # heartbeats are written lazily, at most this long after they came (see Heartbeats)
+        self.heartbeat_flush_s = min(heartbeat_interval_s, HEARTBEAT_FLUSH_MAX_S)
+        self._flushed_at = time.monotonic()
+        self._lock = threading.RLock()
+        self._tick_lock = threading.Lock()
+        self._flops: collections.OrderedDict[int, _ModelFlops] = collections.OrderedDict()
+        self._joined: set[tuple[int, int]] = set()
+        self._run_ops: dict[int, int] = {}
+        self._heartbeats = Heartbeats(store.list_workers(), clock())
+        self._current: RunRecord | None = store.current_run()
+        self._writer = ProgressWriter(store)
+
+    def close(self) -> None:
+        """Stop the progress writer (reports are refused afterwards)."""
+        self._writer.close()
+
+    # ------------------------------------------------------------ runs
+    def current_run(self) -> RunRecord | None:
+        with self._lock:
+            return self._current
+
+    def _refresh_current(self) -> RunRecord | None:
+        with self._lock:
+            self._current = self.store.current_run()
+            return self._current
+
+    def resolve_run(self, run_id: int, active_only: bool = False) -> RunRecord:
+        """run_id, or (0) the current run, or the most recent one."""
+        if run_id:
+            return self.store.get_run(run_id)
+        run = self.current_run()
+        if run is None and not active_only:
+            run = self.store.latest_run()
+        if run is None:
+            raise (FailedPrecondition if active_only else NotFound)("no run" + (" is active" if active_only else " yet"))
+        return run
+
+    def start_run(self, spec: RunSpec) -> RunRecord:
+        rules = scoring.PROFILES.get(spec.profile)
+        if rules is None:
+            raise InvalidArgument(f"unknown profile {spec.profile}")
+        if spec.precision not in scoring.PRECISIONS:
+            raise InvalidArgument(f"unknown precision {spec.precision}")
+        if not math.isfinite(spec.duration_s) or spec.duration_s <= 0:
+            raise InvalidArgument(f"duration must be positive, got {spec.duration_s:g} s")
+        if spec.duration_s < rules.min_duration_s:
+            raise InvalidArgument(
+                f"the {spec.profile} profile needs a duration of at least {rules.min_duration_s:.0f} s, "
+                f"got {spec.duration_s:g} s"
+            )
+        for name in ("report_interval_s", "resource_interval_s"):
+            v = getattr(spec, name)
+            if not math.isfinite(v) or v < 0:
+                raise InvalidArgument(f"{name} must be >= 0")
+        config = {
+            "limits": {
+                "max_models": spec.limits.max_models,
+                "max_rounds_per_worker": spec.limits.max_rounds_per_worker,
+                "max_epochs_per_round": spec.limits.max_epochs_per_round,
+            },
+            "warmup_rounds": spec.warmup_rounds or DEFAULT_WARMUP_ROUNDS,
+            "min_workers": spec.min_workers,
+            "report_interval_s": spec.report_interval_s or DEFAULT_REPORT_INTERVAL_S,
+            "resource_interval_s": spec.resource_interval_s or DEFAULT_RESOURCE_INTERVAL_S,
+            "min_running_time_s": rules.min_running_time_s,
+            "max_error": rules.max_error,
+            "target_accuracy": rules.target_accuracy,
+            "official": rules.official,
+        }
+        new = NewRun(spec.profile, int(spec.seed), float(spec.duration_s), spec.precision, config, software_versions())
+        now = self.clock()
+        with self._lock:
+            run = self.store.create_run(new, now, allow_concurrent=spec.allow_concurrent)
+            if spec.min_workers == 0:
+                run = self.store.start_run(run.id, now)
+            self._refresh_current()
+        log.info("event=run_created run_id=%d profile=%s duration_s=%g seed=%d precision=%s state=%s",
+                 run.id, run.profile, run.duration_s, run.seed, run.precision, run.state)
+        self.tick()
+        return self.store.get_run(run.id)
+
+    def stop_run(self, run_id: int, abort: bool, reason: str) -> RunRecord:
+        run = self.resolve_run(run_id, active_only=not run_id)
+        now = self.clock()
+        with self._lock:
+            if abort:
+                run, abandoned = self.store.finish_run(run.id, now, "aborted", reason or "aborted on request")
+                self._forget_models(abandoned)
+            else:
+                run = self.store.stop_run(run.id, now, reason or "stopped on request")
+            self._refresh_current()
+        log.info("event=run_stop run_id=%d abort=%s state=%s", run.id, abort, run.state)
+        return run
+
+    def elapsed_s(self, run: RunRecord) -> float:
+        """Seconds the run has been running (until it stopped)."""
+        if run.started_at is None:
+            return 0.0
+        end = run.stopped_at if run.stopped_at is not None else self.clock()
+        return max(0.0, end - run.started_at)
+
+    # ------------------------------------------------------------ background
+    def tick(self, flush: bool = True) -> None:
+        """Flush heartbeats, detect lost workers, enforce deadlines, update metrics.
+
+        flush=False (the background loop): heartbeats are written only when
+        `heartbeat_flush_s` has passed since the last write, or a worker is lost.
+        """
+        with self._tick_lock:
+            now = self.clock()
+            if flush or time.monotonic() - self._flushed_at >= self.heartbeat_flush_s:
+                self._flush_heartbeats()
+            self._detect_lost(now)
+            self._advance_runs(now)
+            self._update_metrics()
+
+    def _flush_heartbeats(self) -> None:
+        self._flushed_at = time.monotonic()
+        beats = self._heartbeats.take_unwritten()
+        if beats:
+            self.store.record_heartbeats(beats)
+
+    def _detect_lost(self, now: float) -> None:
+        lost = self._heartbeats.mark_silent(now, LOST_AFTER_BEATS * self.heartbeat_interval_s)
+        if lost:
+            # the stored last heartbeat of a lost worker must be its real last one, and a
+            # later flush must not mark it alive again
+            self._flush_heartbeats()
+            abandoned = self.store.mark_workers_lost(list(lost), now)
+            self._forget_models(abandoned)
+            self.metrics.workers_lost.inc(len(lost))
+            for w, silent_s in lost.items():
+                log.warning("event=worker_lost worker_id=%d silent_s=%.1f", w, silent_s)
+            if abandoned:
+                log.warning("event=models_abandoned model_ids=%s reason=worker_lost", abandoned)
+
+    def _advance_runs(self, now: float) -> None:
+        changed = False
+        for run in self.store.active_runs():
+            if run.state == "pending":
+                need = int(run.config.get("min_workers", 0))
+                if self.alive_count() >= need:
+                    self.store.start_run(run.id, now)
+                    log.info("event=run_started run_id=%d workers_alive=%d", run.id, self.alive_count())
+                    changed = True
+            elif run.state == "running" and run.deadline is not None and now >= run.deadline:
+                self.store.stop_run(run.id, now, "deadline reached")
+                log.info("event=run_deadline run_id=%d", run.id)
+                changed = True
+            elif run.state == "stopping":
+                changed = self._finish_stopping(run, now) or changed
+        if changed:
+            self._refresh_current()
+
+    def _finish_stopping(self, run: RunRecord, now: float) -> bool:
+        """A stopping run becomes finished once its models ended or the grace period is over."""
+        counts = self.store.count_models(run.id)
+        open_models = sum(counts.get(s, 0) for s in OPEN_MODEL_STATES)
+        stopped = run.stopped_at or now
+        if open_models and now - stopped < self.stop_grace_s:
+            return False
+        _, abandoned = self.store.finish_run(
+            run.id, now, "finished", "" if open_models == 0 else "stop grace period over"
+        )
+        self._forget_models(abandoned)
+        log.info("event=run_finished run_id=%d abandoned=%d", run.id, len(abandoned))
+        return True
+
+    def _update_metrics(self) -> None:
+        self.metrics.workers_alive.set(self.alive_count())
+        run = self.current_run()
+        if run is None:
+            self.metrics.run_state.set(0)
+            return
+        counts = self.store.count_models(run.id)
+        for state in MODEL_STATE_NAMES:
+            self.metrics.models.labels(state=state).set(counts.get(state, 0))
+        self.metrics.run_state.set(1 if run.state == "running" else 0)
+        if run.started_at is not None:
+            elapsed = self.clock() - run.started_at
+            ops = self._ops_of_run(run.id)
+            self.metrics.current_flops.set(ops / elapsed if elapsed > 0 else 0.0)
+
+    def _ops_of_run(self, run_id: int) -> int:
+        with self._lock:
+            if run_id in self._run_ops:
+                return self._run_ops[run_id]
+        total = sum(p.ops for p in self.store.timeline(run_id))
+        with self._lock:
+            return self._run_ops.setdefault(run_id, total)
+
+    # ------------------------------------------------------------ workers
+    def alive_count(self) -> int:
+        return self._heartbeats.alive_count()
+
+    def is_alive(self, worker_id: int) -> bool:
+        return self._heartbeats.is_alive(worker_id)
+
+    def _known_worker(self, worker_id: int) -> None:
+        """NotFound unless the worker registered (cached after the first look-up)."""
+        if not self._heartbeats.knows(worker_id):
+            self._heartbeats.learn(self.store.get_worker(worker_id))  # NotFound
+
+    def _join(self, run: RunRecord | None, worker_id: int) -> None:
+        if run is None or run.state != "running":
+            return
+        key = (run.id, worker_id)
+        with self._lock:
+            if key in self._joined:
+                return
+        if self.store.join_run(run.id, worker_id, self.clock()):
+            log.info("event=worker_joined run_id=%d worker_id=%d", run.id, worker_id)
+        with self._lock:
+            self._joined.add(key)
+
+    def register(self, info: WorkerInput) -> tuple[WorkerRecord, list[int]]:
+        """Register (or re-register) a worker; returns it and the ids of the
+        models of its earlier life, now abandoned. The name defaults to the host."""
+        if not info.name and not info.host:
+            raise InvalidArgument("a worker needs a name or a host")
+        info = replace(info, name=info.name or info.host, host=info.host or info.name)
+        _check_accelerators(info)
+        now = self.clock()
+        worker, abandoned = self.store.register_worker(info, now)
+        self._forget_models(abandoned)
+        self._heartbeats.registered(worker.id, now)
+        self._join(self.current_run(), worker.id)
+        log.info("event=worker_registered worker_id=%d name=%s host=%s accelerators=%d abandoned=%s",
+                 worker.id, worker.name, worker.host, len(worker.accelerators), abandoned)
+        return worker, abandoned
+
+    def heartbeat_is_in_memory(self, worker_id: int) -> bool:
+        """True when heartbeat(worker_id) will not touch the database (the
+        worker is known and has joined the running run): safe on an event loop."""
+        run = self.current_run()
+        if not self._heartbeats.knows(worker_id):
+            return False
+        with self._lock:
+            return run is None or run.state != "running" or (run.id, worker_id) in self._joined
+
+    def heartbeat(self, worker_id: int) -> tuple[RunRecord | None, str]:
+        """The current run and the worker's state: "lost" once after the
+        master gave up on it (its model was abandoned), else "alive"."""
+        self._known_worker(worker_id)
+        was_lost = self._heartbeats.beat(worker_id, self.clock())
+        if was_lost:
+            log.info("event=worker_back worker_id=%d", worker_id)
+        run = self.current_run()
+        self._join(run, worker_id)
+        return run, "lost" if was_lost else "alive"
+
+    def send_resource_samples(self, worker_id: int, samples: list[ResourceSampleReport]) -> int:
+        """Store a worker's resource samples (stamped now - age_s); returns how many."""
+        self._known_worker(worker_id)
+        now = self.clock()
+        items = []
+        for s in samples:
+            if not math.isfinite(s.age_s) or s.age_s < 0:
+                raise InvalidArgument("age_s must be >= 0")
+            for name in ("accelerator_util", "cpu_util"):
+                v = getattr(s, name)
+                if not (0.0 <= v <= 1.0):
+                    raise InvalidArgument(f"{name} must be in [0, 1], got {v}")
+            items.append(ResourceSampleInput(
+                worker_id=worker_id, t=now - s.age_s, accelerator_index=s.accelerator_index,
+                accelerator_util=s.accelerator_util, accelerator_memory_used=int(s.accelerator_memory_used),
+                cpu_util=s.cpu_util, memory_used=int(s.memory_used),
+            ))
+        run = self.current_run()
+        return self.store.add_resource_samples(run.id if run is not None else None, items)
+
+    # ------------------------------------------------------------ models
+    def _flop_count(self, model_id: int) -> _ModelFlops:
+        """The model's per-image FLOPs: from the cache, else as stored with the model (NotFound)."""
+        with self._lock:
+            hit = self._flops.get(model_id)
+            if hit is not None:
+                self._flops.move_to_end(model_id)
+                return hit
+        m = self.store.get_model(model_id)
+        entry = _ModelFlops(m.run_id, m.flops_per_train_image, m.flops_per_eval_image)
+        self._remember(model_id, entry)
+        return entry
+
+    def _remember(self, model_id: int, entry: _ModelFlops) -> None:
+        with self._lock:
+            self._flops[model_id] = entry
+            while len(self._flops) > FLOP_CACHE_SIZE:
+                self._flops.popitem(last=False)
+
+    def _forget_models(self, model_ids: list[int]) -> None:
+        with self._lock:
+            for mid in model_ids:
+                self._flops.pop(mid, None)
+
+    def submit_model(self, sub: ModelSubmission) -> ModelRecord:
+        """Check the graph, count its FLOPs with the inserted kernel and record the model."""
+        self._known_worker(sub.worker_id)
+        run = self.resolve_run(sub.run_id, active_only=True)
+        if sub.batch_size < 1:
+            raise InvalidArgument("hyperparameters.batch_size must be >= 1")
+        if sub.kernel_size < 1 or sub.kernel_size % 2 == 0 or sub.kernel_size > MAX_KERNEL_SIZE:
+            raise InvalidArgument(f"hyperparameters.kernel_size must be odd, 1..{MAX_KERNEL_SIZE}, got {sub.kernel_size}")
+        if sub.round < 1:
+            raise InvalidArgument("round must be >= 1")
+        limits = run.config.get("limits", {})
+        max_rounds = int(limits.get("max_rounds_per_worker", 0))
+        if max_rounds and sub.round > max_rounds:
+            raise FailedPrecondition(f"round {sub.round} exceeds the run's limit of {max_rounds} rounds per worker")
+        graph = _parse_graph(sub.graph_json)
+        actual = graph.hash()
+        if sub.graph_hash != actual:
+            raise InvalidArgument(f"graph hash mismatch: submitted {sub.graph_hash!r}, the graph hashes to {actual}")
+        fc = count_flops(with_inserted_kernel(graph, sub.kernel_size))
+        new = NewModel(
+            run_id=run.id, parent_id=sub.parent_id or None, worker_id=sub.worker_id, round=int(sub.round),
+            graph_json=graph.to_json(), graph_hash=actual, batch_size=int(sub.batch_size),
+            kernel_size=int(sub.kernel_size), state="queued" if sub.queue else "training",
+            flops_per_train_image=int(fc.train), flops_per_eval_image=int(fc.eval),
+        )
+        model = self.store.add_model(new, self.clock(), max_models=int(limits.get("max_models", 0)))
+        self._remember(model.id, _ModelFlops(run.id, model.flops_per_train_image, model.flops_per_eval_image))
+        self._join(run, sub.worker_id)
+        log.info("event=model_submitted model_id=%d run_id=%d worker_id=%d parent_id=%s round=%d hash=%s "
+                 "batch_size=%d kernel_size=%d flops_train=%d",
+                 model.id, run.id, sub.worker_id, model.parent_id, model.round, actual[:12],
+                 model.batch_size, model.kernel_size, model.flops_per_train_image)
+        return model
+
+    def _progress_input(self, r: ProgressReport) -> tuple[ProgressInput, int]:
+        """Validate one report and count its FLOPs; returns it with its run id.
+        Whether the model is the worker's is the store's check (add_progress)."""
+        if r.seq < 1:
+            raise InvalidArgument("seq must be >= 1")
+        if r.images_trained < 0 or r.images_validated < 0:
+            raise InvalidArgument(
+                f"image counts must be >= 0, got trained={r.images_trained} validated={r.images_validated}"
+            )
+        if r.worker_flops < 0:
+            raise InvalidArgument("worker_flops must be >= 0")
+        if r.accuracy is not None and not (0.0 <= r.accuracy <= 1.0):
+            raise InvalidArgument(f"val_accuracy must be in [0, 1], got {r.accuracy}")
+        self._known_worker(r.worker_id)
+        entry = self._flop_count(r.model_id)
+        master_flops = entry.ops(int(r.images_trained), int(r.images_validated))
+        item = ProgressInput(
+            model_id=r.model_id, worker_id=r.worker_id, seq=int(r.seq), t=self.clock(), epoch=int(r.epoch),
+            images_trained=int(r.images_trained), images_validated=int(r.images_validated),
+            accuracy=r.accuracy, worker_flops=int(r.worker_flops), master_flops=int(master_flops),
+            flops_mismatch=not scoring.flops_agree(master_flops, int(r.worker_flops)),
+        )
+        return item, entry.run_id
+
+    async def report_progress(self, report: ProgressReport) -> ProgressResult:
+        """Validate, count and record one report; awaits the progress writer's
+        group commit without blocking the event loop. StoreError when refused;
+        a resent report (same seq) comes back as a duplicate, counted once."""
+        item, run_id = self._progress_input(report)
+        [result] = await self._writer.write_async([item])
+        if result.error is not None:
+            raise result.error
+        if result.duplicate:
+            self.metrics.duplicate_reports.inc()
+            return result
+        self.metrics.reports.inc()
+        if result.flops_mismatch:
+            self.metrics.flops_mismatch.inc()
+            log.warning("event=flops_mismatch model_id=%d seq=%d worker_flops=%d master_flops=%d",
+                        item.model_id, item.seq, item.worker_flops, item.master_flops)
+        with self._lock:
+            if run_id in self._run_ops:
+                self._run_ops[run_id] += item.master_flops
+        return result
+
+    def finish_model(self, fin: ModelFinish) -> tuple[ModelRecord, str]:
+        """End a model as done or failed; returns it and the state of its run."""
+        if fin.state not in FINISHED_MODEL_STATES:
+            raise InvalidArgument("state must be MODEL_DONE or MODEL_FAILED")
+        for name in ("best_accuracy", "predicted_accuracy"):
+            v = getattr(fin, name)
+            if v is not None and not (0.0 <= v <= 1.0):
+                raise InvalidArgument(f"{name} must be in [0, 1], got {v}")
+        self._known_worker(fin.worker_id)
+        model = self.store.finish_model(fin.model_id, fin.worker_id, fin.state, fin.reason, fin.best_accuracy,
+                                        fin.predicted_accuracy, self.clock())
+        self._forget_models([model.id])
+        log.info("event=model_finished model_id=%d state=%s best_accuracy=%s predicted_accuracy=%s",
+                 model.id, model.state, model.best_accuracy, model.predicted_accuracy)
+        return model, self.store.get_run(model.run_id).state
+
+    def history(self, worker_id: int, run_id: int, since_model_id: int = 0, limit: int = 0) -> History:
+        """The run's models after since_model_id (limit 0: all) and its DONE models ranked."""
+        self._known_worker(worker_id)
+        run = self.resolve_run(run_id)
+        return History(run.id, self.store.models_since(run.id, since_model_id, limit),
+                       self.store.ranked_done_ids(run.id))
+
+    def hyperparameter_history(self, worker_id: int, run_id: int) -> tuple[int, list[HyperparameterObservation]]:
+        """The run's id and its DONE models' hyperparameters with their accuracy, ascending id."""
+        self._known_worker(worker_id)
+        run = self.resolve_run(run_id)
+        return run.id, [
+            HyperparameterObservation(
+                model_id=m.id, round=m.round, worker_id=m.worker_id, batch_size=m.batch_size,
+                kernel_size=m.kernel_size,
+                accuracy=m.predicted_accuracy if m.predicted_accuracy is not None else (m.best_accuracy or 0.0),
+            )
+            for m in self.store.hyperparameter_history(run.id)
+        ]
+
+    def list_models(self, run_id: int, state: str | None = None, limit: int = 0, offset: int = 0) -> ModelPage:
+        """A page of the run's models (limit 0: LIST_LIMIT_DEFAULT; at most LIST_LIMIT_MAX)."""
+        run = self.resolve_run(run_id)
+        if state is not None and state not in MODEL_STATE_NAMES:
+            raise InvalidArgument(f"unknown model state {state}")
+        models, total = self.store.list_models(run.id, state, min(limit or LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX), offset)
+        return ModelPage(run.id, models, total)
+
+    # ------------------------------------------------------------ scores and reports
+    @staticmethod
+    def peaks(run: RunRecord, joined: list[RunWorker]) -> list[float]:
+        """The GEMM peak of every accelerator that took part, for the run's precision (0: unknown)."""
+        dtype = GEMM_DTYPES.get(run.precision)
+        return [float(a.get("peak_flops_by_dtype", {}).get(dtype) or a.get("peak_flops", 0.0))
+                for rw in joined for a in rw.inventory.get("accelerators", [])]
+
+    def score(self, run: RunRecord, joined: list[RunWorker] | None = None) -> scoring.ScoreResult:
+        """The run's score now (or at its stop); `joined`: its workers, when already read."""
+        rules = self.rules_of(run)
+        if run.started_at is None:
+            return scoring.score_run(0.0, 0.0, [], rules, run.precision)
+        peaks = self.peaks(run, joined if joined is not None else self.store.run_workers(run.id))
+        return scoring.score_run(
+            run.started_at, self.clock(), self.store.timeline(run.id), rules, run.precision,
+            end=run.stopped_at, peaks=peaks,
+        )
+
+    @staticmethod
+    def rules_of(run: RunRecord) -> scoring.ProfileRules:
+        base = scoring.PROFILES[run.profile]
+        c = run.config
+        # the rules recorded with the run win over today's defaults
+        return scoring.ProfileRules(
+            name=base.name,
+            min_duration_s=base.min_duration_s,
+            min_running_time_s=float(c.get("min_running_time_s", base.min_running_time_s)),
+            max_error=float(c.get("max_error", base.max_error)),
+            target_accuracy=float(c.get("target_accuracy", base.target_accuracy)),
+            official=bool(c.get("official", base.official)),
+        )
+
+    def run_status(self, run_id: int) -> RunStatus:
+        """The run (0: the current or latest one), its workers and model counts."""
+        run = self.resolve_run(run_id)
+        return RunStatus(
+            run=run, master_time=self.clock(), elapsed_s=self.elapsed_s(run), workers_alive=self.alive_count(),
+            workers_joined=len(self.store.run_workers(run.id)), model_counts=self.store.count_models(run.id),
+        )
+
+    def scoreboard(self, run_id: int) -> Scoreboard:
+        """The run's score (0: the current or latest run) and everything printed with it."""
+        run = self.resolve_run(run_id)
+        joined = self.store.run_workers(run.id)
+        result = self.score(run, joined)
+        ranked = self.store.ranked_done_ids(run.id)
+        images_trained, images_validated = self.store.run_images(run.id)
+        return Scoreboard(
+            run=run, result=result, rules=self.rules_of(run),
+            peak_flops=sum(self.peaks(run, joined)) if result.efficiency is not None else None,
+            flops_mismatch_reports=self.store.flops_mismatch_count(run.id),
+            workers=joined, workers_alive=sum(1 for rw in joined if self.is_alive(rw.worker.id)),
+            model_counts=self.store.count_models(run.id), best_model_id=ranked[0] if ranked else None,
+            images_trained=images_trained, images_validated=images_validated,
+        )
+
+    def timeline(self, run_id: int, max_points: int = 0, buckets: int = 0) -> RunTimeline:
+        """FLOPS(t) at each report (max_points 0: all) and resource means in `buckets` time buckets (0: 200)."""
+        run = self.resolve_run(run_id)
+        if buckets > TIMELINE_BUCKETS_MAX:
+            raise InvalidArgument(f"buckets must be at most {TIMELINE_BUCKETS_MAX}, got {buckets}")
+        if run.started_at is None:
+            return RunTimeline(run, [], [])
+        end = run.stopped_at if run.stopped_at is not None else self.clock()
+        curve = timeline.flops_curve(run.started_at, self.store.timeline(run.id), end=end, max_points=int(max_points))
+        samples = [timeline.Sample(r.t, r.accelerator_index, r.accelerator_util, r.accelerator_memory_used,
+                                   r.cpu_util, r.memory_used)
+                   for r in self.store.resource_samples(run_id=run.id)]
+        resources = timeline.resource_curve(run.started_at, samples, end, int(buckets) or TIMELINE_BUCKETS)
+        return RunTimeline(run, curve, resources)
+
+
+def _check_accelerators(info: WorkerInput) -> None:
+    """InvalidArgument unless every peak is a finite rate >= 0 of a known compute type."""
+    for a in info.accelerators:
+        peak = a.get("peak_flops", 0.0)
+        if not math.isfinite(peak) or peak < 0:
+            raise InvalidArgument("accelerator peak_flops must be >= 0")
+        for dtype, value in a.get("peak_flops_by_dtype", {}).items():
+            if dtype not in KNOWN_GEMM_DTYPES:
+                raise InvalidArgument(f"accelerator peak_flops_by_dtype: unknown compute type {dtype!r} "
+                                      f"(expected one of {', '.join(sorted(KNOWN_GEMM_DTYPES))})")
+            if not math.isfinite(value) or value < 0:
+                raise InvalidArgument(f"accelerator peak_flops_by_dtype[{dtype!r}] must be >= 0")
+
+
+def _parse_graph(graph_json: str) -> Graph:
+    """The submitted graph; InvalidArgument when it does not parse."""
+    try:
+        return Graph.from_json(graph_json)
+    except (GraphError, ValueError) as exc:  # ValueError: json.JSONDecodeError and friends
+        raise InvalidArgument(f"malformed graph JSON: {exc}") from None

@@ -1,0 +1,123 @@
+"""The progress writer: group commit of progress reports.
+
+Concurrent RPCs hand their reports to one thread, which records everything
+waiting in one transaction (`Store.add_progress`). Each caller gets its own
+results only after the commit. The master's event loop awaits them without
+blocking (`write_async`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import queue
+import threading
+import time
+from typing import Callable
+
+from master.store import FailedPrecondition, ProgressInput, ProgressResult, Store
+
+Callback = Callable[[list[ProgressResult] | None, BaseException | None], None]
+
+
+class ProgressWriter:
+    """One thread that records queued reports in batches (at most `max_batch`
+    reports, after lingering `linger_s` for more to arrive)."""
+
+    def __init__(self, store: Store, max_batch: int = 1024, linger_s: float = 0.002) -> None:
+        self._store = store
+        self._max_batch = max_batch
+        self._linger_s = linger_s
+        self._queue: queue.SimpleQueue[tuple[list[ProgressInput], Callback] | None] = queue.SimpleQueue()
+        self._closed = False
+        self._wakers: dict[asyncio.AbstractEventLoop, _LoopWaker] = {}
+        self._thread = threading.Thread(target=self._loop, name="aiperf-progress-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, items: list[ProgressInput], done: Callback) -> None:
+        """Queue items; `done(results, None)` or `done(None, error)` runs on the writer thread."""
+        if self._closed:
+            raise FailedPrecondition("the master is shutting down")
+        self._queue.put((items, done))
+
+    async def write_async(self, items: list[ProgressInput]) -> list[ProgressResult]:
+        """Record items and return their results (one per item), awaiting the commit on the running loop."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[ProgressResult]] = loop.create_future()
+        wake = self._wakers.get(loop)
+        if wake is None:
+            wake = self._wakers.setdefault(loop, _LoopWaker(loop))
+        self.submit(items, functools.partial(wake.resolve, future))
+        return await future
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._queue.put(None)
+            self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        stop = False
+        while not stop:
+            job = self._queue.get()
+            if job is None:
+                return
+            jobs, stop = self._gather(job)
+            items = [i for inputs, _ in jobs for i in inputs]
+            try:
+                results = self._store.add_progress(items)
+            except Exception as exc:  # noqa: BLE001 - handed to every waiting caller
+                for _, done in jobs:
+                    done(None, exc)
+                continue
+            k = 0
+            for inputs, done in jobs:
+                done(results[k:k + len(inputs)], None)
+                k += len(inputs)
+
+    def _gather(self, job: tuple[list[ProgressInput], Callback]) -> tuple[list[tuple[list[ProgressInput], Callback]], bool]:
+        """The first job and everything queued behind it (up to max_batch reports); True when told to stop."""
+        jobs = [job]
+        n = len(job[0])
+        # Linger once, then take everything queued: a transaction costs as much as a few
+        # reports, and one sleep wakes this thread once per batch instead of once per report.
+        if self._linger_s > 0:
+            time.sleep(self._linger_s)
+        while n < self._max_batch:
+            try:
+                more = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if more is None:
+                return jobs, True
+            jobs.append(more)
+            n += len(more[0])
+        return jobs, False
+
+
+class _LoopWaker:
+    """Hands the writer's results to an event loop with one wake-up per batch:
+    call_soon_threadsafe per report costs a syscall each."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._ready: list[tuple[asyncio.Future, list[ProgressResult] | None, BaseException | None]] = []
+
+    def resolve(self, future: asyncio.Future, results: list[ProgressResult] | None, exc: BaseException | None) -> None:
+        with self._lock:
+            self._ready.append((future, results, exc))
+            first = len(self._ready) == 1
+        if first:
+            self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for future, results, exc in ready:
+            if future.cancelled():  # the caller went away (stream closed)
+                continue
+            if exc is not None:
+                future.set_exception(exc)
+            else:
+                future.set_result(results or [])

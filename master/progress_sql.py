@@ -1,0 +1,133 @@
+"""The SQL of the master's hot path: progress writes and heartbeat flushes.
+
+Built once per engine (constructing SQLAlchemy statements costs more than
+running them here) and run on the DBAPI cursor: SQLAlchemy's per-statement
+work costs several times the SQL itself on a batch of a few reports. Only
+plain columns (ints, floats, strings, booleans) are bound, which need no
+SQLAlchemy type processing. Used by master/sqlstore.py only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from typing import Any, Iterator
+
+from sqlalchemy import Engine, bindparam, func, insert, select, update
+
+from master.models import ModelRow, ProgressRow, RunRow, WorkerRow
+
+MULTIROW_CHUNK = 500  # rows per multi-row statement (SQLite allows 32,766 parameters)
+
+PROGRESS_COLUMNS = ("run_id", "model_id", "worker_id", "seq", "t", "epoch", "images_trained",
+                    "images_validated", "accuracy", "worker_flops", "master_flops", "flops_mismatch")
+# parameter name -> column of the model UPDATE after a batch (the first is the key)
+MODEL_UPDATE = (("mid", ModelRow.id), ("new_state", ModelRow.state),
+                ("new_started_at", ModelRow.started_at), ("new_trained", ModelRow.images_trained),
+                ("new_validated", ModelRow.images_validated), ("new_epochs", ModelRow.epochs),
+                ("new_best", ModelRow.best_accuracy))
+
+DriverStatement = tuple[str, tuple[str, ...] | None]  # SQL text, parameter order when positional
+
+
+class ProgressSql:
+    """Statements of the progress writes for one engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._dialect = engine.dialect
+        sqlite = engine.dialect.name == "sqlite"
+        q = (
+            select(ModelRow.id, ModelRow.run_id, ModelRow.worker_id, ModelRow.state, ModelRow.started_at,
+                   ModelRow.images_trained, ModelRow.images_validated, ModelRow.epochs, ModelRow.best_accuracy,
+                   RunRow.state)
+            .join(RunRow, RunRow.id == ModelRow.run_id)
+            .where(ModelRow.id.in_(bindparam("ids", expanding=True)))
+        )
+        self.models = q if sqlite else q.with_for_update(of=ModelRow)  # the reported models and their runs
+        # two IN lists, not a row-value IN: SQLite searches the unique index only for this form
+        self.seen = select(  # reports already recorded, by (model_id, seq)
+            ProgressRow.model_id, ProgressRow.seq, ProgressRow.master_flops, ProgressRow.flops_mismatch
+        ).where(
+            ProgressRow.model_id.in_(bindparam("mids", expanding=True)),
+            ProgressRow.seq.in_(bindparam("seqs", expanding=True)),
+        )
+        self.max_seq = (  # the highest seq recorded per model
+            select(ProgressRow.model_id, func.max(ProgressRow.seq))
+            .where(ProgressRow.model_id.in_(bindparam("mids", expanding=True)))
+            .group_by(ProgressRow.model_id)
+        )
+        self._insert_progress = self._driver_statement(
+            insert(ProgressRow).values({c: bindparam(c) for c in PROGRESS_COLUMNS}))
+        self._update_model = self._driver_statement(update(ModelRow).where(ModelRow.id == bindparam("mid")).values(
+            {col.key: bindparam(name) for name, col in MODEL_UPDATE[1:]}))
+        self._update_beat = self._driver_statement(update(WorkerRow).where(WorkerRow.id == bindparam("wid")).values(
+            last_heartbeat=bindparam("beat"), state="alive"))
+        # Multi-row forms of the two progress statements (one INSERT ... VALUES (..), (..) and one
+        # UPDATE ... FROM (VALUES ..)): a batch then costs two statement executions, not two
+        # per report. That matters most for SQLite, whose driver releases and re-takes the
+        # GIL on every row of an executemany, each time waiting for the busy gRPC thread.
+        placeholder = {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(engine.dialect.paramstyle)
+        self._multirow = placeholder is not None and (not sqlite or sqlite3.sqlite_version_info >= (3, 33))
+        self._build_multirow(placeholder or "", sqlite)
+
+    def _build_multirow(self, placeholder: str, sqlite: bool) -> None:
+        """The SQL around the VALUES rows, and one row, built once."""
+        self._insert_head = f"INSERT INTO {ProgressRow.__tablename__} ({', '.join(PROGRESS_COLUMNS)}) VALUES "
+        self._insert_row = "(" + ", ".join([placeholder] * len(PROGRESS_COLUMNS)) + ")"
+        if sqlite:
+            self._update_row = "(" + ", ".join([placeholder] * len(MODEL_UPDATE)) + ")"
+        else:  # PostgreSQL types a VALUES list from its values; a column of NULLs would be text
+            self._update_row = "(" + ", ".join(f"CAST({placeholder} AS {col.type.compile(dialect=self._dialect)})"
+                                               for _, col in MODEL_UPDATE) + ")"
+        sets = ", ".join(f"{col.key} = v.column{i + 1}" for i, (_, col) in enumerate(MODEL_UPDATE) if i > 0)
+        self._update_head = f"UPDATE {ModelRow.__tablename__} SET {sets} FROM (VALUES "
+        self._update_tail = f") AS v WHERE {ModelRow.__tablename__}.id = v.column1"
+        self._update_keys = tuple(name for name, _ in MODEL_UPDATE)
+
+    def _driver_statement(self, stmt: Any) -> DriverStatement:
+        """SQL text in the driver's own parameter style, and the parameter order when positional."""
+        compiled = stmt.compile(dialect=self._dialect)
+        order = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
+        # PostgreSQL's compiler adds RETURNING <primary key> to a single-row INSERT; nothing reads it
+        return str(compiled).split(" RETURNING ")[0], order
+
+    def write_progress(self, conn: Any, rows: list[dict[str, Any]], updates: list[dict[str, Any]]) -> None:
+        """INSERT the reports (PROGRESS_COLUMNS) and UPDATE their models (MODEL_UPDATE keys)."""
+        if not self._multirow:
+            _executemany(conn, [(*self._insert_progress, rows), (*self._update_model, updates)])
+            return
+        with _cursor(conn) as cursor:
+            for k in range(0, len(rows), MULTIROW_CHUNK):
+                chunk = rows[k:k + MULTIROW_CHUNK]
+                cursor.execute(self._insert_head + ", ".join([self._insert_row] * len(chunk)),
+                               [r[c] for r in chunk for c in PROGRESS_COLUMNS])
+            for k in range(0, len(updates), MULTIROW_CHUNK):
+                chunk = updates[k:k + MULTIROW_CHUNK]
+                cursor.execute(self._update_head + ", ".join([self._update_row] * len(chunk)) + self._update_tail,
+                               [u[c] for u in chunk for c in self._update_keys])
+
+    def write_heartbeats(self, conn: Any, beats: list[tuple[int, float]]) -> None:
+        """Last-heartbeat times (worker id, time); each worker becomes alive."""
+        # the literal state is bound as a parameter named after its column
+        _executemany(conn, [(*self._update_beat, [{"wid": wid, "beat": t, "state": "alive"} for wid, t in beats])])
+
+
+@contextlib.contextmanager
+def _cursor(conn: Any) -> Iterator[Any]:
+    """The DBAPI cursor of `conn`; with psycopg, in one pipeline: one round trip for all statements."""
+    raw = conn.connection.dbapi_connection
+    pipeline = raw.pipeline() if hasattr(raw, "pipeline") else contextlib.nullcontext()
+    cursor = raw.cursor()
+    try:
+        with pipeline:
+            yield cursor
+    finally:
+        cursor.close()
+
+
+def _executemany(conn: Any, statements: list[tuple[str, tuple[str, ...] | None, list[dict[str, Any]]]]) -> None:
+    """Run driver statements (SQL, parameter order, rows) on the DBAPI cursor of `conn`."""
+    with _cursor(conn) as cursor:
+        for sql, order, params in statements:
+            if params:
+                cursor.executemany(sql, [tuple(r[k] for k in order) for r in params] if order else params)
