@@ -20,6 +20,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from aiperf.graph import INSERTED  # noqa: E402
+from aiperf.hyperparameters import Hyperparameters  # noqa: E402
 from aiperf.profiles import SMOKE  # noqa: E402
 
 DEMO_SECONDS = 600
@@ -75,7 +76,7 @@ def main() -> None:
         label = f"round {r} ({SMOKE.epochs_for_round(r)} epochs) default"
         times[r] = run(label, parent, SMOKE.default_hyperparameters(), r)
     for b, k in ((16, 3), (128, 3), (64, 7)):
-        run(f"round 3 child, batch {b}, kernel {k}", child, {"batch_size": b, "kernel_size": k}, 3)
+        run(f"round 3 child, batch {b}, kernel {k}", child, Hyperparameters(batch_size=b, kernel_size=k), 3)
     base = plain_fit_seconds(parent, dataset, SMOKE.epochs_for_round(3), SMOKE.batch_size)
     print(f"baseline plain model.fit, round 3 length: {base:6.1f} s; trainer/plain = {times[3] / base:.2f}")
     # A demo worker runs rounds 1, 2, then round-3-length rounds.

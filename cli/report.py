@@ -16,6 +16,7 @@ import io
 from typing import TYPE_CHECKING, Any, Sequence
 
 from aiperf.profiles import OFFICIAL
+from aiperf.scoring import model_rank_key
 from cli.format import format_flops
 from cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
 from cli.tables import accuracy_text, efficiency_text, elapsed_text, run_title, score_label
@@ -192,7 +193,6 @@ def fetch_report(client: "ControlClient", run: int = 0) -> tuple[dict[str, Any],
     run_id = board["run_id"]
     timeline = timeline_to_dict(client.timeline(run_id, max_points=2000))
     done = [model_to_dict(m) for m in client.list_models(run_id, state="done", limit=10000).models]
-    # the master's ranking (GetHistory): predicted accuracy, then best observed, then id
-    done.sort(key=lambda m: (-(m["predicted_accuracy"] or m["best_accuracy"] or 0.0), -(m["best_accuracy"] or 0.0),
-                             m["model_id"]))
+    # the master's ranking (GetHistory), from the one rule in aiperf.scoring
+    done.sort(key=lambda m: model_rank_key(m["model_id"], m["predicted_accuracy"], m["best_accuracy"]))
     return board, render_report(board, timeline, done[:REPORT_MODELS])

@@ -32,13 +32,13 @@ import aiperf
 from aiperf import scoring, timeline
 from aiperf.api.enums import (
     FINISHED_MODEL_STATES,
-    GEMM_DTYPES,
-    KNOWN_GEMM_DTYPES,
     MODEL_STATE_NAMES,
     OPEN_MODEL_STATES,
 )
 from aiperf.flops import count_flops
 from aiperf.graph import Graph, GraphError, with_inserted_kernel
+from aiperf.hyperparameters import HyperparameterError, Hyperparameters
+from aiperf.precision import GEMM_DTYPES, PRECISIONS
 from master.domain import (
     DEFAULT_REPORT_INTERVAL_S,
     DEFAULT_RESOURCE_INTERVAL_S,
@@ -79,7 +79,6 @@ log = logging.getLogger(__name__)
 
 LOST_AFTER_BEATS = 3
 HEARTBEAT_FLUSH_MAX_S = 5.0
-MAX_KERNEL_SIZE = 15
 FLOP_CACHE_SIZE = 4096
 LIST_LIMIT_DEFAULT = 1000
 LIST_LIMIT_MAX = 10000
@@ -176,7 +175,7 @@ class Master:
         rules = scoring.PROFILES.get(spec.profile)
         if rules is None:
             raise InvalidArgument(f"unknown profile {spec.profile}")
-        if spec.precision not in scoring.PRECISIONS:
+        if spec.precision not in PRECISIONS:
             raise InvalidArgument(f"unknown precision {spec.precision}")
         if not math.isfinite(spec.duration_s) or spec.duration_s <= 0:
             raise InvalidArgument(f"duration must be positive, got {spec.duration_s:g} s")
@@ -434,10 +433,10 @@ class Master:
         """Check the graph, count its FLOPs with the inserted kernel and record the model."""
         self._known_worker(sub.worker_id)
         run = self.resolve_run(sub.run_id, active_only=True)
-        if sub.batch_size < 1:
-            raise InvalidArgument("hyperparameters.batch_size must be >= 1")
-        if sub.kernel_size < 1 or sub.kernel_size % 2 == 0 or sub.kernel_size > MAX_KERNEL_SIZE:
-            raise InvalidArgument(f"hyperparameters.kernel_size must be odd, 1..{MAX_KERNEL_SIZE}, got {sub.kernel_size}")
+        try:
+            Hyperparameters(sub.batch_size, sub.kernel_size)  # the library's one rule
+        except HyperparameterError as exc:
+            raise InvalidArgument(f"hyperparameters: {exc}") from None
         if sub.round < 1:
             raise InvalidArgument("round must be >= 1")
         limits = run.config.get("limits", {})
@@ -557,7 +556,7 @@ class Master:
     @staticmethod
     def peaks(run: RunRecord, joined: list[RunWorker]) -> list[float]:
         """The GEMM peak of every accelerator that took part, for the run's precision (0: unknown)."""
-        dtype = GEMM_DTYPES.get(run.precision)
+        dtype = PRECISIONS[run.precision].gemm_dtype if run.precision in PRECISIONS else None
         return [float(a.get("peak_flops_by_dtype", {}).get(dtype) or a.get("peak_flops", 0.0))
                 for rw in joined for a in rw.inventory.get("accelerators", [])]
 
@@ -633,9 +632,9 @@ def _check_accelerators(info: WorkerInput) -> None:
         if not math.isfinite(peak) or peak < 0:
             raise InvalidArgument("accelerator peak_flops must be >= 0")
         for dtype, value in a.get("peak_flops_by_dtype", {}).items():
-            if dtype not in KNOWN_GEMM_DTYPES:
+            if dtype not in GEMM_DTYPES:
                 raise InvalidArgument(f"accelerator peak_flops_by_dtype: unknown compute type {dtype!r} "
-                                      f"(expected one of {', '.join(sorted(KNOWN_GEMM_DTYPES))})")
+                                      f"(expected one of {', '.join(GEMM_DTYPES)})")
             if not math.isfinite(value) or value < 0:
                 raise InvalidArgument(f"accelerator peak_flops_by_dtype[{dtype!r}] must be >= 0")
 

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from aiperf.api.enums import ACTIVE_RUN_STATES, FINISHED_MODEL_STATES, OPEN_MODEL_STATES, OVER_RUN_STATES
-from aiperf.scoring import Point
+from aiperf.scoring import Point, model_rank_key
 from master.models import ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow
 from master.progress_sql import ProgressSql
 from master.store import (
@@ -398,13 +398,7 @@ class SqlStore(Store):
                     ModelRow.run_id == run_id, ModelRow.state == "done"
                 )
             ).all()
-
-        def key(r: Any) -> tuple[float, float, int]:
-            best = r.best_accuracy if r.best_accuracy is not None else -1.0
-            pred = r.predicted_accuracy if r.predicted_accuracy is not None else best
-            return (-pred, -best, r.id)
-
-        return [r.id for r in sorted(rows, key=key)]
+        return [r.id for r in sorted(rows, key=lambda r: model_rank_key(r.id, r.predicted_accuracy, r.best_accuracy))]
 
     def list_models(
         self, run_id: int, state: str | None = None, limit: int = 1000, offset: int = 0

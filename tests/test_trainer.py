@@ -168,7 +168,7 @@ def test_out_of_memory_marks_the_model_failed(graph, monkeypatch):
     monkeypatch.setattr(keras.Model, "fit", oom)
     before = keras.config.dtype_policy().name
     res = train_model(graph, {"batch_size": 128, "kernel_size": 3}, TinyDataset(), PROFILE, 1,
-                      on_progress=lambda p: None, precision="mixed_bfloat16")
+                      on_progress=lambda p: None, precision="mixed_bf16")
     assert res.state == "failed"
     assert res.reason.startswith("out of memory at batch size 128")
     assert res.images_trained == 0 and res.epochs == 0

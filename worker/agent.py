@@ -25,6 +25,7 @@ from aiperf.api.client import Accelerator, ApiError, ResourceSample, WorkerClien
 from aiperf.api.enums import PRECISIONS, PROFILES
 from aiperf.graph import Graph
 from aiperf.profiles import Profile, get_profile
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.search import HistoryEntry, derive_seed, worker_seed
 from worker.inventory import Inventory, inventory
 
@@ -38,8 +39,6 @@ T = TypeVar("T")
 _TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                         grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL})
 # Keras mixed-precision policies for the run's precision.
-_TRAINER_PRECISION = {"fp32": "fp32", "mixed_fp16": "mixed_float16", "mixed_bf16": "mixed_bfloat16",
-                      "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
 
 
 def backoff_delays(first: float = 0.5, cap: float = 10.0):
@@ -388,12 +387,12 @@ class Agent:
         self._current_model = model_id
         log.info("event=round_start round=%d model=%d parent=%d source=%s batch=%d kernel=%d",
                  round_index, model_id, parent_id, source,
-                 hyper["batch_size"], hyper["kernel_size"])
+                 hyper.batch_size, hyper.kernel_size)
         result = self._train(ctx, dataset, graph, hyper, outbox, model_id, round_index)
         self._current_model = 0
         self._finish(outbox, model_id, round_index, result)
 
-    def _hyperparameters(self, ctx: RunContext, round_index: int) -> tuple[dict[str, int], str]:
+    def _hyperparameters(self, ctx: RunContext, round_index: int) -> tuple[Hyperparameters, str]:
         """This round's hyperparameters and where they come from (warm-up defaults, or TPE on the run's history)."""
         from aiperf.hpo import choose_hyperparameters
 
@@ -451,7 +450,7 @@ class Agent:
             epochs = min(epochs, ctx.max_epochs_per_round)
         return train_model(graph, hyper, dataset, ctx.profile, round_index,
                            on_progress=on_progress, should_stop=should_stop,
-                           precision=_TRAINER_PRECISION.get(ctx.precision, "fp32"),
+                           precision=ctx.precision,
                            xla=self.config.xla, progress_interval_s=ctx.report_interval_s,
                            seed=derive_seed(ctx.seed, "train", self.worker_id, round_index),
                            epochs=epochs)

@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Sequence
 
-from aiperf.api.enums import GEMM_DTYPE_NAMES as GEMM_DTYPES
+from aiperf.precision import GEMM_DTYPES
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ Keras 3 on TensorFlow, following SPEC section 3:
   ``batch_size × replicas``.
 - SGD with momentum (profile, 0.9), learning rate from the profile (0.1) with
   linear decay to 0 over the round's steps, categorical cross-entropy.
-- Precision: ``fp32``, ``mixed_float16`` or ``mixed_bfloat16`` (the scoring
-  names ``mixed_fp16``/``mixed_bf16`` are accepted too). The Keras dtype policy
-  is set while the model is built and restored afterwards; Keras wraps the
-  optimizer in a loss-scale optimizer for ``mixed_float16``.
+- Precision: a run's precision name (``fp32``, ``mixed_fp16``, ``mixed_bf16``, ...;
+  `aiperf.precision`), which names the Keras dtype policy. The policy is set while
+  the model is built and restored afterwards; Keras wraps the optimizer in a
+  loss-scale optimizer for ``mixed_float16``.
 - Optional XLA (``jit_compile``).
 
 Progress: a callback reads an image-count metric (the batch dimension of
@@ -47,17 +47,11 @@ from aiperf.flops import FlopCount, count_flops
 from aiperf.graph import Graph, with_inserted_kernel
 from aiperf.learning_curve import predict_final_accuracy
 from aiperf.profiles import Profile
+from aiperf.hyperparameters import Hyperparameters
+from aiperf.precision import get_precision
 
 log = logging.getLogger(__name__)
 
-# Accepted precision names -> Keras dtype policy.
-PRECISIONS: dict[str, str] = {
-    "fp32": "float32",
-    "mixed_float16": "mixed_float16",
-    "mixed_bfloat16": "mixed_bfloat16",
-    "mixed_fp16": "mixed_float16",
-    "mixed_bf16": "mixed_bfloat16",
-}
 
 DONE, FAILED, STOPPED = "done", "failed", "stopped"
 
@@ -108,14 +102,14 @@ def local_strategy() -> Any:
     return tf.distribute.MirroredStrategy(devices=devices)
 
 
-def train_model(graph: Graph, hyper: Mapping[str, int], dataset: Any, profile: Profile,
+def train_model(graph: Graph, hyper: Hyperparameters | Mapping[str, int], dataset: Any, profile: Profile,
                 round_index: int, *, on_progress: Callable[[Progress], None],
                 should_stop: Callable[[], bool] = lambda: False, precision: str = "fp32",
                 xla: bool = False, progress_interval_s: float = 30.0, seed: int = 0,
                 strategy: Any = None, epochs: int | None = None) -> TrainResult:
     """Train `graph` for round `round_index` (1-based) of `profile`.
 
-    `hyper` is ``{"batch_size": per-accelerator batch, "kernel_size": k}``;
+    `hyper` is a `Hyperparameters` (or its dict form; batch size per accelerator);
     `dataset` offers ``train(batch_size, seed=)``, ``validation(batch_size)``,
     ``train_steps(batch_size)``, ``num_classes`` and ``image_size``
     (`worker.data.Dataset`). `strategy` defaults to `local_strategy()`.
@@ -146,18 +140,17 @@ class _RoundPlan:
     replicas: int
     global_batch: int
     steps_per_epoch: int
-    hyperparameters: dict[str, int]
+    hyperparameters: Hyperparameters
 
 
-def _plan_round(graph: Graph, hyper: Mapping[str, int], dataset: Any, profile: Profile, round_index: int, *,
+def _plan_round(graph: Graph, hyper: Hyperparameters | Mapping[str, int], dataset: Any, profile: Profile, round_index: int, *,
                 precision: str, epochs: int | None, strategy: Any) -> _RoundPlan:
     """Check the round's settings against the dataset; ValueError names the first bad one."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r} (choose from {', '.join(PRECISIONS)})")
-    batch_size, kernel_size = int(hyper["batch_size"]), int(hyper["kernel_size"])
-    if batch_size <= 0:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
-    graph = with_inserted_kernel(graph, kernel_size)
+    get_precision(precision)  # ValueError naming the known ones
+    if not isinstance(hyper, Hyperparameters):
+        hyper = Hyperparameters.from_dict(hyper)  # HyperparameterError is a ValueError
+    batch_size = hyper.batch_size
+    graph = with_inserted_kernel(graph, hyper.kernel_size)
     if tuple(graph.input_shape) != (dataset.image_size, dataset.image_size, graph.input_shape[2]) \
             or graph.num_classes != dataset.num_classes:
         raise ValueError(f"graph input {graph.input_shape}/{graph.num_classes} classes does not match the "
@@ -172,7 +165,7 @@ def _plan_round(graph: Graph, hyper: Mapping[str, int], dataset: Any, profile: P
     return _RoundPlan(graph=graph, flop_count=flop_count, batch_size=batch_size, precision=precision,
                       epochs=epochs, strategy=strategy, replicas=replicas, global_batch=global_batch,
                       steps_per_epoch=_train_steps(dataset, global_batch),
-                      hyperparameters={"batch_size": batch_size, "kernel_size": kernel_size})
+                      hyperparameters=hyper)
 
 
 def _fit(plan: _RoundPlan, dataset: Any, profile: Profile, tracker: _Tracker, round_index: int, *,
@@ -214,7 +207,7 @@ def _compiled_model(plan: _RoundPlan, profile: Profile, *, xla: bool, seed: int)
 
     previous_policy = keras.config.dtype_policy()
     try:
-        keras.config.set_dtype_policy(PRECISIONS[plan.precision])
+        keras.config.set_dtype_policy(get_precision(plan.precision).keras_policy)
         with plan.strategy.scope():
             model = build_model(plan.graph, seed=seed)
             if profile.bn_momentum is not None:
@@ -249,7 +242,7 @@ def _result(plan: _RoundPlan, tracker: _Tracker, profile: Profile, state: str, r
         worker_flops=plan.flop_count.ops(trained, validated),
         best_val_accuracy=best, predicted_accuracy=predicted, early_stopped=tracker.early_stopped,
         reason=reason, duration_s=duration_s, replicas=plan.replicas,
-        global_batch_size=plan.global_batch, hyperparameters=plan.hyperparameters)
+        global_batch_size=plan.global_batch, hyperparameters=plan.hyperparameters.to_dict())
 
 
 # ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ A worker's life, in calls::
     #   run_id, profile, seed, duration_s, precision, limits, warmup_rounds, ...
     hist = c.get_history(reg.worker_id, since_model_id=last_seen)  # .models, .ranked_model_ids
     sub = c.submit_model(reg.worker_id, graph.to_json(), graph.hash(), parent_id=3,
-                         round=6, hyperparameters={"batch_size": 448, "kernel_size": 5})
+                         round=6, hyperparameters=Hyperparameters(batch_size=448, kernel_size=5))
     c.report_progress(reg.worker_id, sub.model_id, seq=1, images_trained=44800,
                       images_validated=0, epoch=1, worker_flops=fc.ops(44800, 0))
     c.report_progress(reg.worker_id, sub.model_id, seq=2, images_trained=0,
@@ -66,6 +66,7 @@ from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api.calls import DEFAULT_TIMEOUT_S, ApiError, api_error, with_retries
 from aiperf.api.enums import API_VERSION, FINISHED_MODEL_STATES, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES
 from aiperf.api.stream import WorkerStream
+from aiperf.hyperparameters import Hyperparameters
 
 __all__ = [
     "Accelerator", "ApiError", "ControlClient", "DEFAULT_TIMEOUT_S", "MAX_MESSAGE_BYTES", "ResourceSample",
@@ -103,14 +104,18 @@ class ResourceSample:
     memory_used: int = 0
 
 
-def hyperparameters_message(h: Mapping[str, int] | pb.Hyperparameters) -> pb.Hyperparameters:
+def hyperparameters_message(h: Hyperparameters | Mapping[str, int] | pb.Hyperparameters) -> pb.Hyperparameters:
+    """The wire form of `h`; a dict goes through `Hyperparameters.from_dict` (its one validator)."""
     if isinstance(h, pb.Hyperparameters):
         return h
-    return pb.Hyperparameters(batch_size=int(h["batch_size"]), kernel_size=int(h["kernel_size"]))
+    if not isinstance(h, Hyperparameters):
+        h = Hyperparameters.from_dict(h)
+    return pb.Hyperparameters(batch_size=h.batch_size, kernel_size=h.kernel_size)
 
 
 def hyperparameters_dict(h: pb.Hyperparameters) -> dict[str, int]:
-    """The project's hyperparameter dict {"batch_size": int, "kernel_size": int}."""
+    """The dict form {"batch_size": int, "kernel_size": int} of a message, unvalidated
+    (history rows are shown and fed to the tuner as stored; the tuner skips bad ones)."""
     return {"batch_size": int(h.batch_size), "kernel_size": int(h.kernel_size)}
 
 

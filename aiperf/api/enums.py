@@ -51,14 +51,3 @@ OVER_RUN_STATES: tuple[str, ...] = ("finished", "aborted")  # a run that refuses
 OPEN_MODEL_STATES: tuple[str, ...] = ("queued", "training")  # a model that takes reports
 FINISHED_MODEL_STATES: tuple[str, ...] = ("done", "failed")  # what a worker may finish a model as
 
-
-# The compute type whose dense GEMM rate is the peak for a run's precision.
-GEMM_DTYPES: dict[str, str] = {
-    "fp32": "float32",
-    "mixed_fp16": "float16",
-    "fp16": "float16",
-    "mixed_bf16": "bfloat16",
-    "bf16": "bfloat16",
-}
-GEMM_DTYPE_NAMES = ("float32", "float16", "bfloat16")  # what a worker measures, in this order
-KNOWN_GEMM_DTYPES = frozenset(GEMM_DTYPE_NAMES)

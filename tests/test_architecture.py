@@ -1,0 +1,156 @@
+"""The layering rules of docs/architecture.md, checked on the source itself.
+
+Every import counts, lazy ones inside functions included, because a lazy import is
+still a dependency: it only moves the failure to run time.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("aiperf", "master", "worker", "cli")
+GENERATED = ("aiperf/api/aiperf_pb2.py", "aiperf/api/aiperf_pb2_grpc.py")
+MAX_FILE_LINES = 700
+MAX_FUNCTION_LINES = 80
+
+# package -> packages it must never import
+FORBIDDEN = {
+    "aiperf": {"master", "worker", "cli"},
+    "master": {"worker", "cli"},
+    "worker": {"master", "cli"},
+}
+
+
+def _sources() -> list[Path]:
+    files = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py")) if (ROOT / pkg).is_dir()]
+    return [p for p in files if "migrations" not in p.parts and p.relative_to(ROOT).as_posix() not in GENERATED]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_package(path: Path) -> bool:
+    return path.name == "__init__.py"
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """Project modules that `path` imports anywhere in its body."""
+    module, tree = _module_name(path), ast.parse(path.read_text(), str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(module, _is_package(path), node)
+            # `from pkg import mod` imports the submodule when there is one
+            names = [f"{target}.{a.name}" if f"{target}.{a.name}" in known else target for a in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                found.add(name)
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    files = _sources()
+    known = {_module_name(p) for p in files}
+    return {_module_name(p): _imports(p, known) for p in files}
+
+
+def test_the_import_graph_has_no_cycle(graph: dict[str, set[str]]) -> None:
+    # A module importing its own package's __init__ (and the reverse) is how Python
+    # packages work, not a design cycle: drop edges from a package to its children.
+    edges = {m: {d for d in deps if not d.startswith(m + ".")} for m, deps in graph.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(edges.get(m, ())):
+            if state.get(d) == 1:
+                cycle = stack[stack.index(d):] + [d]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m)
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_layers_import_only_downwards(graph: dict[str, set[str]], package: str) -> None:
+    bad = sorted(f"{m} -> {d}" for m, deps in graph.items() if m.split(".")[0] == package
+                 for d in deps if d.split(".")[0] in FORBIDDEN[package])
+    assert not bad, "forbidden imports:\n" + "\n".join(bad)
+
+
+def test_the_pure_library_does_no_network_or_database_io(graph: dict[str, set[str]]) -> None:
+    # aiperf.api is the gRPC client package and says so; the rest of aiperf/ is pure.
+    io_modules = ("grpc", "sqlalchemy", "socket", "subprocess", "psycopg")
+    bad = []
+    for path in _sources():
+        module = _module_name(path)
+        if module.split(".")[0] != "aiperf" or module.startswith("aiperf.api"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            bad += [f"{module} imports {n}" for n in names if n.split(".")[0] in io_modules]
+    assert not bad, bad
+
+
+def test_no_source_file_is_over_the_size_limit() -> None:
+    big = [(p.relative_to(ROOT).as_posix(), n) for p in _sources()
+           if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES]
+    assert not big, f"files over {MAX_FILE_LINES} lines: {big}"
+
+
+def test_no_function_is_over_the_size_limit() -> None:
+    long = []
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:
+    # The rules above are only as good as the import finder: a lazy import must count.
+    pkg = tmp_path / "aiperf"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from . import b\n    import aiperf.c\n")
+    (pkg / "b.py").write_text("")
+    (pkg / "c.py").write_text("")
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        known = {"aiperf", "aiperf.a", "aiperf.b", "aiperf.c"}
+        assert _imports(pkg / "a.py", known) == {"aiperf.b", "aiperf.c"}
+    finally:
+        ROOT = saved
