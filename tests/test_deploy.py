@@ -437,10 +437,9 @@ def _cli_commands() -> dict[str, Any]:
     """The real (click) commands of `aiperf`, by their command path."""
     import typer
 
-    from aiperf import cli
+    from cli.main import app
 
-    cli._register()
-    root = typer.main.get_command(cli.app)
+    root = typer.main.get_command(app)
     found: dict[str, Any] = {}
 
     # Typer vendors click in recent releases: groups are recognised by shape.
