@@ -386,8 +386,9 @@ def test_invalid_arguments_write_nothing(master_server, small_graph):
     assert status(w.submit_model, wid, "{not json", hs, 0, 1, HP) == I
     assert status(w.submit_model, wid, '{"version": 99}', hs, 0, 1, HP) == I
     assert status(w.submit_model, wid, js, "0" * 64, 0, 1, HP) == I  # hash mismatch
-    assert status(w.submit_model, wid, js, hs, 0, 1, {"batch_size": 0, "kernel_size": 3}) == I
-    assert status(w.submit_model, wid, js, hs, 0, 1, {"batch_size": 8, "kernel_size": 4}) == I
+    # raw messages: the typed client would refuse these before sending
+    assert status(w.submit_model, wid, js, hs, 0, 1, pb.Hyperparameters(batch_size=0, kernel_size=3)) == I
+    assert status(w.submit_model, wid, js, hs, 0, 1, pb.Hyperparameters(batch_size=8, kernel_size=4)) == I
     assert status(w.submit_model, wid, js, hs, 12345, 1, HP) == N  # unknown parent
     assert status(w.submit_model, 999, js, hs, 0, 1, HP) == N  # unknown worker
     assert c.list_models().total == 0

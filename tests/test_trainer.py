@@ -188,13 +188,13 @@ def test_other_errors_propagate(graph, monkeypatch):
 def test_bad_arguments(graph):
     with pytest.raises(ValueError, match="precision"):
         train_model(graph, {"batch_size": 16, "kernel_size": 3}, TinyDataset(), PROFILE, 1,
-                    on_progress=lambda p: None, precision="int8")
+                    on_progress=lambda p: None, precision="fp4")
     with pytest.raises(ValueError, match="does not match"):
         train_model(graph, {"batch_size": 16, "kernel_size": 3}, TinyDataset(classes=7), PROFILE, 1,
                     on_progress=lambda p: None)
 
 
-@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_fp16"])
+@pytest.mark.parametrize("precision", ["mixed_bf16", "mixed_fp16"])
 def test_mixed_precision_trains_and_restores_the_policy(graph, precision, monkeypatch):
     import aiperf.keras_builder
 
@@ -215,7 +215,7 @@ def test_mixed_precision_trains_and_restores_the_policy(graph, precision, monkey
     assert 0.0 <= res.val_accuracies[0] <= 1.0
     assert keras.config.dtype_policy().name == before
     model = built[0]
-    expected = {"mixed_bfloat16": "mixed_bfloat16", "mixed_fp16": "mixed_float16"}[precision]
+    expected = {"mixed_bf16": "mixed_bfloat16", "mixed_fp16": "mixed_float16"}[precision]
     assert model.get_layer("ins").dtype_policy.name == expected
     assert model.get_layer("out").dtype_policy.name == "float32"  # softmax stays float32
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer) == (expected == "mixed_float16")
