@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aiperf import precision
 from aiperf.api import aiperf_pb2 as pb
 
 API_VERSION: int = pb.API_VERSION_1
@@ -22,15 +23,8 @@ MODEL_STATES: dict[int, str] = {
 }
 WORKER_STATES: dict[int, str] = {pb.WORKER_ALIVE: "alive", pb.WORKER_LOST: "lost"}
 PROFILES: dict[int, str] = {pb.PROFILE_OFFICIAL: "official", pb.PROFILE_SMOKE: "smoke"}
-PRECISIONS: dict[int, str] = {
-    pb.PRECISION_FP32: "fp32",
-    pb.PRECISION_MIXED_FP16: "mixed_fp16",
-    pb.PRECISION_MIXED_BF16: "mixed_bf16",
-    pb.PRECISION_FP16: "fp16",
-    pb.PRECISION_BF16: "bf16",
-    pb.PRECISION_FP8: "fp8",
-    pb.PRECISION_INT8: "int8",
-}
+# The wire value of each precision of the one table (aiperf.precision): PRECISION_<NAME>.
+PRECISIONS: dict[int, str] = {pb.Precision.Value(f"PRECISION_{name.upper()}"): name for name in precision.PRECISIONS}
 
 
 def _inverse(d: dict[int, str]) -> dict[str, int]:
