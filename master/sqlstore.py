@@ -134,6 +134,12 @@ def _window_end(r: RunRow, now: float) -> float:
     return now if r.deadline is None else min(now, r.deadline)
 
 
+def _gap(last_alive: float, started: float) -> Outage | None:
+    """The outage between one life's last stamp and the next one's start; None when the clock
+    did not move forward (a clock set back: no downtime can be measured)."""
+    return Outage(last_alive, started) if started > last_alive else None
+
+
 def _worker(w: WorkerRow) -> WorkerRecord:
     return WorkerRecord(
         id=w.id, name=w.name, host=w.host, accelerators=list(w.accelerators), cpus=w.cpus,
@@ -292,7 +298,7 @@ class SqlStore(Store):
     def _read_outages(self) -> list[Outage]:
         with self._read() as s:
             lives = s.execute(select(MasterLifeRow.started_at, MasterLifeRow.alive_at).order_by(MasterLifeRow.id)).all()
-        return [Outage(prev.alive_at, nxt.started_at) for prev, nxt in zip(lives, lives[1:])]
+        return [o for prev, nxt in zip(lives, lives[1:]) if (o := _gap(prev.alive_at, nxt.started_at))]
 
     def record_master_start(self, now: float) -> Outage | None:
         with self._write() as s:
@@ -301,9 +307,11 @@ class SqlStore(Store):
             s.add(life)
             s.flush()
             self._life_id = life.id
-            outage = Outage(prev.alive_at, now) if prev is not None else None
+            outage = _gap(prev.alive_at, now) if prev is not None else None
         if outage is not None:
             self._outages.append(outage)
+        elif prev is not None:
+            log.warning("event=master_clock_behind last_alive=%.3f now=%.3f", prev.alive_at, now)
         return outage
 
     def record_master_alive(self, now: float) -> None:

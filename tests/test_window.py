@@ -170,8 +170,16 @@ def test_outages_come_from_the_liveness_stamps_and_belong_to_the_runs_they_overl
     assert s.get_run(during).outages == (Outage(120.0, 151.3), Outage(156.0, 200.0))
     after = _running_run(s, now=201.0, concurrent=True)
     assert s.get_run(after).outages == ()
+    s.close()
+
+    s = SqlStore(db_url)  # a clock set back: no downtime can be measured, none is invented
+    assert s.record_master_start(199.0) is None
+    assert s.outages() == [Outage(120.0, 151.3), Outage(156.0, 200.0)]
     with s.engine.connect() as conn:
-        assert len(conn.execute(select(MasterLifeRow.id)).all()) == 3
+        assert len(conn.execute(select(MasterLifeRow.id)).all()) == 4
+    s.close()
+    s = SqlStore(db_url)
+    assert s.outages() == [Outage(120.0, 151.3), Outage(156.0, 200.0)]
     s.close()
 
 
