@@ -37,7 +37,19 @@ def run_info_to_dict(run: pb.RunInfo) -> dict[str, Any]:
         "stopped_at": run.stopped_at or None,
         "finished_at": run.finished_at or None,
         "stop_reason": run.stop_reason,
+        **downtime_of(run),
     }
+
+
+def downtime_of(run: pb.RunInfo) -> dict[str, Any]:
+    """The master's outages during the run, their total and the part inside the scored window
+    [started_at, stopped_at or deadline] (seconds on the master's clock)."""
+    outages = [{"start": o.start, "end": o.end, "duration_s": max(0.0, o.end - o.start)} for o in run.outages]
+    window_s = 0.0
+    if run.started_at:
+        window_end = run.stopped_at or run.deadline
+        window_s = sum(max(0.0, min(o.end, window_end) - max(o.start, run.started_at)) for o in run.outages)
+    return {"outages": outages, "downtime_s": sum(o["duration_s"] for o in outages), "downtime_in_window_s": window_s}
 
 
 def _model_counts_dict(counts: Iterable[pb.ModelCount]) -> dict[str, int]:

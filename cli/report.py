@@ -19,7 +19,7 @@ from aiperf.profiles import OFFICIAL
 from aiperf.scoring import model_rank_key
 from cli.format import format_flops
 from cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
-from cli.tables import accuracy_text, efficiency_text, elapsed_text, run_title, score_label
+from cli.tables import accuracy_text, downtime_text, efficiency_text, elapsed_text, run_title, score_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from aiperf.api.client import ControlClient
@@ -120,6 +120,7 @@ def _summary(b: dict[str, Any]) -> list[tuple[str, str]]:
         ("Error", f"{b['error']:.4f}"),
         ("Efficiency", efficiency_text(b)),
         ("Elapsed", elapsed_text(b)),
+        ("Master downtime", downtime_text(b)),
         ("Total operations", f"{b['total_ops']:.4g} (workers' own count: {b['worker_ops']:.4g}; "
                              f"{b['flops_mismatch_reports']} reports disagree by more than 1%)"),
         ("Images", f"{b['images_trained']:,} trained, {b['images_validated']:,} validated"),

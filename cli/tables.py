@@ -40,15 +40,25 @@ def accuracy_text(value: float | None) -> str:
     return f"{value:.4f}" if value is not None else "-"
 
 
+def downtime_text(d: dict[str, Any]) -> str:
+    """'31.3 s in 1 outage (21.3 s inside the scored window)' of a run dict; 'none' without outages."""
+    n = len(d["outages"])
+    if not n:
+        return "none"
+    return (f"{d['downtime_s']:.1f} s in {n} outage{'s' if n > 1 else ''} "
+            f"({d['downtime_in_window_s']:.1f} s inside the scored window)")
+
+
 def status_line(d: dict[str, Any]) -> str:
-    """One line of `run_status_to_dict` output: state, time, workers, models."""
+    """One line of `run_status_to_dict` output: state, time, workers, models, master downtime."""
     models = ", ".join(f"{k} {v}" for k, v in d["models"].items() if v) or "none"
     remaining = ""
     if d["state"] == "running" and d["deadline"]:
         remaining = f", {format_duration(max(0.0, d['deadline'] - d['master_time']))} left"
     return (f"run {d['run_id']} {d['state']} ({d['profile']}, seed {d['seed']}): elapsed "
             f"{format_duration(d['elapsed_s'])}{remaining}; workers alive {d['workers_alive']}, "
-            f"taken part {d['workers']}; models: {models}")
+            f"taken part {d['workers']}; models: {models}"
+            + (f"; master down {downtime_text(d)}" if d["outages"] else ""))
 
 
 def scoreboard_table(d: dict[str, Any]) -> "Table":
@@ -68,6 +78,7 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
         ("Valid", "yes" if d["valid"] else f"no: {d['invalid_reason']}"),
         ("Efficiency", efficiency_text(d)),
         ("Elapsed", elapsed_text(d)),
+        ("Master downtime", downtime_text(d)),
         ("Workers", f"{d['workers']} ({d['workers_alive']} alive)"),
         ("Accelerators", str(d["accelerators"])),
         ("Models trained", f"{d['models_done']} done"

@@ -133,6 +133,15 @@ def model_state(state: int) -> str | None:
 
 # ---------------------------------------------------------------- domain -> messages
 
+UINT64_MAX = 2**64 - 1
+
+
+def _uint64(n: int) -> int:
+    """A total for a uint64 field, saturated: a run's images summed over its models may exceed
+    2^64 (each model's total fits 2^63), and the scoreboard must still be answered."""
+    return min(n, UINT64_MAX)
+
+
 
 def run_info(run: RunRecord) -> pb.RunInfo:
     c = run.config
@@ -162,6 +171,7 @@ def run_info(run: RunRecord) -> pb.RunInfo:
         stopped_at=run.stopped_at or 0.0,
         finished_at=run.finished_at or 0.0,
         stop_reason=run.stop_reason,
+        outages=[pb.Outage(start=o.start, end=o.end) for o in run.outages],
     )
 
 
@@ -279,8 +289,8 @@ def scoreboard_message(sb: Scoreboard) -> pb.Scoreboard:
         master_software=software_messages(sb.run.software),
         min_running_time_s=sb.rules.min_running_time_s,
         score_time_s=r.score_time_s,
-        images_trained=sb.images_trained,
-        images_validated=sb.images_validated,
+        images_trained=_uint64(sb.images_trained),
+        images_validated=_uint64(sb.images_validated),
     )
 
 

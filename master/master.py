@@ -13,6 +13,13 @@ count_flops gives the per-image counts stored with the model; every report
 is counted as train * images_trained + eval * images_validated from them.
 The worker's own figure is stored next to it and a disagreement above 1% is
 flagged.
+
+The master's clock defines a run's window [started_at, deadline]. Reports
+are stamped on receipt; one received after the deadline (or a stop) is
+recorded but not scored. The master stamps its liveness in the store every
+ALIVE_STAMP_S; on start it records the outage since the last stamp, and a run
+whose deadline passed meanwhile is stopped at its deadline before any request
+is served (the store never sets stopped_at after the deadline).
 """
 
 from __future__ import annotations
@@ -84,6 +91,7 @@ LIST_LIMIT_DEFAULT = 1000
 LIST_LIMIT_MAX = 10000
 TIMELINE_BUCKETS = 200
 TIMELINE_BUCKETS_MAX = 100_000
+ALIVE_STAMP_S = 1.0  # liveness stamp period: an outage's start is known to within this (plus a tick)
 
 
 def software_versions() -> dict[str, str]:
@@ -142,9 +150,17 @@ class Master:
         self._flops: collections.OrderedDict[int, _ModelFlops] = collections.OrderedDict()
         self._joined: set[tuple[int, int]] = set()
         self._run_ops: dict[int, int] = {}
-        self._heartbeats = Heartbeats(store.list_workers(), clock())
+        now = clock()
+        self._life_started_at = now
+        self._alive_stamped = time.monotonic()
+        outage = store.record_master_start(now)
+        if outage is not None:
+            log.warning("event=master_outage start=%.3f end=%.3f downtime_s=%.3f",
+                        outage.start, outage.end, outage.duration_s)
+        self._heartbeats = Heartbeats(store.list_workers(), now)
         self._current: RunRecord | None = store.current_run()
         self._writer = ProgressWriter(store)
+        self._advance_runs(now)  # a deadline passed while the master was down: closed before serving
 
     def close(self) -> None:
         """Stop the progress writer (reports are refused afterwards)."""
@@ -228,12 +244,18 @@ class Master:
         log.info("event=run_stop run_id=%d abort=%s state=%s", run.id, abort, run.state)
         return run
 
+    def window_end(self, run: RunRecord) -> float:
+        """The end of the run's scored window so far: its stop, else now, never after its deadline."""
+        if run.stopped_at is not None:
+            return run.stopped_at
+        now = self.clock()
+        return now if run.deadline is None else min(now, run.deadline)
+
     def elapsed_s(self, run: RunRecord) -> float:
-        """Seconds the run has been running (until it stopped)."""
+        """Seconds the run has been running (until it stopped, at most until its deadline)."""
         if run.started_at is None:
             return 0.0
-        end = run.stopped_at if run.stopped_at is not None else self.clock()
-        return max(0.0, end - run.started_at)
+        return max(0.0, self.window_end(run) - run.started_at)
 
     # ------------------------------------------------------------ background
     def tick(self, flush: bool = True) -> None:
@@ -244,6 +266,9 @@ class Master:
         """
         with self._tick_lock:
             now = self.clock()
+            if flush or time.monotonic() - self._alive_stamped >= ALIVE_STAMP_S:
+                self._alive_stamped = time.monotonic()
+                self.store.record_master_alive(now)
             if flush or time.monotonic() - self._flushed_at >= self.heartbeat_flush_s:
                 self._flush_heartbeats()
             self._detect_lost(now)
@@ -280,8 +305,10 @@ class Master:
                     log.info("event=run_started run_id=%d workers_alive=%d", run.id, self.alive_count())
                     changed = True
             elif run.state == "running" and run.deadline is not None and now >= run.deadline:
-                self.store.stop_run(run.id, now, "deadline reached")
-                log.info("event=run_deadline run_id=%d", run.id)
+                # stopped at the deadline itself (the store caps stopped_at), however late this tick is
+                down = any(o.start <= run.deadline <= o.end for o in run.outages)
+                self.store.stop_run(run.id, now, "deadline reached" + (" while the master was down" if down else ""))
+                log.info("event=run_deadline run_id=%d late_s=%.3f", run.id, now - run.deadline)
                 changed = True
             elif run.state == "stopping":
                 changed = self._finish_stopping(run, now) or changed
@@ -292,7 +319,8 @@ class Master:
         """A stopping run becomes finished once its models ended or the grace period is over."""
         counts = self.store.count_models(run.id)
         open_models = sum(counts.get(s, 0) for s in OPEN_MODEL_STATES)
-        stopped = run.stopped_at or now
+        # the grace period runs while the master is up: workers cannot finish with it down
+        stopped = max(run.stopped_at or now, self._life_started_at)
         if open_models and now - stopped < self.stop_grace_s:
             return False
         _, abandoned = self.store.finish_run(
@@ -566,9 +594,10 @@ class Master:
         if run.started_at is None:
             return scoring.score_run(0.0, 0.0, [], rules, run.precision)
         peaks = self.peaks(run, joined if joined is not None else self.store.run_workers(run.id))
+        # the window ends at the stop, or at the deadline even before the run is stopped
         return scoring.score_run(
             run.started_at, self.clock(), self.store.timeline(run.id), rules, run.precision,
-            end=run.stopped_at, peaks=peaks,
+            end=run.stopped_at if run.stopped_at is not None else run.deadline, peaks=peaks,
         )
 
     @staticmethod
@@ -616,7 +645,7 @@ class Master:
             raise InvalidArgument(f"buckets must be at most {TIMELINE_BUCKETS_MAX}, got {buckets}")
         if run.started_at is None:
             return RunTimeline(run, [], [])
-        end = run.stopped_at if run.stopped_at is not None else self.clock()
+        end = self.window_end(run)
         curve = timeline.flops_curve(run.started_at, self.store.timeline(run.id), end=end, max_points=int(max_points))
         samples = [timeline.Sample(r.t, r.accelerator_index, r.accelerator_util, r.accelerator_memory_used,
                                    r.cpu_util, r.memory_used)

@@ -32,6 +32,19 @@ class RunRow(Base):
     stop_reason: Mapped[str] = mapped_column(String(200), default="")
 
 
+class MasterLifeRow(Base):
+    """One life of the master process: when it started and when it was last known alive.
+
+    The gap between one life's alive_at and the next one's started_at is an
+    outage (the master was down); see Store.record_master_start."""
+
+    __tablename__ = "master_lives"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    started_at: Mapped[float] = mapped_column(Float)
+    alive_at: Mapped[float] = mapped_column(Float)
+
+
 class WorkerRow(Base):
     __tablename__ = "workers"
 

@@ -1,4 +1,5 @@
-"""The SQL of the master's hot path: progress writes and heartbeat flushes.
+"""The SQL of the master's hot path: progress writes and heartbeat flushes;
+and the overflow rules of totals (a report's figures, exact sums).
 
 Built once per engine (constructing SQLAlchemy statements costs more than
 running them here) and run on the DBAPI cursor: SQLAlchemy's per-statement
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from sqlalchemy import Engine, bindparam, func, insert, select, update
 
 from master.models import ModelRow, ProgressRow, RunRow, WorkerRow
+from master.store import INT64_MAX, ProgressInput
 
+SUM_SPLIT = 2**32  # exact sums of 64-bit columns: high and low 32 bits summed apart (see exact_sums)
 MULTIROW_CHUNK = 500  # rows per multi-row statement (SQLite allows 32,766 parameters)
 
 PROGRESS_COLUMNS = ("run_id", "model_id", "worker_id", "seq", "t", "epoch", "images_trained",
@@ -110,6 +113,32 @@ class ProgressSql:
         """Last-heartbeat times (worker id, time); each worker becomes alive."""
         # the literal state is bound as a parameter named after its column
         _executemany(conn, [(*self._update_beat, [{"wid": wid, "beat": t, "state": "alive"} for wid, t in beats])])
+
+
+def exact_sums(*columns: Any) -> list[Any]:
+    """SQL sums of non-negative 64-bit columns that cannot overflow: SQLite's SUM raises on
+    overflow, and a run's images may exceed 2^63 in all. Each column is summed as its high
+    and low 32 bits apart (each sum fits 64 bits up to 2^31 rows); `combine_sums` adds them up."""
+    return [e for c in columns for e in (func.sum(c // SUM_SPLIT), func.sum(c % SUM_SPLIT))]
+
+
+def combine_sums(row: Sequence[Any]) -> list[int]:
+    """The exact totals of `exact_sums`, one per column, as Python ints."""
+    return [int(row[k] or 0) * SUM_SPLIT + int(row[k + 1] or 0) for k in range(0, len(row), 2)]
+
+
+def report_overflow(it: ProgressInput, model: dict[str, Any]) -> str:
+    """Why the report cannot be stored without overflowing a 64-bit column ("" when it can):
+    its own figures, or its model's running image totals with it."""
+    trained, validated = model["images_trained"] + it.images_trained, model["images_validated"] + it.images_validated
+    if (0 <= it.images_trained and 0 <= it.images_validated and trained <= INT64_MAX and validated <= INT64_MAX
+            and 0 <= it.master_flops <= INT64_MAX and 0 <= it.worker_flops <= INT64_MAX):
+        return ""  # the hot path: one comparison chain per report
+    figures = {"images_trained": it.images_trained, "images_validated": it.images_validated,
+               "master_flops": it.master_flops, "worker_flops": it.worker_flops,
+               "the model's images_trained total": trained, "the model's images_validated total": validated}
+    name, value = next((k, v) for k, v in figures.items() if not 0 <= v <= INT64_MAX)
+    return f"model {it.model_id} report {it.seq}: {name} = {value} is outside [0, 2^63-1]"
 
 
 @contextlib.contextmanager

@@ -27,14 +27,16 @@ from sqlalchemy.pool import StaticPool
 
 from aiperf.api.enums import ACTIVE_RUN_STATES, FINISHED_MODEL_STATES, OPEN_MODEL_STATES, OVER_RUN_STATES
 from aiperf.scoring import Point, model_rank_key
-from master.models import ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow
-from master.progress_sql import ProgressSql
+from master.models import MasterLifeRow, ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow
+from master.progress_sql import ProgressSql, combine_sums, exact_sums, report_overflow
 from master.store import (
     FailedPrecondition,
+    InvalidArgument,
     ModelRecord,
     NewModel,
     NewRun,
     NotFound,
+    Outage,
     PermissionDenied,
     ProgressInput,
     ProgressResult,
@@ -114,13 +116,28 @@ def make_engine(url: str) -> Engine:
     return create_engine(u, pool_size=16, max_overflow=32, pool_pre_ping=True)
 
 
-def _run(r: RunRow) -> RunRecord:
+def _run(r: RunRow, outages: Sequence[Outage] = ()) -> RunRecord:
+    """The run, with the master's outages that overlapped its life (created to finished, or now)."""
+    end = r.finished_at if r.finished_at is not None else float("inf")
     return RunRecord(
         id=r.id, state=r.state, profile=r.profile, seed=r.seed, duration_s=r.duration_s,
         precision=r.precision, config=dict(r.config), software=dict(r.software), created_at=r.created_at,
         started_at=r.started_at, deadline=r.deadline, stopped_at=r.stopped_at, finished_at=r.finished_at,
         stop_reason=r.stop_reason,
+        outages=tuple(o for o in outages if o.end > r.created_at and o.start < end),
     )
+
+
+def _window_end(r: RunRow, now: float) -> float:
+    """When a running run stops if stopped at `now`: never after its deadline (the master's clock
+    defines the window, even when the master was down at the deadline)."""
+    return now if r.deadline is None else min(now, r.deadline)
+
+
+def _gap(last_alive: float, started: float) -> Outage | None:
+    """The outage between one life's last stamp and the next one's start; None when the clock
+    did not move forward (a clock set back: no downtime can be measured)."""
+    return Outage(last_alive, started) if started > last_alive else None
 
 
 def _worker(w: WorkerRow) -> WorkerRecord:
@@ -155,6 +172,9 @@ class SqlStore(Store):
         self._write_lock = threading.RLock()
         self._progress_models: dict[int, dict[str, Any]] = {}
         self._sql = ProgressSql(self.engine)
+        # The master's outages, read once: only the master writes them (record_master_start).
+        self._life_id: int | None = None
+        self._outages: list[Outage] = self._read_outages()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -210,26 +230,26 @@ class SqlStore(Store):
             )
             s.add(row)
             s.flush()
-            return _run(row)
+            return _run(row, self._outages)
 
     def get_run(self, run_id: int) -> RunRecord:
         with self._read() as s:
-            return _run(self._get_run(s, run_id))
+            return _run(self._get_run(s, run_id), self._outages)
 
     def current_run(self) -> RunRecord | None:
         with self._read() as s:
             row = s.scalars(select(RunRow).where(RunRow.state.in_(ACTIVE_RUN_STATES)).order_by(RunRow.id.desc())).first()
-            return _run(row) if row else None
+            return _run(row, self._outages) if row else None
 
     def latest_run(self) -> RunRecord | None:
         with self._read() as s:
             row = s.scalars(select(RunRow).order_by(RunRow.id.desc())).first()
-            return _run(row) if row else None
+            return _run(row, self._outages) if row else None
 
     def active_runs(self) -> list[RunRecord]:
         with self._read() as s:
             rows = s.scalars(select(RunRow).where(RunRow.state.in_(ACTIVE_RUN_STATES)).order_by(RunRow.id))
-            return [_run(r) for r in rows]
+            return [_run(r, self._outages) for r in rows]
 
     def start_run(self, run_id: int, now: float) -> RunRecord:
         with self._write() as s:
@@ -239,7 +259,7 @@ class SqlStore(Store):
             row.state = "running"
             row.started_at = now
             row.deadline = now + row.duration_s
-            return _run(row)
+            return _run(row, self._outages)
 
     def stop_run(self, run_id: int, now: float, reason: str) -> RunRecord:
         with self._write() as s:
@@ -248,13 +268,13 @@ class SqlStore(Store):
                 raise FailedPrecondition(f"run {run_id} is already {row.state}")
             if row.state == "running":
                 row.state = "stopping"
-                row.stopped_at = now
+                row.stopped_at = _window_end(row, now)
                 row.stop_reason = reason
             elif row.state == "pending":
                 row.state = "finished"
                 row.stopped_at = row.finished_at = now
                 row.stop_reason = reason
-            return _run(row)
+            return _run(row, self._outages)
 
     def finish_run(self, run_id: int, now: float, state: str, reason: str) -> tuple[RunRecord, list[int]]:
         if state not in OVER_RUN_STATES:
@@ -265,14 +285,44 @@ class SqlStore(Store):
                 raise FailedPrecondition(f"run {run_id} is already {row.state}")
             abandoned = self._abandon(s, ModelRow.run_id == run_id, now, f"run {state}")
             if row.stopped_at is None:
-                row.stopped_at = now
+                row.stopped_at = _window_end(row, now)
             row.state = state
             row.finished_at = now
             if reason and not row.stop_reason:
                 row.stop_reason = reason
             elif reason and row.stop_reason != reason:
                 row.stop_reason = f"{row.stop_reason}; {reason}"[:200]
-            return _run(row), abandoned
+            return _run(row, self._outages), abandoned
+
+    # ------------------------------------------------------------ the master's lives
+    def _read_outages(self) -> list[Outage]:
+        with self._read() as s:
+            lives = s.execute(select(MasterLifeRow.started_at, MasterLifeRow.alive_at).order_by(MasterLifeRow.id)).all()
+        return [o for prev, nxt in zip(lives, lives[1:]) if (o := _gap(prev.alive_at, nxt.started_at))]
+
+    def record_master_start(self, now: float) -> Outage | None:
+        with self._write() as s:
+            prev = s.scalars(select(MasterLifeRow).order_by(MasterLifeRow.id.desc()).limit(1)).first()
+            life = MasterLifeRow(started_at=now, alive_at=now)
+            s.add(life)
+            s.flush()
+            self._life_id = life.id
+            outage = _gap(prev.alive_at, now) if prev is not None else None
+        if outage is not None:
+            self._outages.append(outage)
+        elif prev is not None:
+            log.warning("event=master_clock_behind last_alive=%.3f now=%.3f", prev.alive_at, now)
+        return outage
+
+    def record_master_alive(self, now: float) -> None:
+        if self._life_id is None:
+            return
+        # not through _write(): a stamp changes no model or run, so the progress cache stays
+        with self._write_lock, self.engine.begin() as conn:
+            conn.execute(update(MasterLifeRow).where(MasterLifeRow.id == self._life_id).values(alive_at=now))
+
+    def outages(self) -> list[Outage]:
+        return list(self._outages)
 
     # ------------------------------------------------------------ workers
     def register_worker(self, info: WorkerInput, now: float) -> tuple[WorkerRecord, list[int]]:
@@ -357,6 +407,8 @@ class SqlStore(Store):
             run = self._get_run(s, new.run_id)
             if run.state != "running":
                 raise FailedPrecondition(f"run {run.id} is {run.state}; models are accepted while running")
+            if run.deadline is not None and now > run.deadline:
+                raise FailedPrecondition(f"run {run.id} reached its deadline; models are accepted before it")
             if new.parent_id is not None:
                 parent = s.get(ModelRow, new.parent_id)
                 if parent is None or parent.run_id != new.run_id:
@@ -555,6 +607,11 @@ class SqlStore(Store):
                 results.append(ProgressResult(it.model_id, it.seq, model_state=m["state"], error=FailedPrecondition(
                     f"run {m['run_id']} is {m['run_state']}")))
                 continue
+            too_big = report_overflow(it, m)
+            if too_big:
+                results.append(ProgressResult(it.model_id, it.seq, model_state=m["state"],
+                                              error=InvalidArgument(too_big)))
+                continue
             rows.append({
                 "run_id": m["run_id"], "model_id": it.model_id, "worker_id": it.worker_id, "seq": it.seq,
                 "t": it.t, "epoch": it.epoch, "images_trained": it.images_trained,
@@ -589,11 +646,12 @@ class SqlStore(Store):
     def run_images(self, run_id: int) -> tuple[int, int]:
         with self._read() as s:
             row = s.execute(
-                select(func.sum(ModelRow.images_trained), func.sum(ModelRow.images_validated)).where(
+                select(*exact_sums(ModelRow.images_trained, ModelRow.images_validated)).where(
                     ModelRow.run_id == run_id
                 )
             ).one()
-            return int(row[0] or 0), int(row[1] or 0)
+        trained, validated = combine_sums(row)
+        return trained, validated
 
     def flops_mismatch_count(self, run_id: int) -> int:
         with self._read() as s:
@@ -634,3 +692,4 @@ class SqlStore(Store):
                 )
                 for r in s.scalars(stmt)
             ]
+

@@ -15,6 +15,17 @@ WorkerRecord, NewModel -> ModelRecord) with what the store adds.
 States are lower-case strings (aiperf.api.enums): runs pending/running/
 stopping/finished/aborted, models queued/training/done/failed/abandoned,
 workers alive/lost.
+
+Totals cannot overflow: a report is refused (InvalidArgument, for that item
+only) when one of its figures or its model's running image totals would leave
+a signed 64-bit integer, the widest integer both databases store; sums over
+many rows (a run's images) are computed exactly, never in a 64-bit SQL SUM.
+
+The master's clock defines a run's window: a running run stops at
+min(now, deadline), so stopped_at never lies after the deadline, even when the
+master was down at the deadline. The master stamps its liveness in the store
+(`record_master_alive`); the gap between one life's last stamp and the next
+life's start is an outage, listed in every run it overlapped (`RunRecord.outages`).
 """
 
 from __future__ import annotations
@@ -50,6 +61,26 @@ class SchemaError(StoreError):
     """The database's schema revision is unknown to this version (newer)."""
 
 
+INT64_MAX = 2**63 - 1  # the widest integer SQLite and PostgreSQL (bigint) store
+
+
+@dataclass(frozen=True)
+class Outage:
+    """A time the master was down, on its own clock: from its last liveness
+    stamp (`start`, known to within the stamp period) to its restart (`end`)."""
+
+    start: float
+    end: float
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.end - self.start)
+
+    def overlap_s(self, t_from: float, t_to: float) -> float:
+        """Seconds of this outage inside [t_from, t_to]."""
+        return max(0.0, min(self.end, t_to) - max(self.start, t_from))
+
+
 @dataclass(frozen=True)
 class NewRun:
     """A run as created."""
@@ -72,6 +103,7 @@ class RunRecord(NewRun):
     stopped_at: float | None
     finished_at: float | None
     stop_reason: str
+    outages: tuple[Outage, ...] = ()  # master downtime between created_at and finished_at (or now)
 
 
 @dataclass(frozen=True)
@@ -211,13 +243,28 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def stop_run(self, run_id: int, now: float, reason: str) -> RunRecord:
-        """running -> stopping (stopped_at = now); pending -> finished.
+        """running -> stopping (stopped_at = min(now, deadline)); pending -> finished.
         Stopping an already stopping run is a no-op; FailedPrecondition when over."""
 
     @abc.abstractmethod
     def finish_run(self, run_id: int, now: float, state: str, reason: str) -> tuple[RunRecord, list[int]]:
         """-> finished or aborted; open models of the run become abandoned
-        (their reported progress is kept). Returns the run and those model ids."""
+        (their reported progress is kept). A run still running gets
+        stopped_at = min(now, deadline). Returns the run and those model ids."""
+
+    # ---------------------------------------------------------------- the master's lives
+    @abc.abstractmethod
+    def record_master_start(self, now: float) -> Outage | None:
+        """A new life of the master begins at `now`; returns the outage since
+        the previous life's last liveness stamp (None for the first life)."""
+
+    @abc.abstractmethod
+    def record_master_alive(self, now: float) -> None:
+        """The current life's liveness stamp (no-op before record_master_start)."""
+
+    @abc.abstractmethod
+    def outages(self) -> list[Outage]:
+        """Every outage of the master, oldest first."""
 
     # ---------------------------------------------------------------- workers
     @abc.abstractmethod
@@ -250,7 +297,8 @@ class Store(abc.ABC):
     # ---------------------------------------------------------------- models
     @abc.abstractmethod
     def add_model(self, new: NewModel, now: float, max_models: int = 0) -> ModelRecord:
-        """NotFound: parent not in the run; FailedPrecondition: max_models reached."""
+        """NotFound: parent not in the run; FailedPrecondition: the run is not
+        running, its deadline has passed (now > deadline) or max_models is reached."""
 
     @abc.abstractmethod
     def get_model(self, model_id: int) -> ModelRecord: ...
@@ -298,9 +346,11 @@ class Store(abc.ABC):
     def add_progress(self, items: Sequence[ProgressInput]) -> list[ProgressResult]:
         """Record reports in one transaction. Per item: NotFound (no model),
         PermissionDenied (another worker's model), FailedPrecondition (model
-        not open, or its run is over) in `error`, nothing written for it;
-        `duplicate` when (model_id, seq) was already recorded. A queued model
-        becomes training at its first report."""
+        not open, or its run is over), InvalidArgument (a figure, or the model's
+        image totals with it, outside [0, INT64_MAX]) in `error`, nothing
+        written for it; `duplicate` when (model_id, seq) was already recorded.
+        A queued model becomes training at its first report. A report stamped
+        after the run's deadline (or stop) is recorded but not scored."""
 
     @abc.abstractmethod
     def timeline(self, run_id: int) -> list[Point]:
@@ -308,7 +358,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def run_images(self, run_id: int) -> tuple[int, int]:
-        """Images trained and validated by all models of the run."""
+        """Images trained and validated by all models of the run (exact, any size)."""
 
     @abc.abstractmethod
     def flops_mismatch_count(self, run_id: int) -> int: ...

@@ -240,13 +240,19 @@ def test_worker_survives_a_master_restart(tmp_path):
         worker = cluster.worker("w1", "--exit-when-done")
         victim = cluster.wait_for_training_model(run_id)
 
+        killed_at = time.time()
         cluster.master.send_signal(signal.SIGKILL)  # the master dies mid-round ...
         cluster.master.wait(timeout=30)
         time.sleep(2.0)
         cluster.start_master()  # ... and comes back on the same database and port
         cluster.control.wait_ready(60)
 
-        cluster.wait_state(run_id, {pb.RUN_FINISHED}, timeout_s=300)
+        final = cluster.wait_state(run_id, {pb.RUN_FINISHED}, timeout_s=300)
+        # the outage is recorded from the last liveness stamp (at most ~1 s before the kill)
+        [outage] = final.run.outages
+        assert killed_at - 2.5 <= outage.start <= killed_at and outage.end - outage.start >= 2.0
+        assert final.run.stopped_at == final.run.deadline and final.elapsed_s == pytest.approx(120.0)
+        assert "master down" in cluster.cli("status", "--run", str(run_id)).stdout
         assert worker.wait(timeout=120) == 0, "the worker rode through the restart and exited cleanly"
         models = {m.model_id: m for m in cluster.models(run_id)}
         survivor = models[victim.model_id]

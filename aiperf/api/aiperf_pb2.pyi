@@ -117,8 +117,16 @@ class RunConfig(_message.Message):
     min_workers: int
     def __init__(self, run_id: _Optional[int] = ..., profile: _Optional[_Union[Profile, str]] = ..., seed: _Optional[int] = ..., duration_s: _Optional[float] = ..., precision: _Optional[_Union[Precision, str]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., warmup_rounds: _Optional[int] = ..., min_running_time_s: _Optional[float] = ..., report_interval_s: _Optional[float] = ..., resource_interval_s: _Optional[float] = ..., min_workers: _Optional[int] = ...) -> None: ...
 
+class Outage(_message.Message):
+    __slots__ = ("start", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: float
+    end: float
+    def __init__(self, start: _Optional[float] = ..., end: _Optional[float] = ...) -> None: ...
+
 class RunInfo(_message.Message):
-    __slots__ = ("config", "state", "created_at", "started_at", "deadline", "stopped_at", "finished_at", "stop_reason")
+    __slots__ = ("config", "state", "created_at", "started_at", "deadline", "stopped_at", "finished_at", "stop_reason", "outages")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +135,7 @@ class RunInfo(_message.Message):
     STOPPED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    OUTAGES_FIELD_NUMBER: _ClassVar[int]
     config: RunConfig
     state: RunState
     created_at: float
@@ -135,7 +144,8 @@ class RunInfo(_message.Message):
     stopped_at: float
     finished_at: float
     stop_reason: str
-    def __init__(self, config: _Optional[_Union[RunConfig, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., created_at: _Optional[float] = ..., started_at: _Optional[float] = ..., deadline: _Optional[float] = ..., stopped_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., stop_reason: _Optional[str] = ...) -> None: ...
+    outages: _containers.RepeatedCompositeFieldContainer[Outage]
+    def __init__(self, config: _Optional[_Union[RunConfig, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., created_at: _Optional[float] = ..., started_at: _Optional[float] = ..., deadline: _Optional[float] = ..., stopped_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., stop_reason: _Optional[str] = ..., outages: _Optional[_Iterable[_Union[Outage, _Mapping]]] = ...) -> None: ...
 
 class Hyperparameters(_message.Message):
     __slots__ = ("batch_size", "kernel_size")
