@@ -23,6 +23,7 @@ from typing import Callable
 from master.store import AlreadyExists, PermissionDenied, WorkerRecord
 
 CREDENTIAL_BYTES = 32  # 256 random bits (at least 128 are required)
+MAX_CREDENTIAL_CHARS = 128  # ours have 43; a longer one cannot match and is not worth hashing
 
 
 def new_credential() -> str:
@@ -71,7 +72,7 @@ class WorkerCredentials:
     def matches(self, worker_id: int, credential: str) -> bool:
         """True when `credential` is the worker's own (never for a worker without one)."""
         stored = self._hash_of(worker_id)
-        if stored is None or not credential:
+        if stored is None or not credential or len(credential) > MAX_CREDENTIAL_CHARS:
             return False
         return hmac.compare_digest(credential_hash(credential), stored)
 

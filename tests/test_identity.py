@@ -283,6 +283,10 @@ def test_the_master_checks_credentials_in_one_place_without_grpc(tmp_path: Path)
         assert m.heartbeat(legacy.id, credential=reg.credential)[1] == "alive"
         with pytest.raises(AlreadyExists):
             m.register(WorkerInput("old", "elsewhere", [], 1, 1, {}))
+        with pytest.raises(AlreadyExists):  # a megabyte of credential is refused like any wrong one
+            m.register(WorkerInput("old", "old", [], 1, 1, {}), "x" * 10**6)
+        with pytest.raises(PermissionDenied, match="not this worker's"):
+            m.heartbeat(legacy.id, credential=reg.credential + "x" * 10**6)
         with pytest.raises(NotFound):  # an unknown id is NOT_FOUND (the agent re-registers on it)
             m.heartbeat(999, credential=reg.credential)
         with pytest.raises(PermissionDenied, match="no worker credential"):
