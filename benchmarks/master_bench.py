@@ -163,7 +163,7 @@ class Fleet:
         self.channels: list[grpc.aio.Channel] = []
         self.stubs: list[pb_grpc.WorkerServiceStub] = []
         self.md = (("authorization", f"Bearer {WORKER_TOKEN}"),)
-        self.workers: list[tuple[int, int]] = []  # (worker id, model id)
+        self.workers: list[tuple[int, int, str]] = []  # (worker id, model id, worker credential)
         self.streams: dict[int, Any] = {}  # worker index -> open Connect call
         self.seq: dict[int, int] = {}
 
@@ -173,10 +173,14 @@ class Fleet:
             self.stubs.append(pb_grpc.WorkerServiceStub(self.channels[-1]))
         return self.stubs[i // WORKERS_PER_CHANNEL]
 
+    def worker_md(self, credential: str) -> tuple:
+        """The metadata of a worker's calls after Register: the token and its own credential."""
+        return self.md + ((("aiperf-worker-credential", credential),) if credential else ())
+
     async def grow(self, n: int, graph_json: str, graph_hash: str) -> None:
         sem = asyncio.Semaphore(64)
 
-        async def one(i: int) -> tuple[int, int]:
+        async def one(i: int) -> tuple[int, int, str]:
             async with sem:
                 stub = self.stub(i)
                 reg = await stub.Register(pb.RegisterRequest(name=f"sim-{i}", host=f"sim-{i}", cpus=8,
@@ -184,8 +188,9 @@ class Fleet:
                                           metadata=self.md, timeout=60)
                 sub = await stub.SubmitModel(pb.SubmitModelRequest(
                     worker_id=reg.worker_id, graph_json=graph_json, graph_hash=graph_hash, round=1,
-                    hyperparameters=pb.Hyperparameters(batch_size=32, kernel_size=3)), metadata=self.md, timeout=60)
-                return reg.worker_id, sub.model_id
+                    hyperparameters=pb.Hyperparameters(batch_size=32, kernel_size=3)),
+                    metadata=self.worker_md(reg.credential), timeout=60)
+                return reg.worker_id, sub.model_id, reg.credential
 
         start = len(self.workers)
         self.workers += await asyncio.gather(*(one(i) for i in range(start, n)))
@@ -193,7 +198,7 @@ class Fleet:
     async def _exchange(self, i: int, message: pb.WorkerMessage) -> pb.MasterMessage:
         call = self.streams.get(i)
         if call is None:
-            call = self.streams[i] = self.stub(i).Connect(metadata=self.md)
+            call = self.streams[i] = self.stub(i).Connect(metadata=self.worker_md(self.workers[i][2]))
         await call.write(message)
         reply = await asyncio.wait_for(call.read(), timeout=10)
         if reply is grpc.aio.EOF:
@@ -211,7 +216,7 @@ class Fleet:
         end = measure_from + window_s
 
         async def worker(i: int) -> None:
-            wid, mid = self.workers[i]
+            wid, mid, _ = self.workers[i]
             tick = begin + period_s * i / n  # spread evenly over the period
             while tick < end:
                 await asyncio.sleep(max(0.0, tick - loop.time()))

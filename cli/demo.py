@@ -58,7 +58,8 @@ def demo_cmd(
     except OSError as exc:  # port taken, directory not writable
         fail(str(exc))
     env = dict(os.environ, AIPERF_MASTER=handle.address, AIPERF_TOKEN=handle.worker_token,
-               AIPERF_WORKER_NAME="demo-worker", PYTHONUNBUFFERED="1")
+               AIPERF_WORKER_NAME="demo-worker", AIPERF_WORKER_STATE_DIR=str(workdir / "worker-state"),
+               PYTHONUNBUFFERED="1")
     worker_log = open(workdir / "worker.log", "w")
     worker = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--exit-when-done"],
                               env=env, stdout=worker_log, stderr=subprocess.STDOUT)

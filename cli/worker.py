@@ -15,6 +15,8 @@ from cli.options import fail, read_tls_ca
 
 log = logging.getLogger(__name__)
 
+DEFAULT_STATE_DIR = Path("~/.aiperf/worker")
+
 
 def setup_logging(level: str, path: Path | None = None) -> None:
     """Log lines with times to stderr (or `path`); TensorFlow's C++ chatter stays quiet."""
@@ -70,6 +72,9 @@ def worker_cmd(
     xla: bool = typer.Option(False, help="Compile training steps with XLA."),
     tls_ca: Optional[Path] = typer.Option(None, help="CA certificate of the master's TLS."),
     tls: bool = typer.Option(False, help="Use TLS with the system's root certificates."),
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, envvar="AIPERF_WORKER_STATE_DIR",
+                                   help="Where the worker keeps its credential (mode 0600), to get its name "
+                                   "and id back after a restart."),
     log_level: str = typer.Option("info", help="debug | info | warning"),
 ) -> None:
     """Run a worker: register with the master and train children while a run is running."""
@@ -87,7 +92,8 @@ def worker_cmd(
                               dataset_kind=dataset_format, dataset_path=dataset,
                               generator_processes=generator_processes,
                               input_pipeline_cpus=input_pipeline_cpus, exit_when_run_ends=exit_when_done,
-                              xla=xla, root_certificates=root, tls=tls, measure_peak=measure_peak))
+                              xla=xla, root_certificates=root, tls=tls, measure_peak=measure_peak,
+                              state_dir=state_dir.expanduser()))
 
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("event=signal signal=%d: finishing the epoch in flight", signum)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from aiperf import scoring, timeline
-from master.store import ModelRecord, RunRecord, RunWorker
+from master.store import ModelRecord, RunRecord, RunWorker, WorkerRecord
 
 DEFAULT_WARMUP_ROUNDS = 5
 DEFAULT_REPORT_INTERVAL_S = 30.0
@@ -100,6 +100,15 @@ class ResourceSampleReport:
 
 
 # ---------------------------------------------------------------- replies
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A registered worker, the models of its earlier life (now abandoned) and its credential."""
+
+    worker: WorkerRecord
+    abandoned_model_ids: list[int]
+    credential: str = field(repr=False)  # the secret: never in a log line
 
 
 @dataclass(frozen=True)

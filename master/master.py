@@ -6,6 +6,8 @@ and returns plain types (master/domain.py, master/store.py); the servicers
 convert protobuf. All truth lives in the store: a restarted master continues
 a run where it stopped. Whether a model is the reporting worker's is checked
 by the store, inside the transaction that records the report or the finish.
+Whether a call comes from the worker it names is checked here, in
+`_authorize`, by every worker method but `register` (master/identity.py).
 
 FLOPs are counted by the master, never taken from workers: at submission the
 graph JSON -> Graph.from_json -> with_inserted_kernel(graph, kernel_size) ->
@@ -56,6 +58,7 @@ from master.domain import (
     ModelPage,
     ModelSubmission,
     ProgressReport,
+    Registration,
     ResourceSampleReport,
     RunSpec,
     RunStatus,
@@ -63,6 +66,7 @@ from master.domain import (
     Scoreboard,
 )
 from master.heartbeats import Heartbeats
+from master.identity import WorkerCredentials, credential_hash
 from master.metrics import MasterMetrics
 from master.progress import ProgressWriter
 from master.store import (
@@ -79,7 +83,6 @@ from master.store import (
     RunWorker,
     Store,
     WorkerInput,
-    WorkerRecord,
 )
 
 log = logging.getLogger(__name__)
@@ -158,6 +161,8 @@ class Master:
             log.warning("event=master_outage start=%.3f end=%.3f downtime_s=%.3f",
                         outage.start, outage.end, outage.duration_s)
         self._heartbeats = Heartbeats(store.list_workers(), now)
+        self._credentials = WorkerCredentials(store.worker_credential_hash)
+        self._register_lock = threading.Lock()  # one name decision at a time (read, decide, write)
         self._current: RunRecord | None = store.current_run()
         self._writer = ProgressWriter(store)
         self._advance_runs(now)  # a deadline passed while the master was down: closed before serving
@@ -365,6 +370,12 @@ class Master:
         if not self._heartbeats.knows(worker_id):
             self._heartbeats.learn(self.store.get_worker(worker_id))  # NotFound
 
+    def _authorize(self, worker_id: int, credential: str) -> None:
+        """The check of every worker call after Register: NotFound unless the worker
+        registered, PermissionDenied unless `credential` is that worker's own."""
+        self._known_worker(worker_id)
+        self._credentials.verify(worker_id, credential)
+
     def _join(self, run: RunRecord | None, worker_id: int) -> None:
         if run is None or run.state != "running":
             return
@@ -377,35 +388,43 @@ class Master:
         with self._lock:
             self._joined.add(key)
 
-    def register(self, info: WorkerInput) -> tuple[WorkerRecord, list[int]]:
-        """Register (or re-register) a worker; returns it and the ids of the
-        models of its earlier life, now abandoned. The name defaults to the host."""
+    def register(self, info: WorkerInput, credential: str = "") -> Registration:
+        """Register (or re-register) a worker: it, the ids of the models of its
+        earlier life (now abandoned) and its credential. The name defaults to the
+        host. A live worker's name needs that worker's `credential` (AlreadyExists)."""
         if not info.name and not info.host:
             raise InvalidArgument("a worker needs a name or a host")
         info = replace(info, name=info.name or info.host, host=info.host or info.name)
         _check_accelerators(info)
-        now = self.clock()
-        worker, abandoned = self.store.register_worker(info, now)
+        with self._register_lock:
+            existing = self.store.worker_by_name(info.name)
+            alive = existing is not None and self.is_alive(existing.id)
+            secret = self._credentials.claim(existing, credential, alive, LOST_AFTER_BEATS * self.heartbeat_interval_s)
+            digest = credential_hash(secret)
+            now = self.clock()
+            worker, abandoned = self.store.register_worker(info, now, digest)
+            self._credentials.set(worker.id, digest)
         self._forget_models(abandoned)
         self._heartbeats.registered(worker.id, now)
         self._join(self.current_run(), worker.id)
-        log.info("event=worker_registered worker_id=%d name=%s host=%s accelerators=%d abandoned=%s",
-                 worker.id, worker.name, worker.host, len(worker.accelerators), abandoned)
-        return worker, abandoned
+        log.info("event=worker_registered worker_id=%d name=%s host=%s accelerators=%d abandoned=%s "
+                 "credential=%s", worker.id, worker.name, worker.host, len(worker.accelerators), abandoned,
+                 "kept" if secret == credential else "new")
+        return Registration(worker, abandoned, secret)
 
     def heartbeat_is_in_memory(self, worker_id: int) -> bool:
         """True when heartbeat(worker_id) will not touch the database (the
         worker is known and has joined the running run): safe on an event loop."""
         run = self.current_run()
-        if not self._heartbeats.knows(worker_id):
+        if not self._heartbeats.knows(worker_id) or not self._credentials.cached(worker_id):
             return False
         with self._lock:
             return run is None or run.state != "running" or (run.id, worker_id) in self._joined
 
-    def heartbeat(self, worker_id: int) -> tuple[RunRecord | None, str]:
+    def heartbeat(self, worker_id: int, *, credential: str) -> tuple[RunRecord | None, str]:
         """The current run and the worker's state: "lost" once after the
         master gave up on it (its model was abandoned), else "alive"."""
-        self._known_worker(worker_id)
+        self._authorize(worker_id, credential)
         was_lost = self._heartbeats.beat(worker_id, self.clock())
         if was_lost:
             log.info("event=worker_back worker_id=%d", worker_id)
@@ -413,9 +432,9 @@ class Master:
         self._join(run, worker_id)
         return run, "lost" if was_lost else "alive"
 
-    def send_resource_samples(self, worker_id: int, samples: list[ResourceSampleReport]) -> int:
+    def send_resource_samples(self, worker_id: int, samples: list[ResourceSampleReport], *, credential: str) -> int:
         """Store a worker's resource samples (stamped now - age_s); returns how many."""
-        self._known_worker(worker_id)
+        self._authorize(worker_id, credential)
         now = self.clock()
         items = []
         for s in samples:
@@ -457,9 +476,9 @@ class Master:
             for mid in model_ids:
                 self._flops.pop(mid, None)
 
-    def submit_model(self, sub: ModelSubmission) -> ModelRecord:
+    def submit_model(self, sub: ModelSubmission, *, credential: str) -> ModelRecord:
         """Check the graph, count its FLOPs with the inserted kernel and record the model."""
-        self._known_worker(sub.worker_id)
+        self._authorize(sub.worker_id, credential)
         run = self.resolve_run(sub.run_id, active_only=True)
         try:
             Hyperparameters(sub.batch_size, sub.kernel_size)  # the library's one rule
@@ -491,9 +510,10 @@ class Master:
                  model.batch_size, model.kernel_size, model.flops_per_train_image)
         return model
 
-    def _progress_input(self, r: ProgressReport) -> tuple[ProgressInput, int]:
+    def _progress_input(self, r: ProgressReport, credential: str) -> tuple[ProgressInput, int]:
         """Validate one report and count its FLOPs; returns it with its run id.
         Whether the model is the worker's is the store's check (add_progress)."""
+        self._authorize(r.worker_id, credential)
         if r.seq < 1:
             raise InvalidArgument("seq must be >= 1")
         if r.images_trained < 0 or r.images_validated < 0:
@@ -504,7 +524,6 @@ class Master:
             raise InvalidArgument("worker_flops must be >= 0")
         if r.accuracy is not None and not (0.0 <= r.accuracy <= 1.0):
             raise InvalidArgument(f"val_accuracy must be in [0, 1], got {r.accuracy}")
-        self._known_worker(r.worker_id)
         entry = self._flop_count(r.model_id)
         master_flops = entry.ops(int(r.images_trained), int(r.images_validated))
         item = ProgressInput(
@@ -515,11 +534,11 @@ class Master:
         )
         return item, entry.run_id
 
-    async def report_progress(self, report: ProgressReport) -> ProgressResult:
+    async def report_progress(self, report: ProgressReport, *, credential: str) -> ProgressResult:
         """Validate, count and record one report; awaits the progress writer's
         group commit without blocking the event loop. StoreError when refused;
         a resent report (same seq) comes back as a duplicate, counted once."""
-        item, run_id = self._progress_input(report)
+        item, run_id = self._progress_input(report, credential)
         [result] = await self._writer.write_async([item])
         if result.error is not None:
             raise result.error
@@ -536,15 +555,15 @@ class Master:
                 self._run_ops[run_id] += item.master_flops
         return result
 
-    def finish_model(self, fin: ModelFinish) -> tuple[ModelRecord, str]:
+    def finish_model(self, fin: ModelFinish, *, credential: str) -> tuple[ModelRecord, str]:
         """End a model as done or failed; returns it and the state of its run."""
+        self._authorize(fin.worker_id, credential)
         if fin.state not in FINISHED_MODEL_STATES:
             raise InvalidArgument("state must be MODEL_DONE or MODEL_FAILED")
         for name in ("best_accuracy", "predicted_accuracy"):
             v = getattr(fin, name)
             if v is not None and not (0.0 <= v <= 1.0):
                 raise InvalidArgument(f"{name} must be in [0, 1], got {v}")
-        self._known_worker(fin.worker_id)
         model = self.store.finish_model(fin.model_id, fin.worker_id, fin.state, fin.reason, fin.best_accuracy,
                                         fin.predicted_accuracy, self.clock())
         self._forget_models([model.id])
@@ -552,16 +571,18 @@ class Master:
                  model.id, model.state, model.best_accuracy, model.predicted_accuracy)
         return model, self.store.get_run(model.run_id).state
 
-    def history(self, worker_id: int, run_id: int, since_model_id: int = 0, limit: int = 0) -> History:
+    def history(self, worker_id: int, run_id: int, since_model_id: int = 0, limit: int = 0, *,
+                credential: str) -> History:
         """The run's models after since_model_id (limit 0: all) and its DONE models ranked."""
-        self._known_worker(worker_id)
+        self._authorize(worker_id, credential)
         run = self.resolve_run(run_id)
         return History(run.id, self.store.models_since(run.id, since_model_id, limit),
                        self.store.ranked_done_ids(run.id))
 
-    def hyperparameter_history(self, worker_id: int, run_id: int) -> tuple[int, list[HyperparameterObservation]]:
+    def hyperparameter_history(self, worker_id: int, run_id: int, *,
+                               credential: str) -> tuple[int, list[HyperparameterObservation]]:
         """The run's id and its DONE models' hyperparameters with their accuracy, ascending id."""
-        self._known_worker(worker_id)
+        self._authorize(worker_id, credential)
         run = self.resolve_run(run_id)
         return run.id, [
             HyperparameterObservation(

@@ -58,6 +58,9 @@ class WorkerRow(Base):
     state: Mapped[str] = mapped_column(String(16))
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat: Mapped[float] = mapped_column(Float)
+    # SHA-256 (hex) of the worker's credential, never the credential itself; NULL
+    # for a worker registered before credentials (migration 0003).
+    credential_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class RunWorkerRow(Base):

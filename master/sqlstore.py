@@ -325,7 +325,8 @@ class SqlStore(Store):
         return list(self._outages)
 
     # ------------------------------------------------------------ workers
-    def register_worker(self, info: WorkerInput, now: float) -> tuple[WorkerRecord, list[int]]:
+    def register_worker(self, info: WorkerInput, now: float,
+                        credential_hash: str | None = None) -> tuple[WorkerRecord, list[int]]:
         with self._write() as s:
             row = s.scalars(select(WorkerRow).where(WorkerRow.name == info.name).with_for_update()).first()
             abandoned: list[int] = []
@@ -341,6 +342,8 @@ class SqlStore(Store):
             row.software = dict(info.software)
             row.state = "alive"
             row.last_heartbeat = now
+            if credential_hash is not None:
+                row.credential_hash = credential_hash
             s.flush()
             return _worker(row), abandoned
 
@@ -350,6 +353,18 @@ class SqlStore(Store):
             if row is None:
                 raise NotFound(f"worker {worker_id} not found; register first")
             return _worker(row)
+
+    def worker_by_name(self, name: str) -> WorkerRecord | None:
+        with self._read() as s:
+            row = s.scalars(select(WorkerRow).where(WorkerRow.name == name)).first()
+            return _worker(row) if row is not None else None
+
+    def worker_credential_hash(self, worker_id: int) -> str | None:
+        with self._read() as s:
+            row = s.execute(select(WorkerRow.id, WorkerRow.credential_hash).where(WorkerRow.id == worker_id)).first()
+            if row is None:
+                raise NotFound(f"worker {worker_id} not found; register first")
+            return row[1]
 
     def list_workers(self, state: str | None = None) -> list[WorkerRecord]:
         with self._read() as s:

@@ -57,6 +57,10 @@ class InvalidArgument(StoreError):
     pass
 
 
+class AlreadyExists(StoreError):
+    """A name held by a live worker, asked for without that worker's credential."""
+
+
 class SchemaError(StoreError):
     """The database's schema revision is unknown to this version (newer)."""
 
@@ -268,13 +272,24 @@ class Store(abc.ABC):
 
     # ---------------------------------------------------------------- workers
     @abc.abstractmethod
-    def register_worker(self, info: WorkerInput, now: float) -> tuple[WorkerRecord, list[int]]:
+    def register_worker(self, info: WorkerInput, now: float,
+                        credential_hash: str | None = None) -> tuple[WorkerRecord, list[int]]:
         """Create or update the worker named info.name (alive, heartbeat now).
         An existing worker's open models are abandoned (it restarted); their ids
-        are returned."""
+        are returned. credential_hash, when given, becomes the worker's credential
+        hash (None keeps the stored one). Whether the caller may take the name is
+        the Master's decision (master/identity.py), made before this call."""
 
     @abc.abstractmethod
     def get_worker(self, worker_id: int) -> WorkerRecord: ...
+
+    @abc.abstractmethod
+    def worker_by_name(self, name: str) -> WorkerRecord | None: ...
+
+    @abc.abstractmethod
+    def worker_credential_hash(self, worker_id: int) -> str | None:
+        """The hash of the worker's credential; None for a worker registered
+        before credentials existed. NotFound when the worker is unknown."""
 
     @abc.abstractmethod
     def list_workers(self, state: str | None = None) -> list[WorkerRecord]: ...

@@ -143,3 +143,108 @@ def test_a_run_closing_just_before_a_submission_is_a_normal_end_not_a_crash(mast
         finally:
             agent.stream.close()
             agent.client.close()
+
+
+# ---------------------------------------------------------------- identity: the credential file
+
+
+def test_the_credential_file_is_private_and_keyed_by_master_and_name(tmp_path, caplog):
+    import json
+    import os
+
+    from worker.credentials import MAX_FILE_BYTES, CredentialFile
+
+    state = tmp_path / "state"
+    kept = CredentialFile(state, "master:50051", "node-1")
+    assert kept.load() == ""  # nothing kept yet
+    kept.save(7, "s3cret")
+    assert kept.path.parent == state and (state.stat().st_mode & 0o777) == 0o700
+    assert (kept.path.stat().st_mode & 0o777) == 0o600
+    assert json.loads(kept.path.read_text()) == {"master": "master:50051", "name": "node-1", "worker_id": 7,
+                                                 "credential": "s3cret"}
+    assert CredentialFile(state, "master:50051", "node-1").load() == "s3cret"
+    kept.save(7, "rotated")  # replaced whole, still private
+    assert kept.load() == "rotated" and (kept.path.stat().st_mode & 0o777) == 0o600
+    assert [p.name for p in state.iterdir()] == [kept.path.name], "no temporary file left behind"
+    # another master or another name: another file, nothing to present
+    assert CredentialFile(state, "other:50051", "node-1").load() == ""
+    assert CredentialFile(state, "master:50051", "node-2").load() == ""
+    # a file that is not this worker's, or not a credential file at all, is ignored (and logged)
+    other = CredentialFile(state, "master:50051", "node-3")
+    for content in (kept.path.read_text(), "{not json", "[1, 2]", '{"master": "master:50051", "name": "node-3", '
+                    '"credential": 5}', "x" * (MAX_FILE_BYTES + 1)):
+        other.path.write_text(content)
+        assert other.load() == "", content[:40]
+    # readable by others: still used, with a warning
+    os.chmod(kept.path, 0o644)
+    with caplog.at_level("WARNING", logger="worker.credentials"):
+        assert kept.load() == "rotated"
+    assert "credential_file_open_to_others" in caplog.text
+
+
+def test_the_agent_keeps_its_credential_and_gets_its_name_back(master_server, tmp_path, monkeypatch, caplog):
+    import dataclasses
+    import json
+    import time
+
+    from aiperf.api import aiperf_pb2 as pb
+    from worker.agent import Agent, AgentConfig
+
+    class Clock:
+        t = 1_000_000.0
+
+        def __call__(self) -> float:
+            return self.t
+
+    clock = Clock()
+    h = master_server(clock=clock, heartbeat_interval_s=5.0, tick_s=3600.0)
+    state = tmp_path / "state"
+    cfg = AgentConfig(master=h.address, token=h.worker_token, name="keeper", state_dir=state, measure_peak=False)
+    agents = [Agent(cfg)]
+    try:
+        first = agents[0]
+        first._register()
+        [path] = state.glob("credential-*.json")
+        assert (path.stat().st_mode & 0o777) == 0o600
+        kept = json.loads(path.read_text())
+        assert kept["credential"] == first.client.credential(first.worker_id) and kept["worker_id"] == first.worker_id
+
+        # restarted (a new process, the same state directory) while the old one still counts as alive
+        agents.append(second := Agent(cfg))
+        second._register()
+        assert second.worker_id == first.worker_id and json.loads(path.read_text()) == kept
+
+        # a worker whose state directory was lost waits until the master marks the old one lost
+        monkeypatch.setattr("worker.agent.backoff_delays", lambda: iter([0.05] * 10_000))
+        agents.append(third := Agent(dataclasses.replace(cfg, state_dir=tmp_path / "fresh")))
+        waiting = threading.Thread(target=third._register)
+        with caplog.at_level("WARNING", logger="worker.agent"):
+            waiting.start()
+            time.sleep(1.0)
+            assert waiting.is_alive() and third.worker_id == 0
+            assert "code=ALREADY_EXISTS" in caplog.text and "in use by a live worker" in caplog.text
+            clock.t += 16  # 3 heartbeat intervals of silence
+            h.master.tick()
+            waiting.join(10)
+        assert not waiting.is_alive() and third.worker_id == first.worker_id
+        [fresh] = (tmp_path / "fresh").glob("credential-*.json")
+        assert json.loads(fresh.read_text())["credential"] not in ("", kept["credential"])
+
+        # the old process's credential is void now: its heartbeat loop sees PERMISSION_DENIED and tries
+        # to register again, which waits (the name is held by the live third worker) until stopped
+        first.heartbeat_interval_s = 0.05
+        with caplog.at_level("WARNING", logger="worker.agent"):
+            beat = threading.Thread(target=first._heartbeat_loop)
+            beat.start()
+            deadline = time.monotonic() + 10
+            while not first._lost.is_set() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            first.stop()
+            beat.join(10)
+        assert first._lost.is_set() and not beat.is_alive()
+        assert "event=reregister code=PERMISSION_DENIED" in caplog.text
+        assert third.stream.heartbeat(third.worker_id).worker_state == pb.WORKER_ALIVE
+    finally:
+        for agent in agents:
+            agent.stream.close()
+            agent.client.close()

@@ -51,6 +51,7 @@ class Cluster:
         self.address = f"127.0.0.1:{self.port}"
         self.env = dict(os.environ, AIPERF_MASTER=self.address, AIPERF_TOKEN=WORKER_TOKEN,
                         AIPERF_ADMIN_TOKEN=ADMIN_TOKEN, PYTHONUNBUFFERED="1",
+                        AIPERF_WORKER_STATE_DIR=str(tmp_path / "worker-state"),
                         TF_CPP_MIN_LOG_LEVEL="2")
         self.procs: list[subprocess.Popen] = []
         self.start_master()

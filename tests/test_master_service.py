@@ -320,6 +320,7 @@ def test_master_restart_continues_the_run(master_server, small_graph, tmp_path):
     h.stop()
     h2 = master_server(db)
     w2, c2 = clients(h2)
+    w2.set_credential(wid, w.credential(wid))  # the same worker, reconnecting: the new master knows its credential
     assert w2.heartbeat(wid).run.config.run_id == run_id
     ack = w2.report_progress(wid, mid, 1, 100, 0, 1, fc.ops(100, 0))
     assert ack.duplicate  # remembered across the restart
@@ -528,7 +529,9 @@ def test_connect_stream_survives_a_master_restart(master_server, small_graph, tm
     fc = count_flops(small_graph)
     mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
     port = h.port
-    s = WorkerClient(h.address, h.worker_token, retries=20).connect()
+    sender = WorkerClient(h.address, h.worker_token, retries=20)
+    sender.set_credential(wid, w.credential(wid))
+    s = sender.connect()
     s.report_progress(wid, mid, 1, 100, 0, 1, fc.ops(100, 0))
     h.stop()
     h2 = master_server(db, port=port)
@@ -628,21 +631,30 @@ def test_the_master_takes_and_returns_plain_types(small_graph, tmp_path):
     try:
         node = WorkerInput(name="", host="node-1", accelerators=[{"model": "V100", "peak_flops": 1e10}], cpus=4,
                            memory_bytes=1, software={})
-        wid = m.register(node)[0].id
-        other = m.register(WorkerInput("node-2", "", [], 1, 1, {}))[0]
+        reg = m.register(node)
+        wid, key = reg.worker.id, reg.credential
+        assert key not in repr(reg)  # the secret stays out of log lines
+        other_reg = m.register(WorkerInput("node-2", "", [], 1, 1, {}))
+        other = other_reg.worker
         assert other.host == "node-2"  # a missing name or host defaults to the other
         run = m.start_run(RunSpec(duration_s=600))
-        model = m.submit_model(ModelSubmission(wid, 0, small_graph.to_json(), small_graph.hash(), 0, 1, 32, 3))
+        model = m.submit_model(ModelSubmission(wid, 0, small_graph.to_json(), small_graph.hash(), 0, 1, 32, 3),
+                               credential=key)
     finally:
         m.close()
     # a fresh Master (empty FLOP cache) counts with the FLOPs stored with the model
     m = Master(store, clock=clock)
     try:
         clock.t += 30
-        ack = asyncio.run(m.report_progress(ProgressReport(wid, model.id, 1, 1, 1000, 0, None, 0)))
+        ack = asyncio.run(m.report_progress(ProgressReport(wid, model.id, 1, 1, 1000, 0, None, 0), credential=key))
         assert ack.master_flops == 1000 * model.flops_per_train_image and ack.flops_mismatch
-        with pytest.raises(PermissionDenied):  # the store checks whose model it is
-            asyncio.run(m.report_progress(ProgressReport(other.id, model.id, 2, 1, 10, 0, None, 0)))
+        with pytest.raises(PermissionDenied, match=f"model {model.id} belongs to worker {wid}"):
+            # the store checks whose model it is
+            asyncio.run(m.report_progress(ProgressReport(other.id, model.id, 2, 1, 10, 0, None, 0),
+                                          credential=other_reg.credential))
+        with pytest.raises(PermissionDenied, match=f"worker {other.id}: the credential is not"):
+            # a fresh Master knows the credentials (from the store) and checks them first
+            asyncio.run(m.report_progress(ProgressReport(other.id, model.id, 2, 1, 10, 0, None, 0), credential=key))
         sb = m.scoreboard(0)
         assert sb.run.id == run.id and sb.result.total_ops == 1000 * model.flops_per_train_image
         assert sb.accelerators == 1 and sb.workers_alive == 1 and sb.model_counts == {"training": 1}

@@ -135,6 +135,42 @@ def test_register_is_idempotent_and_a_restart_abandons_the_old_model(store: SqlS
     assert _worker(store, "node-2") != w1
 
 
+def test_the_credential_hash_is_kept_per_worker(store: SqlStore):
+    info = WorkerInput(name="node-1", host="node-1", accelerators=[], cpus=1, memory_bytes=1, software={})
+    w, _ = store.register_worker(info, 100.0)
+    assert store.worker_credential_hash(w.id) is None  # none issued through the store alone
+    store.register_worker(info, 110.0, "ab" * 32)
+    store.register_worker(info, 120.0)  # None keeps the stored hash
+    assert store.worker_credential_hash(w.id) == "ab" * 32
+    store.register_worker(info, 130.0, "cd" * 32)
+    assert store.worker_credential_hash(w.id) == "cd" * 32
+    assert store.worker_by_name("node-1").id == w.id and store.worker_by_name("node-2") is None
+    with pytest.raises(NotFound, match="worker 999"):
+        store.worker_credential_hash(999)
+
+
+def test_migration_0003_adds_an_empty_credential_to_existing_workers(db_url: str):
+    from alembic import command
+
+    from master.sqlstore import _alembic_config
+
+    engine = make_engine(db_url)
+    with engine.begin() as conn:  # a database of the previous release, with a worker in it
+        cfg = _alembic_config()
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+        conn.execute(text("INSERT INTO workers (name, host, accelerators, cpus, memory_bytes, software, state, "
+                          "registered_at, last_heartbeat) VALUES ('old', 'old', '[]', 1, 1, '{}', 'alive', 1, 1)"))
+    engine.dispose()
+    s = SqlStore(db_url)
+    try:
+        assert s.previous_revision == "0001"
+        old = s.worker_by_name("old")
+        assert old is not None and old.state == "alive" and s.worker_credential_hash(old.id) is None
+    finally:
+        s.close()
+
+
 def test_lost_workers_and_heartbeats(store: SqlStore):
     run_id, w = _run(store), _worker(store)
     m = _model(store, run_id, w)

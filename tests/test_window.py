@@ -215,6 +215,7 @@ def test_a_deadline_passed_while_the_master_was_down(master_server, small_graph,
         w.report_progress(wid, mid, seq, 1000, 0, 1, fc.ops(1000, 0))
     clock.t = t0 + 55.0
     wait_for(lambda: _alive_at(db) == t0 + 55.0, what="the liveness stamp")
+    credential = w.credential(wid)  # what the worker keeps in its state directory
     w.close()
     c.close()
     h.master.tick = lambda flush=True: None  # a crash: no final stamp on the way down
@@ -223,6 +224,7 @@ def test_a_deadline_passed_while_the_master_was_down(master_server, small_graph,
     clock.t = t0 + 91.3
     h2 = master_server(db, clock=clock, heartbeat_interval_s=10_000.0, tick_s=0.02)
     w2, c2 = _clients(h2)
+    w2.set_credential(wid, credential)
     # closed at its deadline before any request was served
     st = c2.run_status(run_id)
     assert st.run.state == pb.RUN_STOPPING

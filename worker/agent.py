@@ -5,6 +5,12 @@ its model id), choose hyperparameters (defaults during warm-up, TPE after),
 train it while streaming progress, finish it. Every call to the master that
 carries results goes through `Outbox`, which sends in order and retries
 through master restarts and network drops, so no finished report is lost.
+
+Identity: the credential Register returns is kept in the state directory
+(worker/credentials.py) and presented when the worker registers again, so a
+restarted worker gets its name and id back. A name still held by a live
+worker (its state directory was lost) is waited for: the master frees it once
+the old worker is marked lost.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import grpc
@@ -27,6 +34,7 @@ from aiperf.graph import Graph
 from aiperf.profiles import Profile, get_profile
 from aiperf.hyperparameters import Hyperparameters
 from aiperf.search import HistoryEntry, derive_seed, worker_seed
+from worker.credentials import CredentialFile
 from worker.inventory import Inventory, inventory
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -50,8 +58,10 @@ def backoff_delays(first: float = 0.5, cap: float = 10.0):
 
 
 def call_until_done(call: Callable[[], T], stopping: threading.Event,
-                    on_retry: Callable[[ApiError, float], None]) -> T:
-    """``call()``, again after each transient error (``on_retry(error, delay)``, then `backoff_delays`).
+                    on_retry: Callable[[ApiError, float], None],
+                    also: frozenset[grpc.StatusCode] = frozenset()) -> T:
+    """``call()``, again after each transient error or one in `also` (``on_retry(error, delay)``,
+    then `backoff_delays`).
 
     A permanent error, or any error once `stopping` is set, propagates.
     """
@@ -60,7 +70,7 @@ def call_until_done(call: Callable[[], T], stopping: threading.Event,
         try:
             return call()
         except ApiError as exc:
-            if exc.code not in _TRANSIENT or stopping.is_set():
+            if (exc.code not in _TRANSIENT and exc.code not in also) or stopping.is_set():
                 raise
             delay = next(delays)
             on_retry(exc, delay)
@@ -133,6 +143,7 @@ class AgentConfig:
     root_certificates: bytes | None = None
     tls: bool = False
     measure_peak: bool = True  # each accelerator's GEMM rate, for the scoreboard's efficiency
+    state_dir: Path | None = None  # where the worker's credential is kept; None: not kept (tests)
 
 
 @dataclass
@@ -157,6 +168,8 @@ class Agent:
         self.config = config
         self.client = WorkerClient(config.master, config.token,
                                    root_certificates=config.root_certificates, tls=config.tls)
+        self.credential_file = (CredentialFile(config.state_dir, config.master, config.name)
+                                if config.state_dir is not None else None)
         # heartbeats and progress reports share one Connect stream: cheaper for the master
         self.stream = self.client.connect()
         self.worker_id = 0
@@ -206,14 +219,25 @@ class Agent:
                 from worker.gemm import measure_peaks
 
                 self.peaks = measure_peaks([f"/GPU:{i}" for i in range(len(inv.accelerators))])
+        kept = self.credential_file.load() if self.credential_file is not None else ""
+        # ALREADY_EXISTS: a live worker holds the name (this one's earlier life, when its state
+        # directory was lost); the master frees the name once that worker is marked lost
         reg = call_until_done(
             lambda: self.client.register(
                 name=self.config.name, host=socket.gethostname(),
                 accelerators=[Accelerator(a.model, a.memory_bytes, peak_flops_by_dtype=peaks)
                               for a, peaks in zip(inv.accelerators, self.peaks)],
-                cpus=inv.cpus, memory_bytes=inv.memory_bytes, software=inv.software),
+                cpus=inv.cpus, memory_bytes=inv.memory_bytes, software=inv.software,
+                credential=kept),  # "" : the client presents the one it got for the name, if any
             self._stop,
-            lambda exc, delay: log.warning("event=register_retry code=%s in=%.1fs", exc.code.name, delay))
+            lambda exc, delay: log.warning("event=register_retry code=%s in=%.1fs detail=%s", exc.code.name, delay,
+                                           exc.details),
+            also=frozenset({grpc.StatusCode.ALREADY_EXISTS}))
+        if self.credential_file is not None and reg.credential != kept:
+            try:
+                self.credential_file.save(reg.worker_id, reg.credential)
+            except OSError as exc:  # the worker still works; after a restart it waits for its name
+                log.warning("event=credential_not_saved path=%s error=%s", self.credential_file.path, exc)
         self.worker_id = reg.worker_id
         self.heartbeat_interval_s = reg.heartbeat_interval_s or 5.0
         if reg.abandoned_model_ids:
@@ -229,8 +253,10 @@ class Agent:
             try:
                 hb = self.stream.heartbeat(self.worker_id, self._current_model)
             except ApiError as exc:
-                if exc.code == grpc.StatusCode.NOT_FOUND:  # master lost us (new database?)
-                    log.warning("event=reregister reason=%s", exc.details)
+                # NOT_FOUND: the master lost us (new database?); PERMISSION_DENIED: our
+                # credential is refused (the name was taken over while we were lost)
+                if exc.code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED):
+                    log.warning("event=reregister code=%s reason=%s", exc.code.name, exc.details)
                     self._lost.set()
                     try:
                         self._register()

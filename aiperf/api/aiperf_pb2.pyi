@@ -251,7 +251,7 @@ class Model(_message.Message):
     def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., parent_id: _Optional[int] = ..., worker_id: _Optional[int] = ..., round: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., created_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., reason: _Optional[str] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., epochs: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("api_version", "name", "host", "accelerators", "cpus", "memory_bytes", "software")
+    __slots__ = ("api_version", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "credential")
     API_VERSION_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
@@ -259,6 +259,7 @@ class RegisterRequest(_message.Message):
     CPUS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     SOFTWARE_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     api_version: ApiVersion
     name: str
     host: str
@@ -266,10 +267,11 @@ class RegisterRequest(_message.Message):
     cpus: int
     memory_bytes: int
     software: _containers.RepeatedCompositeFieldContainer[SoftwareVersion]
-    def __init__(self, api_version: _Optional[_Union[ApiVersion, str]] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ...) -> None: ...
+    credential: str
+    def __init__(self, api_version: _Optional[_Union[ApiVersion, str]] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., credential: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("worker_id", "heartbeat_interval_s", "has_run", "run", "master_time", "api_version", "abandoned_model_ids")
+    __slots__ = ("worker_id", "heartbeat_interval_s", "has_run", "run", "master_time", "api_version", "abandoned_model_ids", "credential")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     HAS_RUN_FIELD_NUMBER: _ClassVar[int]
@@ -277,6 +279,7 @@ class RegisterResponse(_message.Message):
     MASTER_TIME_FIELD_NUMBER: _ClassVar[int]
     API_VERSION_FIELD_NUMBER: _ClassVar[int]
     ABANDONED_MODEL_IDS_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     heartbeat_interval_s: float
     has_run: bool
@@ -284,7 +287,8 @@ class RegisterResponse(_message.Message):
     master_time: float
     api_version: ApiVersion
     abandoned_model_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, worker_id: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., has_run: _Optional[bool] = ..., run: _Optional[_Union[RunInfo, _Mapping]] = ..., master_time: _Optional[float] = ..., api_version: _Optional[_Union[ApiVersion, str]] = ..., abandoned_model_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    credential: str
+    def __init__(self, worker_id: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., has_run: _Optional[bool] = ..., run: _Optional[_Union[RunInfo, _Mapping]] = ..., master_time: _Optional[float] = ..., api_version: _Optional[_Union[ApiVersion, str]] = ..., abandoned_model_ids: _Optional[_Iterable[int]] = ..., credential: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("worker_id", "model_id")

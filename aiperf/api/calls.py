@@ -14,6 +14,8 @@ import grpc
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 15.0
+# Metadata of every worker call after Register: the per-worker credential Register returned.
+CREDENTIAL_METADATA = "aiperf-worker-credential"
 TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 

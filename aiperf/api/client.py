@@ -4,6 +4,12 @@
 uses. Both send `authorization: Bearer <token>` on every call and raise
 `ApiError` (with the gRPC status code and the master's message) on failure.
 
+Identity: the token admits a worker; `register` returns the worker's own
+credential (reg.credential), which the WorkerClient keeps and sends with every
+later call naming that worker (metadata `aiperf-worker-credential`), on its
+Connect streams too. A worker that restarts presents the credential it kept:
+`register(..., credential=kept)` (the agent keeps it in its state directory).
+
 A worker's life, in calls::
 
     from aiperf.api.client import WorkerClient, Accelerator
@@ -12,7 +18,7 @@ A worker's life, in calls::
                      accelerators=[Accelerator("NVIDIA H100", 80 << 30, peak_flops=4e14)],
                      cpus=32, memory_bytes=512 << 30,
                      software={"tensorflow": "2.21.0"})
-    # reg.worker_id, reg.heartbeat_interval_s, reg.has_run, reg.run (RunInfo)
+    # reg.worker_id, reg.heartbeat_interval_s, reg.has_run, reg.run (RunInfo), reg.credential
     hb = c.heartbeat(reg.worker_id)          # every heartbeat_interval_s, from a thread
     s = c.connect()                          # or: on a stream of the caller's own, which it
     hb = s.heartbeat(reg.worker_id)          # closes itself (what the worker agent does)
@@ -51,11 +57,15 @@ Rules the master enforces (violations raise ApiError):
   runs in heartbeats).
 - A model abandoned by the master (the worker was silent for 3 heartbeat
   intervals) refuses further reports with FAILED_PRECONDITION.
+- A call naming a worker id whose credential this client does not hold is
+  PERMISSION_DENIED. Register with the name of a live worker, without its
+  credential, is ALREADY_EXISTS; the name is free once that worker is marked lost.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
@@ -63,7 +73,7 @@ import grpc
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
-from aiperf.api.calls import DEFAULT_TIMEOUT_S, ApiError, api_error, with_retries
+from aiperf.api.calls import CREDENTIAL_METADATA, DEFAULT_TIMEOUT_S, ApiError, api_error, with_retries
 from aiperf.api.enums import API_VERSION, FINISHED_MODEL_STATES, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES
 from aiperf.api.stream import WorkerStream
 from aiperf.hyperparameters import Hyperparameters
@@ -168,10 +178,11 @@ class _Client:
         except grpc.FutureTimeoutError:
             raise ApiError(grpc.StatusCode.UNAVAILABLE, f"master {self.address} unreachable") from None
 
-    def _call(self, method: str, fn: Callable[..., T], request: Any, retry: bool = False) -> T:
+    def _call(self, method: str, fn: Callable[..., T], request: Any, retry: bool = False,
+              metadata: tuple | None = None) -> T:
         def once() -> T:
             try:
-                return fn(request, timeout=self.timeout_s, metadata=self._metadata)
+                return fn(request, timeout=self.timeout_s, metadata=metadata or self._metadata)
             except grpc.RpcError as exc:
                 raise api_error(exc, method) from None
 
@@ -184,11 +195,38 @@ class WorkerClient(_Client):
     def __init__(self, address: str, token: str, **kwargs: Any) -> None:
         super().__init__(address, token, **kwargs)
         self._stub = pb_grpc.WorkerServiceStub(self._channel)
-        self._stream = self.connect()  # for heartbeat() and report_progress(); opened on first use
+        self._lock = threading.Lock()
+        self._credentials: dict[int, str] = {}  # worker id -> its credential
+        self._by_name: dict[str, str] = {}  # worker name -> its credential, presented on re-register
+        self._streams: dict[int, WorkerStream] = {}  # per worker, for heartbeat() and report_progress()
 
     def close(self) -> None:
-        self._stream.close()
+        with self._lock:
+            streams, self._streams = list(self._streams.values()), {}
+        for stream in streams:
+            stream.close()
         super().close()
+
+    def credential(self, worker_id: int) -> str:
+        """The credential this client holds for the worker ("" when none)."""
+        with self._lock:
+            return self._credentials.get(worker_id, "")
+
+    def set_credential(self, worker_id: int, credential: str) -> None:
+        """Use `credential` for the calls naming worker_id (register sets it itself)."""
+        with self._lock:
+            self._credentials[worker_id] = credential
+
+    def _worker_metadata(self, worker_id: int) -> tuple:
+        credential = self.credential(worker_id)
+        return self._metadata + (((CREDENTIAL_METADATA, credential),) if credential else ())
+
+    def _stream_for(self, worker_id: int) -> WorkerStream:
+        with self._lock:
+            stream = self._streams.get(worker_id)
+            if stream is None:
+                stream = self._streams[worker_id] = self.connect()
+            return stream
 
     def register(
         self,
@@ -198,9 +236,15 @@ class WorkerClient(_Client):
         cpus: int = 0,
         memory_bytes: int = 0,
         software: Mapping[str, str] | None = None,
+        credential: str = "",
     ) -> pb.RegisterResponse:
-        """Register (idempotent on `name`: a restarted worker gets its id back
-        and its unfinished models are abandoned, listed in abandoned_model_ids)."""
+        """Register (idempotent on `name` for the worker that holds its credential:
+        a restarted worker gets its id back and its unfinished models are abandoned,
+        listed in abandoned_model_ids). `credential`: the one an earlier register of
+        this name returned (default: the one this client got for the name, if any).
+        The reply's credential is kept and sent with every later call for the worker."""
+        with self._lock:
+            presented = credential or self._by_name.get(name, "")
         req = pb.RegisterRequest(
             api_version=API_VERSION,
             name=name,
@@ -213,13 +257,18 @@ class WorkerClient(_Client):
             cpus=int(cpus),
             memory_bytes=int(memory_bytes),
             software=[pb.SoftwareVersion(name=k, version=v) for k, v in sorted((software or {}).items())],
+            credential=presented,
         )
-        return self._call("Register", self._stub.Register, req, retry=True)
+        reply = self._call("Register", self._stub.Register, req, retry=True)
+        with self._lock:
+            self._credentials[reply.worker_id] = reply.credential
+            self._by_name[name] = reply.credential
+        return reply
 
     def heartbeat(self, worker_id: int, model_id: int = 0) -> pb.HeartbeatResponse:
         """Say alive; the reply carries the run (state, config) and the worker's state.
-        Sent on the client's Connect stream; retried on transient failures."""
-        return self._stream.heartbeat(worker_id, model_id)
+        Sent on the client's Connect stream of this worker; retried on transient failures."""
+        return self._stream_for(worker_id).heartbeat(worker_id, model_id)
 
     def get_history(
         self, worker_id: int, since_model_id: int = 0, run_id: int = 0, limit: int = 0
@@ -227,7 +276,8 @@ class WorkerClient(_Client):
         """Models of the run with model_id > since_model_id (ascending), with
         graph JSON, and the ids of all DONE models ranked best first."""
         req = pb.GetHistoryRequest(worker_id=worker_id, run_id=run_id, since_model_id=since_model_id, limit=limit)
-        return self._call("GetHistory", self._stub.GetHistory, req, retry=True)
+        return self._call("GetHistory", self._stub.GetHistory, req, retry=True,
+                          metadata=self._worker_metadata(worker_id))
 
     def submit_model(
         self,
@@ -253,13 +303,14 @@ class WorkerClient(_Client):
             hyperparameters=hyperparameters_message(hyperparameters),
             queue=queue,
         )
-        return self._call("SubmitModel", self._stub.SubmitModel, req)
+        return self._call("SubmitModel", self._stub.SubmitModel, req, metadata=self._worker_metadata(worker_id))
 
     def get_hyperparameter_history(self, worker_id: int, run_id: int = 0) -> pb.GetHyperparameterHistoryResponse:
         """(model_id, round, worker_id, hyperparameters, accuracy) of the run's DONE
         models; accuracy is the predicted one when known, else the best observed."""
         req = pb.GetHyperparameterHistoryRequest(worker_id=worker_id, run_id=run_id)
-        return self._call("GetHyperparameterHistory", self._stub.GetHyperparameterHistory, req, retry=True)
+        return self._call("GetHyperparameterHistory", self._stub.GetHyperparameterHistory, req, retry=True,
+                          metadata=self._worker_metadata(worker_id))
 
     def report_progress(
         self,
@@ -273,15 +324,17 @@ class WorkerClient(_Client):
         val_accuracy: float | None = None,
     ) -> pb.ProgressAck:
         """Report images processed since the last report (idempotent on seq;
-        retried on transient failures). Sent on the client's Connect stream."""
-        return self._stream.report_progress(worker_id, model_id, seq, images_trained, images_validated, epoch,
+        retried on transient failures). Sent on the client's Connect stream of this worker."""
+        return self._stream_for(worker_id).report_progress(worker_id, model_id, seq, images_trained, images_validated, epoch,
                                             worker_flops, val_accuracy)
 
     def connect(self) -> WorkerStream:
         """A new Connect stream for this worker's heartbeats and progress
         reports: the same calls as heartbeat() and report_progress(), on a
-        stream of the caller's own. Opened on first use."""
-        return WorkerStream(self._stub, self._metadata, timeout_s=self.timeout_s, retries=self.retries)
+        stream of the caller's own. Opened on first use, with the credential
+        this client holds for the worker its message names (see WorkerStream)."""
+        return WorkerStream(self._stub, self._metadata, timeout_s=self.timeout_s, retries=self.retries,
+                            credential=self.credential)
 
     def finish_model(
         self,
@@ -306,7 +359,8 @@ class WorkerClient(_Client):
             best_accuracy=float(best_accuracy or 0.0),
             predicted_accuracy=float(predicted_accuracy or 0.0),
         )
-        return self._call("FinishModel", self._stub.FinishModel, req, retry=True)
+        return self._call("FinishModel", self._stub.FinishModel, req, retry=True,
+                          metadata=self._worker_metadata(worker_id))
 
     def send_resource_samples(self, worker_id: int, samples: Sequence[ResourceSample]) -> int:
         """Send resource samples; returns how many were stored."""
@@ -324,7 +378,8 @@ class WorkerClient(_Client):
                 for s in samples
             ],
         )
-        return self._call("SendResourceSamples", self._stub.SendResourceSamples, req).stored
+        return self._call("SendResourceSamples", self._stub.SendResourceSamples, req,
+                          metadata=self._worker_metadata(worker_id)).stored
 
 
 class ControlClient(_Client):

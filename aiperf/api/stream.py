@@ -3,7 +3,13 @@
 `WorkerStream` sends each message on one long-lived Connect stream and
 hands every caller its own reply (the master answers once per message, in
 order). `WorkerClient.connect()` opens one; `WorkerClient.heartbeat` and
-`report_progress` ride one of their own.
+`report_progress` ride one of their own per worker.
+
+A stream carries one worker's credential in its metadata (the master refuses a
+message naming another worker with PERMISSION_DENIED and keeps the stream
+open). The credential is looked up for the worker the message names when the
+stream opens; a message whose worker's credential differs from the open
+stream's (the worker registered anew) ends that stream and opens another.
 """
 
 from __future__ import annotations
@@ -12,13 +18,13 @@ import collections
 import logging
 import queue
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import grpc
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
-from aiperf.api.calls import DEFAULT_TIMEOUT_S, ApiError, api_error, with_retries
+from aiperf.api.calls import CREDENTIAL_METADATA, DEFAULT_TIMEOUT_S, ApiError, api_error, with_retries
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +67,10 @@ class _Pending:
 
 
 class _OpenStream:
-    def __init__(self, call: Any, requests: "queue.SimpleQueue[pb.WorkerMessage | None]") -> None:
+    def __init__(self, call: Any, requests: "queue.SimpleQueue[pb.WorkerMessage | None]", credential: str) -> None:
         self.call = call
         self.requests = requests
+        self.credential = credential  # sent in the stream's metadata
         self.waiting: collections.deque[_Pending] = collections.deque()
 
 
@@ -79,9 +86,10 @@ class WorkerStream:
     """
 
     def __init__(self, stub: pb_grpc.WorkerServiceStub, metadata: tuple, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 retries: int = 3) -> None:
+                 retries: int = 3, credential: Callable[[int], str] | None = None) -> None:
         self._stub = stub
         self._metadata = metadata
+        self._credential = credential or (lambda _worker_id: "")  # worker id -> its credential
         self.timeout_s = timeout_s
         self.retries = retries
         self._lock = threading.Lock()
@@ -91,14 +99,14 @@ class WorkerStream:
     def heartbeat(self, worker_id: int, model_id: int = 0) -> pb.HeartbeatResponse:
         """As WorkerClient.heartbeat."""
         msg = pb.WorkerMessage(heartbeat=pb.HeartbeatRequest(worker_id=worker_id, model_id=model_id))
-        return self._retrying("Heartbeat", msg).heartbeat
+        return self._retrying("Heartbeat", msg, worker_id).heartbeat
 
     def report_progress(self, worker_id: int, model_id: int, seq: int, images_trained: int, images_validated: int,
                         epoch: int, worker_flops: int, val_accuracy: float | None = None) -> pb.ProgressAck:
         """As WorkerClient.report_progress."""
         report = progress_report(worker_id, model_id, seq, images_trained, images_validated, epoch,
                                  worker_flops, val_accuracy)
-        return self._retrying("ReportProgress", pb.WorkerMessage(progress=report)).progress
+        return self._retrying("ReportProgress", pb.WorkerMessage(progress=report), worker_id).progress
 
     def close(self) -> None:
         with self._lock:
@@ -115,17 +123,19 @@ class WorkerStream:
         self.close()
 
     # -- internals ----------------------------------------------------------
-    def _retrying(self, method: str, msg: pb.WorkerMessage) -> pb.MasterMessage:
-        return with_retries(f"Connect.{method}", self.retries + 1, lambda: self._exchange(method, msg), log)
+    def _retrying(self, method: str, msg: pb.WorkerMessage, worker_id: int) -> pb.MasterMessage:
+        return with_retries(f"Connect.{method}", self.retries + 1,
+                            lambda: self._exchange(method, msg, self._credential(worker_id)), log)
 
-    def _start(self) -> _OpenStream:
+    def _start(self, credential: str) -> _OpenStream:
         requests: queue.SimpleQueue[pb.WorkerMessage | None] = queue.SimpleQueue()
 
         def messages() -> Iterator[pb.WorkerMessage]:
             while (m := requests.get()) is not None:
                 yield m
 
-        stream = _OpenStream(self._stub.Connect(messages(), metadata=self._metadata), requests)
+        metadata = self._metadata + (((CREDENTIAL_METADATA, credential),) if credential else ())
+        stream = _OpenStream(self._stub.Connect(messages(), metadata=metadata), requests, credential)
         threading.Thread(target=self._read, args=(stream,), name="aiperf-connect-reader", daemon=True).start()
         return stream
 
@@ -156,13 +166,18 @@ class WorkerStream:
             pending.error = error
             pending.done.set()
 
-    def _exchange(self, method: str, msg: pb.WorkerMessage) -> pb.MasterMessage:
+    def _exchange(self, method: str, msg: pb.WorkerMessage, credential: str) -> pb.MasterMessage:
         pending = _Pending()
         with self._lock:
             if self._closed:
                 raise ApiError(grpc.StatusCode.CANCELLED, "the stream is closed", method)
+            if self._open is not None and self._open.credential != credential:
+                # the worker registered anew: half-close the old stream (the master still
+                # answers what was sent on it) and open one with the new credential
+                self._open.requests.put(None)
+                self._open = None
             if self._open is None:
-                self._open = self._start()
+                self._open = self._start(credential)
             stream = self._open
             stream.waiting.append(pending)  # under the lock: replies come in this order
             stream.requests.put(msg)
