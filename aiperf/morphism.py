@@ -45,26 +45,66 @@ class MorphismError(ValueError):
     """No operation can be applied (no valid position, or a limit would be crossed)."""
 
 
+# The kernel size the parameter limit is checked at by default: the largest
+# kernel TPE may give inserted convs (both profiles search 3, 5 and 7). A child
+# is generated before its kernel size is chosen, so it must fit at any of them.
+LIMIT_KERNEL_SIZE = 7
+
+
 @dataclass(frozen=True)
 class Limits:
-    """Upper bounds a child must respect."""
+    """Upper bounds a child must respect.
+
+    `kernel_size`: the parameters are counted with every inserted conv at this
+    kernel size (SPEC section 6); parameters grow with the kernel, so checking at
+    the largest kernel a run may train keeps every choice within `max_params`.
+    None counts the graph as it stands.
+    """
 
     max_layers: int = 500
     max_params: int = 60_000_000
+    kernel_size: int | None = LIMIT_KERNEL_SIZE
 
     def __post_init__(self) -> None:
         if self.max_layers <= 0 or self.max_params <= 0:
             raise ValueError(f"limits must be positive, got {self}")
+        if self.kernel_size is not None:
+            try:
+                check_kernel_size(self.kernel_size)
+            except HyperparameterError as exc:
+                raise ValueError(f"limits: {exc}") from None
 
-    def violation(self, graph: Graph) -> str | None:
-        """A one-line reason when `graph` crosses a limit, else None."""
+    def violation(self, graph: Graph, kernel_size: int | None = None) -> str | None:
+        """A one-line reason when `graph` crosses a limit, else None. The
+        parameters are counted at `kernel_size` when given (the kernel actually
+        trained), else at the limits' own kernel size."""
         n = len(graph.layers)
         if n > self.max_layers:
             return f"child would have {n} layers, over the limit max_layers={self.max_layers}"
-        p = graph.num_params()
+        k = kernel_size if kernel_size is not None else self.kernel_size
+        p = params_at_kernel(graph, k)
         if p > self.max_params:
-            return f"child would have {p} parameters, over the limit max_params={self.max_params}"
+            at = f" (inserted convs at kernel size {k})" if k is not None else ""
+            return f"child would have {p} parameters, over the limit max_params={self.max_params}{at}"
         return None
+
+
+def params_at_kernel(graph: Graph, kernel_size: int | None) -> int:
+    """Parameters of `graph` with every inserted conv at `kernel_size` (None: as is).
+
+    Equals ``with_inserted_kernel(graph, kernel_size).num_params()``: a
+    parameter count depends on kernels and channel counts only, never on
+    spatial sizes, so no new graph is built (this runs for every candidate).
+    """
+    if kernel_size is None:
+        return graph.num_params()
+    k = check_kernel_size(kernel_size)
+    total = 0
+    for layer in graph.layers:
+        if layer.tag == INSERTED and layer.type == "conv" and layer.kernel != k:
+            layer = replace(layer, kernel=k)
+        total += KINDS[layer.type].num_params(layer, graph.input_shapes(layer)[0])
+    return total
 
 
 # ---------------------------------------------------------------------------

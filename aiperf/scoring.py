@@ -1,27 +1,31 @@
 """Scores of a run (SPEC section 7), as pure functions of the master's time line.
 
-Definitions, with t0 the run's start on the master clock and F(t) the
-master-counted operations of every image trained or validated by time t:
+Definitions, with t0 the run's start on the master clock, F(t) the
+master-counted operations of every image trained or validated by time t and
+acc(t) the best validation top-1 accuracy observed by time t (real accuracies
+reported by workers, never a predicted accuracy):
 
 - FLOPS(t) = F(t) / (t - t0).
-- Score = max FLOPS(t) over the scored window t - t0 >= the profile's minimum
-  running time (official 3600 s, smoke 120 s). F is a step function that only
-  rises at report times and FLOPS falls between them, so the maximum is reached
-  either at a report time or at the window's start t0 + minimum; both are
-  candidates. Before the minimum is reached the score is the current FLOPS and
-  is *provisional*.
+- Error(t) = 1 - acc(t), floored at ERROR_FLOOR so that a perfect accuracy
+  does not give an infinite regulated score; 1 before any accuracy.
+- Regulated score R(t) = -ln(Error(t)) * FLOPS(t) (AIPerf paper, Eq. 3 and
+  Fig. 4: plotted over time, its highest point reported).
+- Valid FLOPS V(t) = FLOPS(t) * (acc(t) / target)^5 (HPC AI500 v3, Eqs. 7-8,
+  n = 5 for image classification; target per profile, official 0.763 top-1).
+- Score, regulated score and valid FLOPS are each the highest value of their
+  curve over the scored window t - t0 >= the profile's minimum running time
+  (official 3600 s), reported with the time it occurred. F and acc are step
+  functions that only rise at report times, and between reports all three
+  curves fall (1/(t - t0)), so each maximum is reached either at a report
+  time or at the window's start t0 + minimum: those are the candidates.
+  Before the minimum is reached each figure is its current value and is
+  *provisional*.
 - The time line ends when the run leaves RUNNING (deadline or stop request);
   reports that arrive later are kept in the database but are not scored.
-- Error = 1 - best observed validation top-1 accuracy over the scored time line
-  (real accuracies reported by workers, never a predicted accuracy). It is
-  floored at ERROR_FLOOR so that a perfect accuracy does not give an infinite
-  regulated score.
-- Regulated score = -ln(Error) * Score.
-- Valid FLOPS (HPC AI500) = Score * (accuracy / target)^5. Our choice of the
-  target accuracy: 1 - the maximum allowed error, i.e. 0.70 top-1 for both
-  profiles (the official rule's 30% maximum error, `aiperf.profiles.MAX_ERROR`).
-- Efficiency = Score / peak, peak = sum of the measured GEMM peaks of the
-  workers that took part; None when any peak is unknown.
+- Error (the field) = 1 - the best accuracy over the whole scored time line:
+  the validity rule's error.
+- Efficiency = Score / peak, peak = sum of the accepted GEMM peaks of the
+  workers that took part (`aiperf.peaks`); None when any peak is unknown.
 - Valid when: ran at least the minimum running time, error <= the profile's
   maximum (0.30), precision FP16 or wider (`aiperf.precision`), and the
   workers' own FLOP count agrees with the master's within 1% over the scored
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from aiperf.precision import is_official
 from aiperf.profiles import PROFILES as _PROFILES
@@ -42,6 +46,7 @@ from aiperf.profiles import Profile
 
 ERROR_FLOOR = 1e-6
 FLOPS_TOLERANCE = 0.01  # worker vs master relative disagreement allowed
+VALID_FLOPS_EXPONENT = 5  # HPC AI500 v3: n = 5 for image classification
 
 
 @dataclass(frozen=True)
@@ -71,13 +76,22 @@ class Point:
 
     t: master time of receipt; ops: master-counted operations of the report;
     worker_ops: the worker's own figure; accuracy: observed validation accuracy
-    or None.
+    or None. An accuracy outside [0, 1] or negative operations would inflate a
+    score: ValueError.
     """
 
     t: float
     ops: int
     worker_ops: int = 0
     accuracy: float | None = None
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.t):
+            raise ValueError(f"report time must be finite, got {self.t!r}")
+        if self.ops < 0:
+            raise ValueError(f"operations must be >= 0, got {self.ops!r}")
+        if self.accuracy is not None and not 0.0 <= self.accuracy <= 1.0:
+            raise ValueError(f"accuracy must be in [0, 1], got {self.accuracy!r}")
 
 
 @dataclass(frozen=True)
@@ -88,19 +102,38 @@ class ScoreResult:
     score_time_s: float          # t - t0 of the score
     provisional: bool
     best_accuracy: float | None
-    error: float
-    regulated_score: float
-    valid_flops: float
+    error: float                 # 1 - best accuracy of the whole scored time line
+    regulated_score: float       # max R(t) in the window (R(now) while provisional)
+    valid_flops: float           # max V(t) in the window (V(now) while provisional)
     efficiency: float | None
     total_ops: int
     worker_ops: int
     reports: int
     valid: bool
     invalid_reasons: tuple[str, ...] = field(default_factory=tuple)
+    regulated_score_time_s: float = 0.0  # t - t0 of the regulated score
+    valid_flops_time_s: float = 0.0      # t - t0 of the valid FLOPS
 
     @property
     def invalid_reason(self) -> str:
         return "; ".join(self.invalid_reasons)
+
+
+@dataclass(frozen=True)
+class State:
+    """The time line's state at time t: F(t) and acc(t)."""
+
+    t: float
+    ops: int
+    best_accuracy: float | None
+
+
+@dataclass(frozen=True)
+class Maximum:
+    """The highest value of one curve over a window, and where it occurred."""
+
+    value: float
+    t: float
 
 
 def flops_at(t0: float, points: Sequence[Point], t: float) -> float:
@@ -110,29 +143,68 @@ def flops_at(t0: float, points: Sequence[Point], t: float) -> float:
     return sum(p.ops for p in points if p.t <= t) / (t - t0)
 
 
-def peak_flops(t0: float, points: Sequence[Point], t_from: float, t_to: float) -> tuple[float, float]:
-    """Max of FLOPS(t) for t in [t_from, t_to]; returns (value, t).
+def state_at(points: Sequence[Point], t: float) -> State:
+    """F(t) and acc(t): every report received by t counts."""
+    accuracies = [p.accuracy for p in points if p.t <= t and p.accuracy is not None]
+    return State(t, sum(p.ops for p in points if p.t <= t), max(accuracies) if accuracies else None)
 
-    Candidates are t_from and every report time inside the window (see module doc).
-    """
+
+def candidates(points: Sequence[Point], t_from: float, t_to: float) -> Iterator[State]:
+    """The time line's state at t_from and at every distinct report time in
+    (t_from, t_to]: the only places a maximum of FLOPS, R or V can be (module doc)."""
     ordered = sorted(points, key=lambda p: p.t)
-    best, best_t = 0.0, t_from
-    cumulative = 0
+    ops, best = 0, None
     i = 0
     while i < len(ordered) and ordered[i].t <= t_from:
-        cumulative += ordered[i].ops
+        ops, best = _add(ops, best, ordered[i])
         i += 1
-    if t_from > t0:
-        best = cumulative / (t_from - t0)
+    yield State(t_from, ops, best)
     while i < len(ordered) and ordered[i].t <= t_to:
-        cumulative += ordered[i].ops
         t = ordered[i].t
-        if t > t0:
-            value = cumulative / (t - t0)
-            if value > best:
-                best, best_t = value, t
-        i += 1
-    return best, best_t
+        while i < len(ordered) and ordered[i].t == t:  # reports at one instant count together
+            ops, best = _add(ops, best, ordered[i])
+            i += 1
+        yield State(t, ops, best)
+
+
+def _add(ops: int, best: float | None, p: Point) -> tuple[int, float | None]:
+    if p.accuracy is not None and (best is None or p.accuracy > best):
+        best = p.accuracy
+    return ops + p.ops, best
+
+
+def flops_of(t0: float, s: State) -> float:
+    """FLOPS at state `s`; 0 at or before t0."""
+    return s.ops / (s.t - t0) if s.t > t0 else 0.0
+
+
+def regulated_of(t0: float, s: State) -> float:
+    """R(t) = -ln(Error(t)) * FLOPS(t) at state `s`."""
+    return regulated_score(flops_of(t0, s), error_of(s.best_accuracy))
+
+
+def valid_flops_of(t0: float, s: State, target_accuracy: float) -> float:
+    """V(t) = FLOPS(t) * (acc(t) / target)^5 at state `s`."""
+    return valid_flops(flops_of(t0, s), s.best_accuracy, target_accuracy)
+
+
+def maximum(t0: float, points: Sequence[Point], t_from: float, t_to: float,
+            value: Callable[[float, State], float]) -> Maximum:
+    """Max of `value(t0, state)` for t in [t_from, t_to]; the earliest on a tie."""
+    states = candidates(points, t_from, t_to)
+    first = next(states)  # the window's start is always a candidate
+    best = Maximum(value(t0, first), first.t)
+    for s in states:
+        v = value(t0, s)
+        if v > best.value:
+            best = Maximum(v, s.t)
+    return best
+
+
+def peak_flops(t0: float, points: Sequence[Point], t_from: float, t_to: float) -> tuple[float, float]:
+    """Max of FLOPS(t) for t in [t_from, t_to]; returns (value, t)."""
+    m = maximum(t0, points, t_from, t_to, flops_of)
+    return m.value, m.t
 
 
 def error_of(best_accuracy: float | None) -> float:
@@ -143,13 +215,15 @@ def error_of(best_accuracy: float | None) -> float:
 
 
 def regulated_score(flops: float, error: float) -> float:
+    """-ln(Error) * FLOPS (AIPerf paper, Eq. 3)."""
     return -math.log(max(ERROR_FLOOR, min(1.0, error))) * flops + 0.0  # + 0.0: no -0.0
 
 
 def valid_flops(flops: float, accuracy: float | None, target_accuracy: float) -> float:
+    """FLOPS * (accuracy / target)^5 (HPC AI500 v3, Eqs. 7-8, n = 5); 0 without an accuracy."""
     if accuracy is None:
         return 0.0
-    return flops * (accuracy / target_accuracy) ** 5
+    return flops * (accuracy / target_accuracy) ** VALID_FLOPS_EXPONENT
 
 
 def efficiency(score: float, peaks: Iterable[float]) -> float | None:
@@ -164,6 +238,32 @@ def flops_agree(master_ops: int, worker_ops: int, tolerance: float = FLOPS_TOLER
     if master_ops == 0:
         return worker_ops == 0
     return abs(worker_ops - master_ops) <= tolerance * master_ops
+
+
+@dataclass(frozen=True)
+class Maxima:
+    """Score, regulated score and valid FLOPS of a scored time line."""
+
+    flops: Maximum
+    regulated: Maximum
+    valid: Maximum
+
+
+def maxima(t0: float, stop: float, points: Sequence[Point], rules: ProfileRules) -> Maxima:
+    """The three figures over the window [t0 + minimum, stop]; before the minimum
+    is reached, their current values at `stop` (provisional)."""
+    t_from = t0 + rules.min_running_time_s
+    if stop < t_from:
+        now = state_at(points, stop)
+        return Maxima(Maximum(flops_of(t0, now), stop), Maximum(regulated_of(t0, now), stop),
+                      Maximum(valid_flops_of(t0, now, rules.target_accuracy), stop))
+
+    def valid(start: float, s: State) -> float:
+        return valid_flops_of(start, s, rules.target_accuracy)
+
+    return Maxima(maximum(t0, points, t_from, stop, flops_of),
+                  maximum(t0, points, t_from, stop, regulated_of),
+                  maximum(t0, points, t_from, stop, valid))
 
 
 def score_run(
@@ -185,16 +285,34 @@ def score_run(
     elapsed = max(0.0, stop - t0)
     total = sum(p.ops for p in scored)
     worker_total = sum(p.worker_ops for p in scored)
-    current = total / elapsed if elapsed > 0 else 0.0
-    provisional = elapsed < rules.min_running_time_s
-    if provisional:
-        score, score_t = current, elapsed
-    else:
-        score, t_best = peak_flops(t0, scored, t0 + rules.min_running_time_s, stop)
-        score_t = t_best - t0
+    best = maxima(t0, max(stop, t0), scored, rules)
     accuracies = [p.accuracy for p in scored if p.accuracy is not None]
     best_acc = max(accuracies) if accuracies else None
     err = error_of(best_acc)
+    reasons = _invalid_reasons(elapsed, err, precision, total, worker_total, rules)
+    return ScoreResult(
+        elapsed_s=elapsed,
+        flops=total / elapsed if elapsed > 0 else 0.0,
+        score=best.flops.value,
+        score_time_s=max(0.0, best.flops.t - t0),
+        provisional=elapsed < rules.min_running_time_s,
+        best_accuracy=best_acc,
+        error=err,
+        regulated_score=best.regulated.value,
+        valid_flops=best.valid.value,
+        efficiency=efficiency(best.flops.value, peaks),
+        total_ops=total,
+        worker_ops=worker_total,
+        reports=len(scored),
+        valid=not reasons,
+        invalid_reasons=reasons,
+        regulated_score_time_s=max(0.0, best.regulated.t - t0),
+        valid_flops_time_s=max(0.0, best.valid.t - t0),
+    )
+
+
+def _invalid_reasons(elapsed: float, err: float, precision: str, total: int, worker_total: int,
+                     rules: ProfileRules) -> tuple[str, ...]:
     reasons: list[str] = []
     if elapsed < rules.min_running_time_s:
         reasons.append(f"ran {elapsed:.0f} s < minimum {rules.min_running_time_s:.0f} s")
@@ -205,23 +323,7 @@ def score_run(
     if not flops_agree(total, worker_total):
         diff = abs(worker_total - total) / total if total else 1.0
         reasons.append(f"worker FLOPs differ from the master's count by {diff:.2%}")
-    return ScoreResult(
-        elapsed_s=elapsed,
-        flops=current,
-        score=score,
-        score_time_s=score_t,
-        provisional=provisional,
-        best_accuracy=best_acc,
-        error=err,
-        regulated_score=regulated_score(score, err),
-        valid_flops=valid_flops(score, best_acc, rules.target_accuracy),
-        efficiency=efficiency(score, peaks),
-        total_ops=total,
-        worker_ops=worker_total,
-        reports=len(scored),
-        valid=not reasons,
-        invalid_reasons=tuple(reasons),
-    )
+    return tuple(reasons)
 
 
 def model_rank_key(model_id: int, predicted_accuracy: float | None,

@@ -1,4 +1,5 @@
-"""A run over time, for the report: FLOPS(t) and error(t) from the progress
+"""A run over time, for the report: FLOPS(t), error(t), the regulated score
+and valid FLOPS over time (the AIPerf paper's Fig. 4) from the progress
 reports, and the resource samples averaged into the same time buckets.
 
 Pure functions of their inputs. Times in the results are seconds since the
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from aiperf.scoring import Point
+from aiperf.scoring import Point, error_of, regulated_score, valid_flops
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,17 @@ class CurvePoint:
     ops: int                      # F(t): operations of every image trained or validated by t
     flops: float                  # FLOPS(t) = F(t) / elapsed_s
     best_accuracy: float | None   # best validation accuracy observed by t
+
+
+@dataclass(frozen=True)
+class ScorePoint:
+    """The three score curves at one time (SPEC section 7); their maxima over the
+    scored window are the reported figures."""
+
+    elapsed_s: float
+    flops: float             # FLOPS(t)
+    regulated_score: float   # -ln(Error(t)) * FLOPS(t)
+    valid_flops: float       # FLOPS(t) * (acc(t) / target)^5; 0 before any accuracy
 
 
 @dataclass(frozen=True)
@@ -104,3 +116,10 @@ def resource_curve(t0: float, samples: Iterable[Sample], end: float, buckets: in
 def error_curve(curve: Sequence[CurvePoint]) -> list[tuple[float, float]]:
     """(elapsed_s, 1 - best accuracy) wherever an accuracy is known."""
     return [(c.elapsed_s, 1.0 - c.best_accuracy) for c in curve if c.best_accuracy is not None]
+
+
+def score_curve(curve: Sequence[CurvePoint], target_accuracy: float) -> list[ScorePoint]:
+    """FLOPS(t), the regulated score and valid FLOPS at every point of `curve`
+    (a `flops_curve`, downsampled or not): the series of the paper's Fig. 4."""
+    return [ScorePoint(c.elapsed_s, c.flops, regulated_score(c.flops, error_of(c.best_accuracy)),
+                       valid_flops(c.flops, c.best_accuracy, target_accuracy)) for c in curve]

@@ -77,3 +77,31 @@ def test_inserted_kernel_changes_flops():
     f3 = count_flops(with_inserted_kernel(g, 3)).forward["conv"]
     f7 = count_flops(with_inserted_kernel(g, 7)).forward["conv"]
     assert f7 - f3 == 2 * (49 - 9) * 64 * 8 * 8 * 64
+
+
+def test_resnet50_adds_are_two_input_and_match_table_iii_exactly(official):
+    # 16 two-input adds: 3 at 56x56x256, 4 at 28x28x512, 6 at 14x14x1024, 3 at 7x7x2048.
+    exact = 3 * 56 * 56 * 256 + 4 * 28 * 28 * 512 + 6 * 14 * 14 * 1024 + 3 * 7 * 7 * 2048
+    assert official.forward["add"] == exact == 5_519_360  # Table III: 5.52E06
+
+
+def test_an_n_input_add_counts_n_minus_1_additions_per_element():
+    # Issue 12's golden case: a skip into conv4_block5_add makes it a 3-input add,
+    # one more 14x14x1024 addition than plain ResNet-50: 5,519,360 + 200,704.
+    from aiperf.morphism import skip_at
+
+    child = skip_at(resnet50(), "conv4_block2_out", "conv4_block5_add")
+    assert len(child.layer("conv4_block5_add").inputs) == 3
+    assert count_flops(child).forward["add"] == 5_720_064
+    # A second skip into the same add: 4 inputs, 3 additions per element.
+    four = skip_at(child, "conv4_block3_out", "conv4_block5_add")
+    assert count_flops(four).forward["add"] == 5_519_360 + 2 * 200_704
+    assert count_flops(four).backward["add"] == 0
+
+
+def test_hand_built_three_input_add():
+    g = Graph((4, 4, 2), 2, (
+        conv("c1", INPUT, 2, 1), conv("c2", INPUT, 2, 3), simple("a", "add", "c1", "c2", "c1"),
+        simple("gap", "avgpool", "a"), dense("fc", "gap", 2), simple("sm", "softmax", "fc"),
+    ))
+    assert count_flops(g).forward["add"] == 2 * 4 * 4 * 2

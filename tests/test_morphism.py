@@ -5,11 +5,14 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiperf.flops import count_flops
 from aiperf.graph import INSERTED, Graph, with_inserted_kernel
-from aiperf.morphism import (Limits, MorphismError, deeper, deeper_at, random_morph, skip, skip_at,
-                             skip_positions, wider, wider_at, wider_positions)
+from aiperf.morphism import (LIMIT_KERNEL_SIZE, Limits, MorphismError, deeper, deeper_at, params_at_kernel,
+                             random_morph, skip, skip_at, skip_positions, wider, wider_at, wider_positions)
+from aiperf.profiles import PROFILES
 from aiperf.resnet import resnet50
 
 
@@ -141,3 +144,40 @@ def test_bad_arguments_are_refused(small: Graph) -> None:
         deeper_at(small, "nope")
     with pytest.raises(MorphismError, match="is a conv"):
         deeper_at(small, "conv1_conv")
+
+
+def test_parameter_limit_is_checked_at_the_kernel_size_trained(official: Graph) -> None:
+    # Issue 12: a child checked at kernel 3 passed the 60M limit and trained at kernel 7.
+    # One inserted 1024->1024 conv after a 14x14x1024 ReLU: 9·1024² weights at kernel 3,
+    # 49·1024² at kernel 7, plus its BN's 4·1024.
+    child = deeper_at(official, "conv4_block1_out", kernel_size=3)
+    base = official.num_params()
+    assert child.num_params() == base + 9 * 1024 * 1024 + 4 * 1024 < 60_000_000
+    at7 = base + 49 * 1024 * 1024 + 4 * 1024
+    assert params_at_kernel(child, 7) == at7 == with_inserted_kernel(child, 7).num_params() > 60_000_000
+    limits = Limits()
+    assert limits.kernel_size == LIMIT_KERNEL_SIZE == max(max(p.kernel_sizes) for p in PROFILES.values())
+    assert limits.violation(child) == (f"child would have {at7} parameters, over the limit "
+                                       "max_params=60000000 (inserted convs at kernel size 7)")
+    assert limits.violation(child, kernel_size=5) is None  # the kernel actually trained, when known
+    assert Limits(kernel_size=3).violation(child) is None
+    assert Limits(kernel_size=None).violation(child) is None  # the graph as it stands (kernel 3)
+    with pytest.raises(ValueError, match="kernel_size"):
+        Limits(kernel_size=4)
+
+
+def test_generated_children_fit_the_limit_at_every_kernel_size(official: Graph) -> None:
+    # Whatever kernel TPE later picks from {3, 5, 7}, the child stays within max_params.
+    limits = Limits()
+    for seed in range(4):
+        child = random_morph(official, seed=seed, steps=3, limits=limits)
+        for k in (3, 5, 7):
+            assert with_inserted_kernel(child, k).num_params() <= limits.max_params
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), steps=st.integers(1, 4), k=st.sampled_from([1, 3, 5, 7, 9]))
+def test_params_at_kernel_equals_rebuilding_the_graph(small: Graph, seed: int, steps: int, k: int) -> None:
+    child = random_morph(small, seed=seed, steps=steps, limits=Limits(max_params=10**9))
+    assert params_at_kernel(child, k) == with_inserted_kernel(child, k).num_params()
+    assert params_at_kernel(child, None) == child.num_params()

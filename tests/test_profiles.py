@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from aiperf.hyperparameters import Hyperparameters
-from aiperf.profiles import OFFICIAL, PROFILES, SMOKE, Profile, get_profile
+from aiperf.profiles import OFFICIAL, PROFILES, SMOKE, SMOKE_TOP1_TARGET, Profile, get_profile
 from aiperf.scoring import PROFILES as SCORING_RULES
 
 
@@ -52,8 +52,18 @@ def test_scoring_rules_are_the_spec_rules():
     official, smoke = SCORING_RULES["official"], SCORING_RULES["smoke"]
     assert (official.min_duration_s, official.min_running_time_s, official.max_error, official.official) == \
         (3600.0, 3600.0, 0.30, True)
-    assert official.target_accuracy == pytest.approx(1 - official.max_error)
+    # Valid FLOPS targets (HPC AI500 v3, n = 5): ResNet-50's 76.3% top-1 for the official
+    # profile; the smoke network's accuracy after one full-length smoke round for smoke.
+    assert official.target_accuracy == 0.763 and smoke.target_accuracy == SMOKE_TOP1_TARGET
     assert smoke.official is False and smoke.min_running_time_s < official.min_running_time_s
+
+
+@pytest.mark.parametrize("target", [0.0, -0.5, 1.01, float("nan")])
+def test_target_accuracy_must_be_a_fraction(target):
+    with pytest.raises(ValueError, match="target_accuracy must be in"):
+        dataclasses.replace(SMOKE, target_accuracy=target)
+    with pytest.raises(ValueError, match="target_accuracy"):
+        Profile.from_dict(SMOKE.to_dict() | {"target_accuracy": target})
 
 
 def test_unknown_profile_is_named():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from aiperf.scoring import Point
-from aiperf.timeline import CurvePoint, Sample, error_curve, flops_curve, resource_curve
+from aiperf.timeline import CurvePoint, Sample, ScorePoint, error_curve, flops_curve, resource_curve, score_curve
 
 T0 = 1000.0
 
@@ -53,3 +55,15 @@ def test_resources_are_averaged_per_bucket_accelerators_and_host_apart():
     assert (first.cpu_util, first.memory_used) == (0.25, 1000)
     assert (second.elapsed_s, second.accelerator_util, second.cpu_util, second.memory_used) == (20, None, 0.75, 3000)
     assert resource_curve(T0, samples, end=T0) == []
+
+
+def test_score_curve_is_the_papers_fig_4_series():
+    # FLOPS(t), -ln(Error(t))·FLOPS(t) and FLOPS(t)·(acc(t)/target)^5 at each report
+    points = [Point(T0 + 10, 100), Point(T0 + 20, 700, accuracy=0.5), Point(T0 + 40, 200, accuracy=0.9)]
+    series = score_curve(flops_curve(T0, points), target_accuracy=0.9)
+    assert series == [
+        ScorePoint(10, 10.0, 0.0, 0.0),  # no accuracy yet: error 1, nothing regulated or valid
+        ScorePoint(20, 40.0, pytest.approx(math.log(2) * 40.0), pytest.approx(40.0 * (0.5 / 0.9) ** 5)),
+        ScorePoint(40, 25.0, pytest.approx(math.log(10) * 25.0), pytest.approx(25.0)),
+    ]
+    assert score_curve([], 0.763) == []

@@ -25,7 +25,9 @@ class Add(LayerKind):
         return x
 
     def flops(self, layer: Layer, x: Shape, out: Shape, reads_image: bool) -> tuple[int, int]:
-        return size(out), 0
+        # Keras sums n inputs with n - 1 additions per element: a skip into an
+        # existing add makes a 3- or 4-input add (SPEC section 6).
+        return (len(layer.inputs) - 1) * size(out), 0
 
     def keras_layer(self, layer: Layer, seed: int | None) -> Any:
         import keras
