@@ -112,7 +112,7 @@ def morph_cmd(
     graph = read_graph(source)
     defaults = Limits()
     limits = Limits(max_layers=max_layers or defaults.max_layers,
-                    max_params=max_params or defaults.max_params)
+                    max_params=max_params or defaults.max_params, kernel_size=kernel_size)
     try:
         child = random_morph(graph, seed=seed, steps=steps, kernel_size=kernel_size, limits=limits)
     except (MorphismError, GraphError) as exc:

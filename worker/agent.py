@@ -31,6 +31,7 @@ from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import Accelerator, ApiError, ResourceSample, WorkerClient, hyperparameters_dict
 from aiperf.api.enums import PRECISIONS, PROFILES
 from aiperf.graph import Graph
+from aiperf.morphism import Limits
 from aiperf.profiles import Profile, get_profile
 from aiperf.hyperparameters import Hyperparameters
 from aiperf.search import HistoryEntry, derive_seed, worker_seed
@@ -337,7 +338,9 @@ class Agent:
                  ctx.profile.name, ctx.seed, seed)
         monitor.start()
         try:
-            with GeneratorPool(base, seed=seed, workers=self.config.generator_processes,
+            # children must stay within the parameter limit at any kernel the run's TPE may pick
+            limits = Limits(kernel_size=max(ctx.profile.kernel_sizes))
+            with GeneratorPool(base, seed=seed, workers=self.config.generator_processes, limits=limits,
                                input_pipeline_cpus=self.config.input_pipeline_cpus) as pool:
                 pool.update_history(self._history_entries())
                 round_index = 1 + sum(1 for m in self._history.values() if m.worker_id == self.worker_id)
