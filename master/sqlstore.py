@@ -28,10 +28,10 @@ from sqlalchemy.pool import StaticPool
 from aiperf.api.enums import ACTIVE_RUN_STATES, FINISHED_MODEL_STATES, OPEN_MODEL_STATES, OVER_RUN_STATES
 from aiperf.scoring import Point, model_rank_key
 from master.models import MasterLifeRow, ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow
-from master.progress_sql import ProgressSql, combine_sums, exact_sums, report_overflow
+from master.progress_rules import apply_reports
+from master.progress_sql import ProgressSql, combine_sums, exact_sums
 from master.store import (
     FailedPrecondition,
-    InvalidArgument,
     ModelRecord,
     NewModel,
     NewRun,
@@ -553,7 +553,7 @@ class SqlStore(Store):
                                 "mids": sorted({k[0] for k in retried}), "seqs": sorted({k[1] for k in retried})})
                             if (mid, seq) in retried
                         }
-                    rows = self._progress_rows(items, models, seen, results)
+                    rows = apply_reports(items, models, seen, results)
                     if rows:
                         self._sql.write_progress(
                             conn, rows,
@@ -591,63 +591,6 @@ class SqlStore(Store):
                 if mid in models:
                     models[mid]["max_seq"] = int(top or 0)
         return models
-
-    @staticmethod
-    def _progress_rows(
-        items: Sequence[ProgressInput], models: dict[int, dict[str, Any]],
-        seen: dict[tuple[int, int], tuple[int, bool]], results: list[ProgressResult],
-    ) -> list[dict[str, Any]]:
-        """Rows to insert; updates the working copies and appends one result per item."""
-        rows: list[dict[str, Any]] = []
-        for it in items:
-            m = models.get(it.model_id)
-            if m is None:
-                results.append(ProgressResult(it.model_id, it.seq, error=NotFound(f"model {it.model_id} not found")))
-                continue
-            if m["worker_id"] != it.worker_id:
-                results.append(ProgressResult(it.model_id, it.seq, error=PermissionDenied(
-                    f"model {it.model_id} belongs to worker {m['worker_id']}, not {it.worker_id}")))
-                continue
-            key = (it.model_id, it.seq)
-            if key in seen:
-                mf, mm = seen[key]
-                results.append(ProgressResult(it.model_id, it.seq, duplicate=True, master_flops=mf,
-                                              flops_mismatch=bool(mm), model_state=m["state"]))
-                continue
-            if m["state"] not in OPEN_MODEL_STATES:
-                results.append(ProgressResult(it.model_id, it.seq, model_state=m["state"], error=FailedPrecondition(
-                    f"model {it.model_id} is {m['state']}; no more reports")))
-                continue
-            if m["run_state"] in OVER_RUN_STATES:
-                results.append(ProgressResult(it.model_id, it.seq, model_state=m["state"], error=FailedPrecondition(
-                    f"run {m['run_id']} is {m['run_state']}")))
-                continue
-            too_big = report_overflow(it, m)
-            if too_big:
-                results.append(ProgressResult(it.model_id, it.seq, model_state=m["state"],
-                                              error=InvalidArgument(too_big)))
-                continue
-            rows.append({
-                "run_id": m["run_id"], "model_id": it.model_id, "worker_id": it.worker_id, "seq": it.seq,
-                "t": it.t, "epoch": it.epoch, "images_trained": it.images_trained,
-                "images_validated": it.images_validated, "accuracy": it.accuracy,
-                "worker_flops": it.worker_flops, "master_flops": it.master_flops,
-                "flops_mismatch": it.flops_mismatch,
-            })
-            seen[key] = (it.master_flops, it.flops_mismatch)
-            m["max_seq"] = max(m["max_seq"], it.seq)
-            if m["state"] == "queued":
-                m["state"] = "training"
-                m["started_at"] = it.t
-            m["images_trained"] += it.images_trained
-            m["images_validated"] += it.images_validated
-            m["epochs"] = max(m["epochs"], it.epoch)
-            if it.accuracy is not None and (m["best_accuracy"] is None or it.accuracy > m["best_accuracy"]):
-                m["best_accuracy"] = it.accuracy
-            m["changed"] = True
-            results.append(ProgressResult(it.model_id, it.seq, master_flops=it.master_flops,
-                                          flops_mismatch=it.flops_mismatch, model_state=m["state"]))
-        return rows
 
     def timeline(self, run_id: int) -> list[Point]:
         with self._read() as s:
