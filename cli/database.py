@@ -33,8 +33,8 @@ def check_db_url(url: str) -> None:
     shown = mask_url(url)
     try:
         u = make_url(url)
-    except (ArgumentError, ValueError):
-        fail(f"--db {shown} is not a database URL (e.g. postgresql+psycopg://user:password@host:5432/aiperf)")
+    except (ArgumentError, ValueError):  # not echoed: where a password starts is unknown
+        fail("--db is not a database URL (e.g. postgresql+psycopg://user:password@host:5432/aiperf)")
     try:
         dialect = u.get_dialect()
     except NoSuchModuleError:

@@ -28,7 +28,7 @@ master_app = typer.Typer(help="Run the master service.")
 master_app.callback(invoke_without_command=True)(require_command)
 
 ALL_INTERFACES = ("", "0.0.0.0", "::", "[::]")
-KEY_BLOCKS = ("PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY")
+KEY_BLOCKS = ("PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY", "ENCRYPTED PRIVATE KEY")
 
 
 def _check_tls(tls_cert: Optional[Path], tls_key: Optional[Path]) -> None:
@@ -40,6 +40,19 @@ def _check_tls(tls_cert: Optional[Path], tls_key: Optional[Path]) -> None:
         key = read_pem(tls_key, "--tls-key", KEY_BLOCKS)
         if b"ENCRYPTED" in key:
             fail(f"--tls-key {tls_key} is encrypted; gRPC needs an unencrypted key (openssl pkey -in KEY -out NEW)")
+        _check_pair(tls_cert, tls_key)
+
+
+def _check_pair(tls_cert: Path, tls_key: Path) -> None:
+    """The key must be the certificate's (OpenSSL loads them as gRPC will)."""
+    import ssl
+
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(tls_cert, tls_key, password=lambda: b"")
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            fail(f"--tls-key {tls_key} is not the key of --tls-cert {tls_cert}")
+        fail(f"--tls-cert {tls_cert} / --tls-key {tls_key}: OpenSSL cannot load them ({exc.reason or exc})")
 
 
 def _check_metrics_port(port: Optional[int]) -> None:
@@ -70,9 +83,8 @@ def _start(db: str, metrics_port: Optional[int], **options: Any) -> Any:
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE and metrics_port:  # the gRPC port's error names its address
             fail(f"cannot serve metrics on 0.0.0.0:{metrics_port}: {exc.strerror}")
-        hint = "; is --tls-key the key of --tls-cert?" if options.get("tls_cert") else ""
         what = f"{exc.strerror}: {exc.filename}" if exc.strerror and exc.filename else (exc.strerror or str(exc))
-        fail(f"{what}{hint}")
+        fail(what)
     except ValueError as exc:
         fail(str(exc))
 

@@ -81,8 +81,27 @@ def fail_api(master: str, exc: Any, token: str = "token") -> NoReturn:
         fail(f"master {master} refused the {token}: {details}", ExitCode.REFUSED)
     code = api_exit_code(name)
     if code == ExitCode.BUG:
-        details += "; this is a bug in the master: please report it with the master's log"
+        details += "; this is a bug: please report it, with the master's log"
     fail(f"{details} ({name.lower()})", code)
+
+
+def master_address(value: Optional[str]) -> Optional[str]:
+    """Typer callback of --master: HOST:PORT ([V6]:PORT), or a gRPC target with a scheme
+    (dns:///, unix:); refused here, with one line naming the option: empty, white space or
+    control characters, a missing or out-of-range port. A name that does not resolve is
+    the master being unreachable (exit 3), as a Service not yet in DNS is."""
+    if value is None:
+        return None
+    if not value or not value.isprintable() or any(c.isspace() for c in value):
+        raise typer.BadParameter(f"{value!r} is not an address: use HOST:PORT")
+    if value.startswith(("unix:", "unix-abstract:", "vsock:")) or "://" in value:
+        return value
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise typer.BadParameter(f"{value!r} is not HOST:PORT with a port in 1..65535")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise typer.BadParameter(f"{value!r}: write an IPv6 address in brackets, [ADDRESS]:PORT")
+    return value
 
 
 MAX_SMALL_FILE_BYTES = 1 << 20  # tokens, certificates and keys are a few kB; /dev/zero is not
@@ -127,7 +146,7 @@ def read_pem(path: Path, what: str, kinds: tuple[str, ...]) -> bytes:
     exit 2 (gRPC itself only says that it failed to bind or to connect)."""
     data = read_small_file(path, what)
     if not any(f"-----BEGIN {kind}-----".encode() in data for kind in kinds):
-        fail(f"{what} {path} is not PEM: no -----BEGIN {kinds[0]}----- block")
+        fail(f"{what} {path} is not a PEM {kinds[0].lower()}: no -----BEGIN {kinds[0]}----- line")
     return data
 
 
@@ -201,7 +220,8 @@ def _option(name: str, annotation: Any, info: Any) -> inspect.Parameter:
 
 _SHARED = (
     _option("master", str, typer.Option(
-        DEFAULT_MASTER, "--master", envvar="AIPERF_MASTER", help="Master address host:port.")),
+        DEFAULT_MASTER, "--master", envvar="AIPERF_MASTER", callback=master_address,
+        help="Master address host:port.")),
     _option("admin_token", Optional[str], typer.Option(
         None, "--admin-token", envvar="AIPERF_ADMIN_TOKEN", help="Admin token (default: <data-dir>/admin.token).")),
     _option("admin_token_file", Optional[Path], typer.Option(

@@ -62,7 +62,7 @@ def float_option(default: Any, *names: str, span: tuple[float, float], help: str
                  exclusive_low: bool = False, **kwargs: Any) -> Any:
     """A typer option taking a finite number within `span` (the low end excluded when
     `exclusive_low`); NaN, infinities and anything outside: one line, exit code 2.
-    (Click's FloatRange lets NaN through: every comparison with NaN is false.)"""
+    (NaN compares false with every bound, so a plain range check lets it through.)"""
     lo, hi = span
     low = f"{lo:g}<x" if exclusive_low else f"{lo:g}<=x"
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 import typer
 
-from cli.options import ExitCode, fail, fail_api, read_tls_ca, read_token_file
+from cli.options import ExitCode, fail, fail_api, master_address, read_tls_ca, read_token_file
 from cli.values import CPUS, PROCESSES, DatasetFormat, LogLevel, int_option
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,8 @@ def _require_tensorflow() -> None:
 
 
 def worker_cmd(
-    master: str = typer.Option(None, envvar="AIPERF_MASTER", help="Master address HOST:PORT."),
+    master: str = typer.Option(None, envvar="AIPERF_MASTER", callback=master_address,
+                               help="Master address HOST:PORT."),
     token: str = typer.Option(None, envvar="AIPERF_TOKEN", help="Worker token."),
     token_file: Optional[Path] = typer.Option(None, envvar="AIPERF_TOKEN_FILE",
                                               help="Read the worker token from this file (before --token)."),
