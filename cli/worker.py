@@ -70,8 +70,10 @@ def held_stderr(fn: Callable[[], T], show: Callable[[Optional[BaseException]], b
 
 
 def _token(token: Optional[str], token_file: Optional[Path]) -> str:
-    """The worker token from --token-file / AIPERF_TOKEN_FILE, else --token / AIPERF_TOKEN; none: one line, exit 2."""
-    if token_file is not None:
+    """The worker token: --token / AIPERF_TOKEN, else the file of --token-file / AIPERF_TOKEN_FILE
+    (the token first: the SLURM script exports both, and the file's path may not exist inside a
+    worker's container); none: one line, exit 2."""
+    if not token and token_file is not None:
         token = read_token_file(token_file, "worker")
     if not token:
         fail("no worker token: give --token or --token-file, or set AIPERF_TOKEN or AIPERF_TOKEN_FILE")
@@ -108,7 +110,7 @@ def worker_cmd(
                                help="Master address HOST:PORT."),
     token: str = typer.Option(None, envvar="AIPERF_TOKEN", help="Worker token."),
     token_file: Optional[Path] = typer.Option(None, envvar="AIPERF_TOKEN_FILE",
-                                              help="Read the worker token from this file (before --token)."),
+                                              help="Read the worker token from this file (when no --token)."),
     name: Optional[str] = typer.Option(None, envvar="AIPERF_WORKER_NAME",
                                        help="Stable worker name (default: host name)."),
     dataset: Optional[str] = typer.Option(None, envvar="AIPERF_DATASET", help="Dataset path."),
