@@ -154,7 +154,14 @@ def read_tls_ca(path: Path | None) -> bytes | None:
     """The --tls-ca file's bytes (None when not given); unreadable or not PEM: one line, exit 2."""
     if path is None:
         return None
-    return read_pem(path, "CA certificate", ("CERTIFICATE",))
+    data = read_pem(path, "CA certificate", ("CERTIFICATE",))
+    import ssl
+
+    try:  # as gRPC will load it; gRPC itself only logs and reports the master unreachable
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=data.decode("ascii", "replace"))
+    except (ssl.SSLError, ValueError) as exc:
+        fail(f"CA certificate {path} cannot be loaded: {getattr(exc, 'reason', None) or exc}")
+    return data
 
 
 @dataclass(frozen=True)

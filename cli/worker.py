@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -63,10 +64,10 @@ def held_stderr(fn: Callable[[], T], show: Callable[[Optional[BaseException]], b
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
-            if show(raised):
+            if show(raised):  # back to file descriptor 2, where it was going
                 held.seek(0)
-                sys.stderr.buffer.write(held.read())
-                sys.stderr.flush()
+                with os.fdopen(os.dup(2), "wb") as out:
+                    shutil.copyfileobj(held, out)
 
 
 def _token(token: Optional[str], token_file: Optional[Path]) -> str:

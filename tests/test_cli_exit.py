@@ -249,6 +249,9 @@ def test_worker_reads_token_file_and_ca_from_the_environment(tmp_path: Path) -> 
     (tmp_path / "ca.pem").write_text("not a certificate")
     proc = aiperf("worker", "--token", "t", env={**env, "AIPERF_TLS_CA": str(tmp_path / "ca.pem")})
     assert proc.returncode == 2 and "is not a PEM certificate" in error_line(proc)
+    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\nZ2FyYmFnZQ==\n-----END CERTIFICATE-----\n")
+    proc = aiperf("worker", "--token", "t", env={**env, "AIPERF_TLS_CA": str(tmp_path / "ca.pem")})
+    assert proc.returncode == 2 and "cannot be loaded" in error_line(proc)
 
 
 def test_control_commands_read_the_admin_token_file_and_ca_from_the_environment(
@@ -316,6 +319,21 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     "-out", str(d / "enc.key")], check=True, capture_output=True)
     (d / "junk.key").write_text("not a key")
     return d
+
+
+def test_a_good_certificate_and_key_serve_tls(tls_files: Path, tmp_path: Path) -> None:
+    port = free_port()
+    proc, text = _serve(["--port", str(port), "--host", "127.0.0.1", "--data-dir", str(tmp_path / "data"),
+                         "--tls-cert", str(tls_files / "a.crt"), "--tls-key", str(tls_files / "a.key")], {}, tmp_path)
+    try:
+        assert f"master listening on 127.0.0.1:{port} (tls=on)" in text, text
+        env = {"AIPERF_MASTER": f"localhost:{port}", "AIPERF_TLS_CA": str(tls_files / "a.crt")}  # CN=localhost
+        start = aiperf("start", "--duration", "3m", "--profile", "smoke", "--data-dir", str(tmp_path / "data"),
+                       env=env, cwd=tmp_path)
+        assert start.returncode == 0, start.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 @pytest.mark.parametrize("key,message", [
