@@ -1,7 +1,8 @@
 """The `aiperf` command line: everything a person types or reads.
 
-One module per noun: `main` (the entry point), `options` (one-line errors and
-the options the control commands share), `format` (FLOPS and durations),
+One module per noun: `main` (the entry point), `options` (one-line errors, exit
+codes and the options the control commands share), `values` (what each option
+accepts), `database` (the --db checks), `format` (FLOPS and durations),
 `records` (API messages as JSON-ready dicts), `tables` (readable views),
 `report` (the HTML run report) and the commands: `graph`, `control` (start,
 stop, status, scoreboard, models, report), `master` (master serve), `worker`

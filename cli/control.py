@@ -8,9 +8,10 @@
     aiperf report [--run ID] [--out FILE]
 
 The master's address and token come from options or AIPERF_MASTER,
-AIPERF_ADMIN_TOKEN; without a token the admin token file in the data directory
-(written by `aiperf master serve`) is used. These options are defined once, in
-cli.options.
+AIPERF_ADMIN_TOKEN (or AIPERF_ADMIN_TOKEN_FILE); without a token the admin token
+file in the data directory (written by `aiperf master serve`) is used. These
+options are defined once, in cli.options; every numeric option's range and every
+choice, in cli.values.
 """
 
 from __future__ import annotations
@@ -20,29 +21,32 @@ from typing import Optional
 
 import typer
 
-from aiperf.api.enums import MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES
 from cli.format import format_duration, format_flops, parse_duration
 from cli.options import Control, control_command, fail
 from cli.records import model_to_dict, run_info_to_dict, run_status_to_dict, scoreboard_to_dict
 from cli.report import fetch_report
 from cli.tables import models_table, scoreboard_table, status_line
+from cli.values import COUNT, LIMIT, RUN_ID, SEED, ModelState, Precision, Profile, int_option
 
-RunOpt = typer.Option(0, "--run", help="Run id (default: the current or most recent run).")
+RunOpt = int_option(0, "--run", span=RUN_ID, help="Run id (0: the current or most recent run).")
 
 
 @control_command()
 def start_cmd(
     ctl: Control,
-    duration: str = typer.Option(..., "--duration", help="Run length, e.g. 1h, 90m, 3600 (official: >= 1h)."),
-    profile: str = typer.Option("official", "--profile", help="official or smoke."),
-    seed: int = typer.Option(0, "--seed", help="Run seed."),
-    precision: str = typer.Option("fp32", "--precision",
-                                  help="fp32, mixed_fp16, mixed_bf16, fp16, bf16 (fp8/int8 make the run invalid)."),
-    max_models: int = typer.Option(0, "--max-models", help="Stop accepting models after this many (0: no limit)."),
-    max_rounds: int = typer.Option(0, "--max-rounds", help="Rounds per worker (0: no limit)."),
-    max_epochs: int = typer.Option(0, "--max-epochs", help="Epochs per round cap (0: profile default)."),
-    warmup_rounds: int = typer.Option(0, "--warmup-rounds", help="Warm-up rounds per worker (0: 5)."),
-    min_workers: int = typer.Option(0, "--min-workers", help="Stay pending until this many workers are alive."),
+    duration: str = typer.Option(..., "--duration", help="Run length, e.g. 1h, 90m, 3600 (official: >= 1h; "
+                                 "at most 30d)."),
+    profile: Profile = typer.Option("official", "--profile", help="Run profile."),
+    seed: int = int_option(0, "--seed", span=SEED, help="Run seed."),
+    precision: Precision = typer.Option("fp32", "--precision", help="Training precision (fp8/int8 make the "
+                                        "run invalid)."),
+    max_models: int = int_option(0, "--max-models", span=COUNT, help="Stop accepting models after this many "
+                                 "(0: no limit)."),
+    max_rounds: int = int_option(0, "--max-rounds", span=COUNT, help="Rounds per worker (0: no limit)."),
+    max_epochs: int = int_option(0, "--max-epochs", span=COUNT, help="Epochs per round cap (0: profile default)."),
+    warmup_rounds: int = int_option(0, "--warmup-rounds", span=COUNT, help="Warm-up rounds per worker (0: 5)."),
+    min_workers: int = int_option(0, "--min-workers", span=COUNT, help="Stay pending until this many workers "
+                                  "are alive."),
     allow_concurrent: bool = typer.Option(False, "--allow-concurrent", help="Allow a second active run."),
 ) -> None:
     """Start a timed run."""
@@ -50,15 +54,7 @@ def start_cmd(
         seconds = parse_duration(duration)
     except ValueError as exc:
         fail(str(exc))
-    if profile not in PROFILE_VALUES:
-        fail(f"unknown profile {profile!r}: use official or smoke")
-    if precision not in PRECISION_VALUES:
-        fail(f"unknown precision {precision!r}: use one of {', '.join(PRECISION_VALUES)}")
-    for name, v in (("--seed", seed), ("--max-models", max_models), ("--max-rounds", max_rounds),
-                    ("--max-epochs", max_epochs), ("--warmup-rounds", warmup_rounds), ("--min-workers", min_workers)):
-        if v < 0:
-            fail(f"{name} must be >= 0, got {v}")
-    run = ctl.call(ctl.client().start_run, seconds, profile=profile, seed=seed, precision=precision,
+    run = ctl.call(ctl.client().start_run, seconds, profile=profile.value, seed=seed, precision=precision.value,
                    max_models=max_models, max_rounds_per_worker=max_rounds, max_epochs_per_round=max_epochs,
                    warmup_rounds=warmup_rounds, min_workers=min_workers, allow_concurrent=allow_concurrent)
     d = run_info_to_dict(run)
@@ -96,15 +92,11 @@ def scoreboard_cmd(ctl: Control, run: int = RunOpt) -> None:
 def models_cmd(
     ctl: Control,
     run: int = RunOpt,
-    state: Optional[str] = typer.Option(None, "--state", help="queued, training, done, failed or abandoned."),
-    limit: int = typer.Option(100, "--limit", help="At most this many models."),
+    state: Optional[ModelState] = typer.Option(None, "--state", help="Only models in this state."),
+    limit: int = int_option(100, "--limit", span=LIMIT, help="At most this many models."),
 ) -> None:
     """List the models of a run."""
-    if state is not None and state not in MODEL_STATE_VALUES:
-        fail(f"unknown state {state!r}: use one of {', '.join(MODEL_STATE_VALUES)}")
-    if limit < 1:
-        fail(f"--limit must be >= 1, got {limit}")
-    resp = ctl.call(ctl.client().list_models, run, state=state, limit=limit)
+    resp = ctl.call(ctl.client().list_models, run, state=state.value if state else None, limit=limit)
     rows = [model_to_dict(m) for m in resp.models]
     ctl.show({"run_id": resp.run_id, "total": resp.total, "models": rows},
              lambda: models_table(resp.run_id, resp.total, rows))

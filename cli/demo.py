@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from cli.options import fail
+from cli.options import ExitCode, fail, fail_api
 from cli.report import fetch_report
 from cli.tables import progress_table, scoreboard_table
+from cli.values import DEMO_MINUTES, PORT, SEED, float_option, int_option
 from cli.worker import setup_logging
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,25 +33,27 @@ WORKER_STOP_S = 120.0  # how long the worker may take to finish its epoch after 
 
 
 def demo_cmd(
-    minutes: float = typer.Option(5.0, help="Length of the smoke run in minutes."),
+    minutes: float = float_option(5.0, "--minutes", span=DEMO_MINUTES, exclusive_low=True,
+                                  help="Length of the smoke run in minutes."),
     directory: Optional[Path] = typer.Option(None, "--dir", help="Where the master keeps its SQLite "
                                              "database and logs (default: a temporary directory)."),
-    seed: int = typer.Option(1, help="Run seed."),
-    port: int = typer.Option(0, help="Master port (0: any free port)."),
+    seed: int = int_option(1, "--seed", span=SEED, help="Run seed."),
+    port: int = int_option(0, "--port", span=PORT, help="Master port (0: any free port)."),
 ) -> None:
     """Run the benchmark end to end on this machine: master on SQLite, one local worker,
     a smoke run on the built-in dataset; shows progress, then prints the scoreboard."""
     from rich.console import Console
 
-    from aiperf.api.client import ControlClient
+    from aiperf.api.client import ApiError, ControlClient
     from master.server import serve
 
-    if minutes <= 0:
-        fail(f"--minutes must be positive, got {minutes:g}")
     console = Console()
     workdir = directory or Path(tempfile.mkdtemp(prefix="aiperf-demo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    setup_logging("info", workdir / "master.log")
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        setup_logging("info", workdir / "master.log")
+    except OSError as exc:  # a file of that name, no permission
+        fail(f"--dir {workdir}: {exc.strerror}")
     console.print(f"[bold]AIPerf demo[/bold]: smoke profile, {minutes:g} min, files in {workdir}")
     try:
         handle = serve(port=port, host="127.0.0.1", data_dir=workdir, heartbeat_interval_s=2.0,
@@ -66,6 +69,8 @@ def demo_cmd(
     control = ControlClient(handle.address, handle.admin_token)
     try:
         _run(console, control, workdir, minutes, seed, worker)
+    except ApiError as exc:  # e.g. the seed refused by the master
+        fail_api(handle.address, exc, "admin token")
     except KeyboardInterrupt:
         console.print("interrupted: stopping the run")
         control.stop_run(reason="interrupted")
@@ -76,7 +81,10 @@ def demo_cmd(
         handle.stop()
     console.print(f"logs: {workdir / 'master.log'}, {workdir / 'worker.log'}; database: {workdir / 'master.db'}")
     if worker.returncode not in (0, -signal.SIGTERM):
-        fail(f"the worker exited with code {worker.returncode}; see {workdir / 'worker.log'}")
+        # the worker's own kind of failure (2, 3, 4) carries over; a crash is a bug
+        known = {int(c) for c in (ExitCode.BAD_INPUT, ExitCode.UNAVAILABLE, ExitCode.REFUSED)}
+        fail(f"the worker exited with code {worker.returncode}; see {workdir / 'worker.log'}",
+             ExitCode(worker.returncode) if worker.returncode in known else ExitCode.BUG)
 
 
 def _run(console: "Console", control: "ControlClient", workdir: Path, minutes: float, seed: int,

@@ -5,6 +5,10 @@ from __future__ import annotations
 import re
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+# The longest run the CLI starts: a month is already far beyond any benchmark
+# (official runs are hours); anything longer is a typo, and absurd values
+# (1e300 s) would overflow the master's arithmetic on deadlines.
+MAX_DURATION_S = 30 * 86400.0
 _PREFIXES = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
@@ -23,15 +27,24 @@ def format_duration(seconds: float) -> str:
 
 
 def parse_duration(text: str) -> float:
-    """'1h', '90m', '1h30m', '3600', '2.5h' -> seconds; ValueError otherwise."""
+    """'1h', '90m', '1h30m', '3600', '2.5h' -> seconds, positive and at most 30 days; ValueError otherwise."""
     s = text.strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", s):
         value = float(s)
     else:
         parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", s)
         if not parts or "".join(n + u for n, u in parts) != s:
-            raise ValueError(f"bad duration {text!r}: use e.g. 90s, 30m, 1h, 1h30m")
+            raise ValueError(f"bad duration {_short(text)}: use e.g. 90s, 30m, 1h, 1h30m")
         value = sum(float(n) * _UNITS[u] for n, u in parts)
     if value <= 0:
-        raise ValueError(f"bad duration {text!r}: must be positive")
+        raise ValueError(f"bad duration {_short(text)}: must be positive")
+    if not value <= MAX_DURATION_S:  # also inf: float() of 400 digits
+        raise ValueError(f"bad duration {_short(text)}: at most 30d ({MAX_DURATION_S:.0f} s)")
     return value
+
+
+def _short(text: str, keep: int = 40) -> str:
+    """repr(text), cut in the middle when longer than `keep` characters (a message stays one short line)."""
+    if len(text) <= keep:
+        return repr(text)
+    return repr(text[:keep // 2] + "..." + text[-keep // 2:]) + f" ({len(text)} characters)"

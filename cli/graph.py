@@ -12,10 +12,12 @@ import typer
 
 from aiperf.flops import KINDS, count_flops
 from aiperf.graph import Graph, GraphError
-from cli.options import fail
+from cli.options import fail, require_command
+from cli.values import CLASSES, GRAPH_CHANNELS, INPUT_SIZE, MORPH_STEPS, PARAMS, SEED, WIDTH, LAYERS
+from cli.values import float_option, int_option
 
-graph_app = typer.Typer(help="Build, inspect, count and morph architecture graphs.",
-                        no_args_is_help=True)
+graph_app = typer.Typer(help="Build, inspect, count and morph architecture graphs.")
+graph_app.callback(invoke_without_command=True)(require_command)
 
 
 def register(app: typer.Typer) -> None:
@@ -38,10 +40,11 @@ def read_graph(source: str) -> Graph:
 
 @graph_app.command("resnet50")
 def resnet50_cmd(
-    input_size: int = typer.Option(224, help="Input height and width."),
-    channels: int = typer.Option(3, help="Input channels."),
-    classes: int = typer.Option(1000, help="Number of classes."),
-    width: float = typer.Option(1.0, help="Width multiplier for every conv."),
+    input_size: int = int_option(224, "--input-size", span=INPUT_SIZE, help="Input height and width."),
+    channels: int = int_option(3, "--channels", span=GRAPH_CHANNELS, help="Input channels."),
+    classes: int = int_option(1000, "--classes", span=CLASSES, help="Number of classes."),
+    width: float = float_option(1.0, "--width", span=WIDTH, exclusive_low=True,
+                                help="Width multiplier for every conv."),
 ) -> None:
     """Print ResNet-50 v1 (Keras layout) as canonical JSON."""
     from aiperf.resnet import resnet50
@@ -96,17 +99,17 @@ def flops_cmd(
 @graph_app.command("morph")
 def morph_cmd(
     source: str = typer.Argument(..., metavar="FILE|-"),
-    seed: int = typer.Option(..., help="Random seed: the same arguments give the same child."),
-    steps: int = typer.Option(1, help="Number of random morphism operations."),
+    seed: int = int_option(..., "--seed", span=SEED, help="Random seed: the same arguments give the same child."),
+    steps: int = int_option(1, "--steps", span=MORPH_STEPS, help="Number of random morphism operations."),
     kernel_size: int = typer.Option(3, help="Kernel size of inserted convolutions (3, 5 or 7)."),
-    max_layers: Optional[int] = typer.Option(None, help="Refuse children with more layers."),
-    max_params: Optional[int] = typer.Option(None, help="Refuse children with more parameters."),
+    max_layers: Optional[int] = int_option(None, "--max-layers", span=LAYERS, help="Refuse children with more "
+                                           "layers."),
+    max_params: Optional[int] = int_option(None, "--max-params", span=PARAMS, help="Refuse children with more "
+                                           "parameters."),
 ) -> None:
     """Print the child after STEPS random morphism operations."""
     from aiperf.morphism import Limits, MorphismError, random_morph
 
-    if steps < 1:
-        fail(f"--steps must be at least 1, got {steps}")
     if kernel_size not in (3, 5, 7):
         fail(f"--kernel-size must be 3, 5 or 7, got {kernel_size}")
     graph = read_graph(source)

@@ -2,46 +2,87 @@
 
 Each command module registers its commands here. None of them imports
 TensorFlow at module level: the worker's heavy imports happen inside its
-command. Bad input: one line on stderr and exit code 2 (see cli.options.fail).
+command. Every handled failure is one line on stderr and an exit code of
+cli.options.ExitCode (2: bad input, 3: master unavailable, 4: refused by the
+master); a traceback and exit code 1 mean a bug.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any, Optional
 
 import typer
 
 from cli import control, demo, graph, master, worker
-from cli.options import UsageError
+from cli.options import ExitCode, UsageError, require_command
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}  # inherited by every subcommand
 
 app = typer.Typer(
     name="aiperf",
     help="AIPerf: AutoML benchmark for AI-HPC clusters.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings=CONTEXT,
 )
+
+
+def version_text() -> str:
+    """'aiperf 0.1.0 (API v1)': the installed package's version and the gRPC API's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from aiperf.api.enums import API_VERSION
+
+    try:
+        number = version("aiperf")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        number = "(not installed)"
+    return f"aiperf {number} (API v{API_VERSION})"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit()
+
+
+@app.callback(invoke_without_command=True)
+def root(
+    ctx: typer.Context,
+    _version: Optional[bool] = typer.Option(None, "--version", is_eager=True, callback=_show_version,
+                                            help="Print the version and exit."),
+) -> None:
+    """AIPerf: AutoML benchmark for AI-HPC clusters."""
+    require_command(ctx)
+
+
 for _commands in (graph, master, control, worker, demo):  # the order `aiperf --help` lists them in
     _commands.register(app)
 
 
+def one_line(message: str) -> str:
+    """`message` on one line: every run of white space (newlines included) becomes one space."""
+    return " ".join(message.split())
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns the exit code (2: bad input, 130: aborted)."""
+    """Run one command; returns its exit code (cli.options.ExitCode)."""
     try:
-        app(args=argv, standalone_mode=False)
+        rv: Any = app(args=argv, standalone_mode=False, prog_name="aiperf")
     except UsageError as exc:
-        print(f"aiperf: error: {exc}", file=sys.stderr)
-        return 2
+        print(f"aiperf: error: {one_line(str(exc))}", file=sys.stderr)
+        return int(exc.code)
     except typer.Exit as exc:
         return exc.exit_code
-    except typer.Abort:
+    except (typer.Abort, KeyboardInterrupt):
         print("aiperf: aborted", file=sys.stderr)
-        return 130
+        return int(ExitCode.INTERRUPTED)
     except Exception as exc:
         # Click's usage errors (typer vendors click in recent releases, so the
         # class is matched by shape, not by import).
         if callable(getattr(exc, "format_message", None)) and hasattr(exc, "exit_code"):
-            print(f"aiperf: error: {exc.format_message()}", file=sys.stderr)
-            return 2
+            print(f"aiperf: error: {one_line(exc.format_message())}", file=sys.stderr)
+            return int(ExitCode.BAD_INPUT)
         raise
-    return 0
+    return rv if isinstance(rv, int) else int(ExitCode.OK)

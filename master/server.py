@@ -30,6 +30,7 @@ from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api.client import MAX_MESSAGE_BYTES
 from master.auth import TokenInterceptor, Tokens, load_tokens
+from master.dburl import mask_url
 from master.metrics import MasterMetrics
 from master.master import Master
 from master.servicers import ControlServicer, WorkerServicer
@@ -168,7 +169,7 @@ def serve(
     period = tick_s if tick_s is not None else max(0.05, min(1.0, heartbeat_interval_s / 4))
     stop, thread = _start_background(master, period)
     log.info("event=master_listening address=%s tls=%s db=%s heartbeat_interval_s=%g",
-             address.replace("[::]", "0.0.0.0"), credentials is not None, store.engine.url.render_as_string(),
+             address.replace("[::]", "0.0.0.0"), credentials is not None, mask_url(store.url),
              heartbeat_interval_s)
     return MasterHandle(
         port=bound, host=host, tokens=tokens, master=master, store=store, metrics_port=metrics_bound,

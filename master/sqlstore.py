@@ -22,11 +22,13 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, func, select, update
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from aiperf.api.enums import ACTIVE_RUN_STATES, FINISHED_MODEL_STATES, OPEN_MODEL_STATES, OVER_RUN_STATES
 from aiperf.scoring import Point, model_rank_key
+from master.dburl import mask_url
 from master.models import MasterLifeRow, ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow
 from master.progress_rules import apply_reports
 from master.progress_sql import ProgressSql, combine_sums, exact_sums
@@ -94,7 +96,10 @@ def migrate(engine: Engine) -> str:
 
 def make_engine(url: str) -> Engine:
     """Engine for `url`; SQLite gets WAL, foreign keys and a busy timeout."""
-    u = make_url(url)
+    try:
+        u = make_url(url)
+    except ArgumentError:  # some SQLAlchemy releases quote the whole URL, password included
+        raise ArgumentError(f"cannot parse the database URL {mask_url(url)}") from None
     if u.get_backend_name() == "sqlite":
         memory = u.database in (None, "", ":memory:")
         kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}

@@ -421,13 +421,46 @@ def test_jobs_run_the_control_commands_once(target: str) -> None:
         assert option_value(container["args"], "--profile") == "$(AIPERF_RUN_PROFILE)"
         assert option_value(container["args"], "--min-workers") == "$(AIPERF_RUN_MIN_WORKERS)"
         assert option_value(container["args"], "--precision") == "$(AIPERF_RUN_PRECISION)"
-        # "a run is already going" (exit 2) must not start a second one.
-        (rule,) = job["spec"]["podFailurePolicy"]["rules"]
-        assert rule["action"] == "FailJob" and rule["onExitCodes"]["values"] == [2]
         config = _job_config()
         assert config["AIPERF_RUN_DURATION"] == "1h" and config["AIPERF_RUN_PRECISION"] == "fp32"
     else:
         assert container["args"] == ["scoreboard"]
+    # By the CLI's exit codes: a master that is not up yet (3) is retried; bad input (2)
+    # and a refusal (4: "a run is already going") are final, so no second run starts.
+    from cli.options import ExitCode
+
+    assert failure_action(job, container["name"], ExitCode.UNAVAILABLE) == "Count"
+    assert failure_action(job, container["name"], ExitCode.BAD_INPUT) == "FailJob"
+    assert failure_action(job, container["name"], ExitCode.REFUSED) == "FailJob"
+    assert job["spec"]["backoffLimit"] >= 3
+    drained = [r for r in job["spec"]["podFailurePolicy"]["rules"] if "onPodConditions" in r]
+    assert drained == [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+
+
+def failure_action(job: dict[str, Any], container: str, exit_code: int) -> str:
+    """What a Job's podFailurePolicy does with a pod whose `container` exited with
+    `exit_code`: the first matching exit-code rule's action (Kubernetes' order), else
+    Count (the default: retried until backoffLimit)."""
+    for rule in job["spec"].get("podFailurePolicy", {}).get("rules", []):
+        match = rule.get("onExitCodes")
+        if match is None or match.get("containerName", container) != container:
+            continue
+        inside = int(exit_code) in match["values"]
+        if inside == (match["operator"] == "In"):
+            return rule["action"]
+    return "Count"
+
+
+def test_failure_action_follows_kubernetes_rule_order() -> None:
+    job = {"spec": {"podFailurePolicy": {"rules": [
+        {"action": "Ignore", "onExitCodes": {"containerName": "other", "operator": "In", "values": [5]}},
+        {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [3, 5]}},
+        {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [1]}},
+    ]}}}
+    assert failure_action(job, "start", 1) == "FailJob"  # the first match wins
+    assert failure_action(job, "start", 3) == "Count"    # no rule: the default
+    assert failure_action(job, "start", 5) == "Count"    # the Ignore rule is another container's
+    assert failure_action(job, "other", 5) == "Ignore"
 
 
 # --------------------------------------------------------------------------- CLI
@@ -537,9 +570,10 @@ def test_deployed_commands_serve_health_metrics_and_control_runs(tmp_path: Path)
     """The master and the two Jobs, run with their manifests' exact environment and
     arguments (ports and data directory remapped to this machine), work together:
     the unauthenticated gRPC health check the probes use answers SERVING, metrics
-    are served, the start Job starts a run, a second start is refused with exit
-    code 2 (which the Job's failure policy treats as final), and the scoreboard
-    Job prints the run."""
+    are served, the start Job against a master not up yet exits 3 (which the
+    Job's failure policy retries), then starts a run; a second start is refused
+    with exit code 4 (which the policy treats as final), and the scoreboard Job
+    prints the run."""
     import urllib.request
 
     import grpc
@@ -592,12 +626,18 @@ def test_deployed_commands_serve_health_metrics_and_control_runs(tmp_path: Path)
                 env=base_env | env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
             )
 
+        start_job = render("jobs/start-run")[0]
+        config["AIPERF_MASTER"] = f"127.0.0.1:{_free_port()}"  # the master not up yet: retried
+        early = job("jobs/start-run")
+        assert early.returncode == 3 and "unreachable" in early.stderr, early.stderr
+        assert failure_action(start_job, "start", early.returncode) == "Count"
+        config["AIPERF_MASTER"] = f"127.0.0.1:{grpc_port}"
         first = job("jobs/start-run")
         assert first.returncode == 0, first.stderr
         assert "official" in first.stdout
-        again = job("jobs/start-run")
-        assert again.returncode == 2 and again.stderr.startswith("aiperf: error:"), again.stderr
-        assert "active" in again.stderr
+        again = job("jobs/start-run")  # refused by the master: final
+        assert again.returncode == 4 and again.stderr.startswith("aiperf: error:"), again.stderr
+        assert "active" in again.stderr and failure_action(start_job, "start", again.returncode) == "FailJob"
         board = job("jobs/scoreboard")
         assert board.returncode == 0, board.stderr
         assert "run 1 (official)" in board.stdout and "Valid" in board.stdout

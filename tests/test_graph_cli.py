@@ -55,7 +55,7 @@ def test_show_and_flops_read_stdin():
     (["graph", "show", "-"], "{broken", "not valid JSON"),
     (["graph", "flops", "-"], '{"format": "aiperf.graph", "version": 7}', "unsupported graph version 7"),
     (["graph", "show", "/no/such/file.json"], None, "no such file"),
-    (["graph", "resnet50", "--width", "-1"], None, "width must be positive"),
+    (["graph", "resnet50", "--width", "-1"], None, "Invalid value for '--width': -1 is not in the range 0<x<=16"),
     (["graph", "flops"], None, "Missing argument"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, stdin, message):
@@ -84,7 +84,7 @@ def test_morph_is_reproducible_and_records_lineage():
 
 @pytest.mark.parametrize("args,message", [
     (["--seed", "1", "--kernel-size", "4"], "--kernel-size must be 3, 5 or 7"),
-    (["--seed", "1", "--steps", "0"], "--steps must be at least 1"),
+    (["--seed", "1", "--steps", "0"], "Invalid value for '--steps'"),
     (["--seed", "1", "--max-layers", "10"], "layers"),
 ])
 def test_morph_bad_arguments_exit_2(args, message):

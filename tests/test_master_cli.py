@@ -65,8 +65,8 @@ def test_start_status_scoreboard_stop(cli, capsys):
     rc, out, _ = run(capsys, "scoreboard", "--run", str(started["run_id"]))
     assert rc == 0 and "Score (provisional)" in out and "Regulated score" in out and "Valid FLOPS" in out
 
-    rc, out, err = run(capsys, "start", "--duration", "1h")
-    assert rc == 2 and "still active" in err and len(err.strip().splitlines()) == 1
+    rc, out, err = run(capsys, "start", "--duration", "1h")  # refused by the master: exit 4
+    assert rc == 4 and "still active" in err and len(err.strip().splitlines()) == 1
 
     rc, out, _ = run(capsys, "stop")
     assert rc == 0 and ("finished" in out or "stopping" in out)
@@ -74,17 +74,17 @@ def test_start_status_scoreboard_stop(cli, capsys):
     assert rc == 0 and json.loads(out)["total"] == 0
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["start", "--duration", "1x"], "bad duration '1x'"),
-    (["start", "--duration", "30m"], "at least 3600 s"),
-    (["start", "--duration", "1h", "--profile", "fast"], "unknown profile 'fast'"),
-    (["start", "--duration", "1h", "--precision", "fp4"], "unknown precision 'fp4'"),
-    (["scoreboard", "--run", "99"], "run 99 not found"),
-    (["models", "--state", "weird"], "unknown state 'weird'"),
+@pytest.mark.parametrize("argv,code,message", [
+    (["start", "--duration", "1x"], 2, "bad duration '1x'"),
+    (["start", "--duration", "30m"], 2, "at least 3600 s"),  # the master's INVALID_ARGUMENT
+    (["start", "--duration", "1h", "--profile", "fast"], 2, "'fast' is not one of 'official', 'smoke'"),
+    (["start", "--duration", "1h", "--precision", "fp4"], 2, "'fp4' is not one of 'fp32', 'mixed_fp16'"),
+    (["models", "--state", "weird"], 2, "'weird' is not one of 'queued', 'training', 'done'"),
+    (["scoreboard", "--run", "99"], 4, "run 99 not found"),  # refused by the master: NOT_FOUND
 ])
-def test_bad_input_is_one_line_and_exit_2(cli, capsys, argv, message):
+def test_bad_input_is_one_line_with_its_exit_code(cli, capsys, argv, code, message):
     rc, out, err = run(capsys, *argv)
-    assert rc == 2
+    assert rc == code, err
     assert message in err and len(err.strip().splitlines()) == 1
 
 
@@ -93,9 +93,9 @@ def test_unreachable_master_and_wrong_token(cli, capsys, monkeypatch):
         s.bind(("127.0.0.1", 0))
         free = s.getsockname()[1]
     rc, _, err = run(capsys, "status", "--master", f"127.0.0.1:{free}")
-    assert rc == 2 and "unreachable" in err and len(err.strip().splitlines()) == 1
+    assert rc == 3 and "unreachable, try again later" in err and len(err.strip().splitlines()) == 1
     rc, _, err = run(capsys, "status", "--admin-token", "wrong")
-    assert rc == 2 and "refused the admin token" in err
+    assert rc == 4 and "refused the admin token" in err
 
 
 @pytest.mark.parametrize("argv", [["start", "--duration", "1h"], ["stop"], ["status"], ["scoreboard"], ["models"],
@@ -104,9 +104,11 @@ def test_every_control_command_takes_the_shared_options(capsys, monkeypatch, tmp
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("AIPERF_ADMIN_TOKEN", raising=False)
     shared = ["--master", "127.0.0.1:1", "--data-dir", str(tmp_path)]
+    monkeypatch.delenv("AIPERF_ADMIN_TOKEN_FILE", raising=False)
     rc, _, err = run(capsys, *argv, *shared)
-    assert rc == 2 and err == f"aiperf: error: no admin token: pass --admin-token, set AIPERF_ADMIN_TOKEN, " \
-                              f"or run where {tmp_path / 'admin.token'} exists\n"
+    assert rc == 2 and err == "aiperf: error: no admin token: pass --admin-token or --admin-token-file, set " \
+                              "AIPERF_ADMIN_TOKEN or AIPERF_ADMIN_TOKEN_FILE, or run where " \
+                              f"{tmp_path / 'admin.token'} exists\n"
     rc, _, err = run(capsys, *argv, *shared, "--admin-token", "t", "--tls-ca", "/no/ca.pem")
     assert rc == 2 and err == "aiperf: error: cannot read CA certificate /no/ca.pem: No such file or directory\n"
 
@@ -190,11 +192,11 @@ def test_report_writes_a_self_contained_html_file(cli, capsys, tmp_path, small_g
         assert external not in page
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["report", "--run", "999"], "run 999 not found"),
-    (["report", "--out", "/nonexistent-dir/r.html"], "directory /nonexistent-dir does not exist"),
+@pytest.mark.parametrize("argv, code, message", [
+    (["report", "--run", "999"], 4, "run 999 not found"),
+    (["report", "--out", "/nonexistent-dir/r.html"], 2, "directory /nonexistent-dir does not exist"),
 ])
-def test_report_errors_are_one_line_and_exit_2(cli, capsys, argv, message):
+def test_report_errors_are_one_line_with_their_exit_code(cli, capsys, argv, code, message):
     assert run(capsys, "start", "--duration", "5m", "--profile", "smoke")[0] == 0
     rc, out, err = run(capsys, *argv)
-    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert rc == code and message in err and len(err.strip().splitlines()) == 1

@@ -20,14 +20,14 @@ def aiperf(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
     (["worker"], {}, "no master address"),
     (["worker", "--master", "127.0.0.1:1"], {}, "no worker token"),
     (["worker", "--master", "127.0.0.1:1", "--token", "t", "--dataset-format", "mnist"], {},
-     "unknown dataset format 'mnist'"),
+     "'mnist' is not one of 'imagenet-tfrecord', 'imagenet-folder', 'cifar10', 'digits'"),
     (["worker", "--master", "127.0.0.1:1", "--token", "t", "--dataset", "/data"], {},
      "--dataset needs --dataset-format"),
     (["worker", "--token-file", "/no/such/token"], {"AIPERF_MASTER": "127.0.0.1:1"},
-     "cannot read token file /no/such/token"),
+     "cannot read worker token file /no/such/token"),
     (["worker", "--master", "127.0.0.1:1", "--token", "t", "--tls-ca", "/no/ca.pem"], {},
      "cannot read CA certificate /no/ca.pem"),
-    (["demo", "--minutes", "0"], {}, "--minutes must be positive"),
+    (["demo", "--minutes", "0"], {}, "Invalid value for '--minutes': 0 is not in the range 0<x<=43200"),
 ])
 def test_bad_arguments(args, env, message):
     out = aiperf(*args, env=env)
