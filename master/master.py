@@ -23,13 +23,14 @@ import math
 import platform
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
 import grpc
 
 import aiperf
 from aiperf import scoring, timeline
+from aiperf.api import bounds
 from aiperf.api.enums import (
     FINISHED_MODEL_STATES,
     MODEL_STATE_NAMES,
@@ -55,6 +56,8 @@ from master.domain import (
     RunTimeline,
     Scoreboard,
 )
+from master.budget import ModelFlops as _ModelFlops
+from master.budget import OpsCeilings
 from master.heartbeats import Heartbeats
 from master.metrics import MasterMetrics
 from master.progress import ProgressWriter
@@ -65,6 +68,7 @@ from master.store import (
     NewModel,
     NewRun,
     NotFound,
+    PermissionDenied,
     ProgressInput,
     ProgressResult,
     ResourceSampleInput,
@@ -83,7 +87,7 @@ FLOP_CACHE_SIZE = 4096
 LIST_LIMIT_DEFAULT = 1000
 LIST_LIMIT_MAX = 10000
 TIMELINE_BUCKETS = 200
-TIMELINE_BUCKETS_MAX = 100_000
+TIMELINE_BUCKETS_MAX = bounds.MAX_TIMELINE_BUCKETS
 
 
 def software_versions() -> dict[str, str]:
@@ -101,18 +105,6 @@ def software_versions() -> dict[str, str]:
         "alembic": alembic.__version__,
         "platform": platform.platform(),
     }
-
-
-@dataclass(frozen=True)
-class _ModelFlops:
-    """What the master needs to count a model's reports: its run and per-image totals."""
-
-    run_id: int
-    train: int  # operations per trained image
-    eval: int   # operations per validated image
-
-    def ops(self, images_trained: int, images_validated: int) -> int:
-        return self.train * images_trained + self.eval * images_validated
 
 
 class Master:
@@ -140,6 +132,7 @@ class Master:
         self._lock = threading.RLock()
         self._tick_lock = threading.Lock()
         self._flops: collections.OrderedDict[int, _ModelFlops] = collections.OrderedDict()
+        self.ceilings = OpsCeilings(lambda w: len(store.get_worker(w).accelerators))
         self._joined: set[tuple[int, int]] = set()
         self._run_ops: dict[int, int] = {}
         self._heartbeats = Heartbeats(store.list_workers(), clock())
@@ -359,6 +352,7 @@ class Master:
         now = self.clock()
         worker, abandoned = self.store.register_worker(info, now)
         self._forget_models(abandoned)
+        self.ceilings.registered(worker.id, len(worker.accelerators))
         self._heartbeats.registered(worker.id, now)
         self._join(self.current_run(), worker.id)
         log.info("event=worker_registered worker_id=%d name=%s host=%s accelerators=%d abandoned=%s",
@@ -414,7 +408,11 @@ class Master:
                 self._flops.move_to_end(model_id)
                 return hit
         m = self.store.get_model(model_id)
-        entry = _ModelFlops(m.run_id, m.flops_per_train_image, m.flops_per_eval_image)
+        # not in memory (a restarted master): the work reported so far occupies the
+        # worker from the model's submission on
+        done = m.flops_per_train_image * m.images_trained + m.flops_per_eval_image * m.images_validated
+        entry = _ModelFlops(m.run_id, m.worker_id, m.flops_per_train_image, m.flops_per_eval_image,
+                            busy_until=m.created_at + done / self.ceilings.get(m.worker_id))
         self._remember(model_id, entry)
         return entry
 
@@ -448,6 +446,7 @@ class Master:
         if sub.graph_hash != actual:
             raise InvalidArgument(f"graph hash mismatch: submitted {sub.graph_hash!r}, the graph hashes to {actual}")
         fc = count_flops(with_inserted_kernel(graph, sub.kernel_size))
+        bounds.check_flops_per_image(int(fc.train), int(fc.eval))
         new = NewModel(
             run_id=run.id, parent_id=sub.parent_id or None, worker_id=sub.worker_id, round=int(sub.round),
             graph_json=graph.to_json(), graph_hash=actual, batch_size=int(sub.batch_size),
@@ -455,7 +454,8 @@ class Master:
             flops_per_train_image=int(fc.train), flops_per_eval_image=int(fc.eval),
         )
         model = self.store.add_model(new, self.clock(), max_models=int(limits.get("max_models", 0)))
-        self._remember(model.id, _ModelFlops(run.id, model.flops_per_train_image, model.flops_per_eval_image))
+        self._remember(model.id, _ModelFlops(run.id, sub.worker_id, model.flops_per_train_image,
+                                             model.flops_per_eval_image, busy_until=model.created_at))
         self._join(run, sub.worker_id)
         log.info("event=model_submitted model_id=%d run_id=%d worker_id=%d parent_id=%s round=%d hash=%s "
                  "batch_size=%d kernel_size=%d flops_train=%d",
@@ -478,9 +478,16 @@ class Master:
             raise InvalidArgument(f"val_accuracy must be in [0, 1], got {r.accuracy}")
         self._known_worker(r.worker_id)
         entry = self._flop_count(r.model_id)
+        if entry.worker_id != r.worker_id:  # the store's rule, before the model's time is spent
+            raise PermissionDenied(f"model {r.model_id} belongs to worker {entry.worker_id}, not {r.worker_id}")
         master_flops = entry.ops(int(r.images_trained), int(r.images_validated))
+        if master_flops > bounds.MAX_OPS_PER_REPORT:
+            raise InvalidArgument(f"images_trained/images_validated: {master_flops:.3g} operations in one report "
+                                  f"exceed the bound of {bounds.MAX_OPS_PER_REPORT:.3g}")
+        now = self.clock()
+        entry.claim(master_flops, now, self.ceilings.get(r.worker_id))
         item = ProgressInput(
-            model_id=r.model_id, worker_id=r.worker_id, seq=int(r.seq), t=self.clock(), epoch=int(r.epoch),
+            model_id=r.model_id, worker_id=r.worker_id, seq=int(r.seq), t=now, epoch=int(r.epoch),
             images_trained=int(r.images_trained), images_validated=int(r.images_validated),
             accuracy=r.accuracy, worker_flops=int(r.worker_flops), master_flops=int(master_flops),
             flops_mismatch=not scoring.flops_agree(master_flops, int(r.worker_flops)),
@@ -640,8 +647,11 @@ def _check_accelerators(info: WorkerInput) -> None:
 
 
 def _parse_graph(graph_json: str) -> Graph:
-    """The submitted graph; InvalidArgument when it does not parse."""
+    """The submitted graph; InvalidArgument when it does not parse or has too many layers."""
     try:
-        return Graph.from_json(graph_json)
-    except (GraphError, ValueError) as exc:  # ValueError: json.JSONDecodeError and friends
+        graph = Graph.from_json(graph_json)
+    except (GraphError, ValueError, RecursionError) as exc:  # ValueError: json.JSONDecodeError and friends
         raise InvalidArgument(f"malformed graph JSON: {exc}") from None
+    if len(graph.layers) > bounds.MAX_GRAPH_LAYERS:
+        raise InvalidArgument(f"graph_json: {len(graph.layers)} layers exceed the bound of {bounds.MAX_GRAPH_LAYERS}")
+    return graph
