@@ -32,7 +32,7 @@ import re
 from typing import Any, Callable
 
 from aiperf.api import aiperf_pb2 as pb
-from aiperf.hyperparameters import MAX_KERNEL_SIZE
+from aiperf import hyperparameters
 from aiperf.precision import GEMM_DTYPES
 
 # ---------------------------------------------------------------- the table of named limits
@@ -301,14 +301,15 @@ def json_depth(text: str, limit: int) -> int | None:
     """How deep the arrays and objects of JSON `text` nest, when at most `limit`
     and balanced; else None. Linear regular-expression passes, no recursion."""
     brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    for depth in range(limit + 1):
-        if not brackets:
-            return depth
+    depth = 0
+    while brackets:
+        if depth == limit:
+            return None
         inner = _INNERMOST.sub("", brackets)  # one level of innermost pairs per pass
         if len(inner) == len(brackets):
             return None  # unbalanced
-        brackets = inner
-    return None if brackets else limit
+        brackets, depth = inner, depth + 1
+    return depth
 
 
 # ---------------------------------------------------------------- every request's fields
@@ -334,7 +335,7 @@ RULES: dict[Any, dict[str, Rule]] = {
     },
     pb.Hyperparameters: {
         "batch_size": Integer(0, MAX_BATCH_SIZE),  # 0 and even kernels: the library's rule names them
-        "kernel_size": Integer(0, MAX_KERNEL_SIZE),
+        "kernel_size": Integer(0, hyperparameters.MAX_KERNEL_SIZE),
     },
     pb.Limits: {
         "max_models": Integer(0, MAX_MODELS),
