@@ -20,6 +20,9 @@ from aiperf.api import bounds
 from master.store import InvalidArgument
 
 
+_CLAIM_LOCK = threading.Lock()  # a claim reads and moves busy_until at once
+
+
 @dataclass
 class ModelFlops:
     """What the master needs to count and bound a model's reports: its run, its
@@ -47,9 +50,6 @@ class ModelFlops:
                     f"images_trained/images_validated: {ops:.3g} operations in {max(0.0, now - start):.3g} s "
                     f"exceed the physical ceiling of {rate:.3g} operations/s of the worker's accelerators")
             self.busy_until = max(now, start + need_s)
-
-
-_CLAIM_LOCK = threading.Lock()
 
 
 class OpsCeilings:
