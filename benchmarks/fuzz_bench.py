@@ -14,7 +14,7 @@ aiperf/api/bounds.py (physics included: a model's operations fit its
 worker's ceiling rate since its submission), and the good worker's failed
 calls. The last three must be 0; so must UNKNOWN.
 
-    python benchmarks/fuzz_bench.py [--requests 10000] [--seed 1] [--quick] [--db URL]
+    python benchmarks/fuzz_bench.py [--requests 10000] [--seed 1] [--quick] [--db URL] [--master-log FILE]
 
 What an admin may legitimately do to the good worker (stop its run) and what
 only per-worker identity can prevent (another client naming the good
@@ -81,8 +81,9 @@ def _serve(db_url: str, port: int, data_dir: str) -> None:
 class MasterProcess:
     """The master in a child process; `alive()` checks health, `restart()` after a death."""
 
-    def __init__(self, db_url: str, data_dir: str) -> None:
+    def __init__(self, db_url: str, data_dir: str, log_path: str | None = None) -> None:
         self.db_url, self.data_dir = db_url, data_dir
+        self.log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in stop
         import socket
 
         with socket.socket() as s:
@@ -97,7 +98,7 @@ class MasterProcess:
         code = ("import sys; sys.path.insert(0, sys.argv[1]); import fuzz_bench; "
                 "fuzz_bench._serve(sys.argv[2], int(sys.argv[3]), sys.argv[4])")
         self.proc = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent), self.db_url,
-                                      str(self.port), self.data_dir], stderr=subprocess.DEVNULL)
+                                      str(self.port), self.data_dir], stderr=self.log)
         with grpc.insecure_channel(self.address) as channel:
             grpc.channel_ready_future(channel).result(timeout=120)
 
@@ -127,6 +128,11 @@ class MasterProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def close(self) -> None:
+        self.stop()
+        if self.log is not subprocess.DEVNULL:
+            self.log.close()
 
 
 # ---------------------------------------------------------------- messages
@@ -518,16 +524,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="seed of the mix")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_REQUESTS} requests (the test suite's run)")
     parser.add_argument("--db", default=None, help="database URL (default: SQLite in a temporary directory)")
+    parser.add_argument("--master-log", default=None, help="append the master's errors (tracebacks) to this file")
     args = parser.parse_args(argv)
     requests = QUICK_REQUESTS if args.quick else args.requests
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     with tempfile.TemporaryDirectory(prefix="aiperf-fuzz-") as tmp:
         db_url = args.db or f"sqlite:///{Path(tmp) / 'fuzz.db'}"
-        master = MasterProcess(db_url, tmp)
+        master = MasterProcess(db_url, tmp, args.master_log)
         try:
             return _run(master, db_url, requests, args.seed)
         finally:
-            master.stop()
+            master.close()
 
 
 def _run(master: MasterProcess, db_url: str, requests: int, seed: int) -> int:

@@ -9,6 +9,7 @@ master answers its health check after every example."""
 from __future__ import annotations
 
 import math
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.bounds import MAX_REQUEST_BYTES
 from aiperf.api.client import Accelerator, ControlClient, WorkerClient
+from tests.conftest import POSTGRES_ENV, postgres_url
 
 ALLOWED = {
     grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
@@ -101,15 +103,40 @@ def messages(desc: Any, graph_json: str, depth: int = 0) -> st.SearchStrategy[An
     return st.fixed_dictionaries({}, optional=fields).map(build)
 
 
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """SQLite, or a fresh PostgreSQL schema (AIPERF_TEST_POSTGRES_URL), for the module."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('fuzzdb') / 'fuzz.db'}"
+        return
+    base = postgres_url()
+    if base is None:
+        pytest.skip(f"{POSTGRES_ENV} not set")
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield make_url(base).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(
+            hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()
+
+
 @pytest.fixture(scope="module")
-def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def master(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One master for the module, with a worker, a running run and a model, so
     that small generated ids hit real rows."""
     from aiperf.resnet import resnet50
     from master.server import serve
 
     d: Path = tmp_path_factory.mktemp("fuzz")
-    h = serve(f"sqlite:///{d / 'fuzz.db'}", port=0, host="127.0.0.1", data_dir=d, heartbeat_interval_s=3600.0,
+    h = serve(database, port=0, host="127.0.0.1", data_dir=d, heartbeat_interval_s=3600.0,
               worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={})
     graph = resnet50(input_size=32, channels=3, classes=10, width=0.25)
     w, c = WorkerClient(h.address, WORKER_TOKEN, retries=0), ControlClient(h.address, ADMIN_TOKEN, retries=0)

@@ -90,11 +90,13 @@ def test_every_field_of_every_request_has_a_bound():
                     assert -2**63 <= rule.lo <= rule.hi <= 2**63 - 1, f"{desc.name}.{f.name}"
 
 
-def test_ids_are_positive_int64_and_zero_only_where_it_means_none_or_current():
+def test_ids_fit_their_sql_keys_and_zero_only_where_it_means_none_or_current():
+    assert bounds.MAX_ID == 2**31 - 1 and bounds.MAX_SEQ == 2**63 - 1  # INTEGER keys, BIGINT seq
     for message, rules in bounds.RULES.items():
         for name, rule in rules.items():
             if name.endswith("_id") or name == "seq":
-                assert isinstance(rule, bounds.Integer) and rule.hi == 2**63 - 1, f"{message.DESCRIPTOR.name}.{name}"
+                top = bounds.MAX_SEQ if name == "seq" else bounds.MAX_ID
+                assert isinstance(rule, bounds.Integer) and rule.hi == top, f"{message.DESCRIPTOR.name}.{name}"
                 zero_means_none = name in ("run_id", "parent_id", "since_model_id") or (
                     message is pb.HeartbeatRequest and name == "model_id")
                 assert rule.lo == (0 if zero_means_none else 1), f"{message.DESCRIPTOR.name}.{name}"
@@ -292,9 +294,9 @@ def test_extreme_values_through_the_server_name_the_field(master_server, small_g
     wid = w.register(name="n", host="h", accelerators=[Accelerator("X", 1 << 30)]).worker_id
     e = refusal(c.start_run, 1e308)
     assert "StartRunRequest.duration_s: must be a finite number in [0, 2.592e+06]" in e.details
-    e = refusal(c.run_status, 2**63)
-    assert e.code == grpc.StatusCode.INVALID_ARGUMENT and "GetRunStatusRequest.run_id" in e.details
-    assert refusal(c.run_status, 2**63 - 1).code == grpc.StatusCode.NOT_FOUND
+    e = refusal(c.run_status, 2**31)
+    assert e.code == grpc.StatusCode.INVALID_ARGUMENT and "GetRunStatusRequest.run_id: must be in 0..2147483647" in e.details
+    assert refusal(c.run_status, 2**31 - 1).code == grpc.StatusCode.NOT_FOUND
     c.start_run(600)
     js = small_graph.to_json()
     deep = json.dumps({**json.loads(js), "meta": {"x": json.loads("[" * 20 + "]" * 20)}})

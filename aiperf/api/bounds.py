@@ -38,8 +38,10 @@ from aiperf.precision import GEMM_DTYPES
 # ---------------------------------------------------------------- the table of named limits
 
 MAX_REQUEST_BYTES = 8 << 20     # a serialized request (the largest: a graph); larger is RESOURCE_EXHAUSTED
-# ids (run, worker, model), seq and seed are SQL BIGINT; 0 means "none"/"current" where the API says so
-MAX_ID = 2**63 - 1
+# ids (run, worker, model) are SQL INTEGER keys (PostgreSQL int4): a larger id names nothing, and
+# PostgreSQL refuses to compare one with the column. 0 means "none"/"current" where the API says so.
+MAX_ID = 2**31 - 1
+# seq and seed are SQL BIGINT
 MAX_SEQ = 2**63 - 1
 MAX_SEED = 2**63 - 1
 # text: PostgreSQL VARCHAR lengths of the columns they are stored in, or less
