@@ -416,7 +416,7 @@ def rows_out_of_bounds(db_url: str) -> list[str]:
     with engine.connect() as conn:
         for wid, name, host, accs, cpus, mem, sw in conn.execute(text(
                 "SELECT id, name, host, accelerators, cpus, memory_bytes, software FROM workers")):
-            accs, sw = json.loads(accs) if isinstance(accs, str) else accs, json.loads(sw) if isinstance(sw, str) else sw
+            accs, sw = (json.loads(v) if isinstance(v, str) else v for v in (accs, sw))
             ok = (_text_ok(name, b.MAX_NAME_CHARS) and _text_ok(host, b.MAX_NAME_CHARS)
                   and len(accs) <= b.MAX_ACCELERATORS_PER_WORKER and _within(cpus, 0, b.MAX_CPUS)
                   and _within(mem, 0, b.MAX_HOST_MEMORY_BYTES) and len(sw) <= b.MAX_SOFTWARE_ENTRIES

@@ -33,10 +33,8 @@ from aiperf.api import bounds  # noqa: E402
 PACKAGE = "aiperf.bench"
 PRINTABLE = r"^(?:[^\p{C}\p{Z}]| )*$"
 PRINTABLE_MULTILINE = r"^(?:[^\p{C}\p{Z}]|[ \n\t])*$"
-TYPE_RULES = {  # FieldDescriptorProto type -> the FieldRules member
-    descriptor_pb2.FieldDescriptorProto.TYPE_UINT64: "uint64", descriptor_pb2.FieldDescriptorProto.TYPE_UINT32: "uint32",
-    descriptor_pb2.FieldDescriptorProto.TYPE_INT64: "int64", descriptor_pb2.FieldDescriptorProto.TYPE_INT32: "int32",
-}
+_F = descriptor_pb2.FieldDescriptorProto
+TYPE_RULES = {_F.TYPE_UINT64: "uint64", _F.TYPE_UINT32: "uint32", _F.TYPE_INT64: "int64", _F.TYPE_INT32: "int32"}
 
 
 def _scalar_rules(target: Any, rule: Any, field_type: int) -> None:

@@ -188,12 +188,14 @@ def test_counts_of_repeated_fields_and_nested_paths():
     bounds.check(pb.SendResourceSamplesRequest(worker_id=1, samples=[sample] * bounds.MAX_SAMPLES_PER_CALL))
     with pytest.raises(bounds.BoundsError, match=r"^SendResourceSamplesRequest.samples: at most 1024 items"):
         bounds.check(pb.SendResourceSamplesRequest(worker_id=1, samples=[sample] * 1025))
-    with pytest.raises(bounds.BoundsError, match=r"samples\[1\].age_s: must be a finite number in \[0, 86400\], got -1e\+308"):
+    with pytest.raises(bounds.BoundsError,
+                       match=r"samples\[1\].age_s: must be a finite number in \[0, 86400\], got -1e\+308"):
         bounds.check(pb.SendResourceSamplesRequest(worker_id=1, samples=[sample, pb.ResourceSample(age_s=-1e308)]))
     with pytest.raises(bounds.BoundsError, match=r"^StartRunRequest.limits.max_models: must be in 0..10000000"):
         bounds.check(pb.StartRunRequest(duration_s=60, limits=pb.Limits(max_models=2**32 - 1)))
-    with pytest.raises(bounds.BoundsError, match=r"^SubmitModelRequest.hyperparameters.batch_size: must be in 0..65536"):
-        bounds.check(pb.SubmitModelRequest(worker_id=1, round=1, hyperparameters=pb.Hyperparameters(batch_size=2**32 - 1)))
+    with pytest.raises(bounds.BoundsError, match=r"^SubmitModelRequest.hyperparameters.batch_size: must be in 0.."):
+        bounds.check(pb.SubmitModelRequest(worker_id=1, round=1,
+                                           hyperparameters=pb.Hyperparameters(batch_size=2**32 - 1)))
 
 
 def test_a_connect_message_must_carry_one_body():
@@ -216,7 +218,7 @@ def test_reason_text_allows_newlines_and_the_client_clips_its_own():
 
 
 def _json_values(max_leaves: int = 30) -> st.SearchStrategy[Any]:
-    leaves = st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ab,:\n', max_size=8)
+    leaves = st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ab,:\né\u2028', max_size=8)
     return st.recursive(leaves, lambda inner: st.lists(inner, max_size=3)
                         | st.dictionaries(st.text(alphabet='[]{}"\\k', max_size=4), inner, max_size=3),
                         max_leaves=max_leaves)
@@ -231,9 +233,9 @@ def _depth(value: Any) -> int:
 
 
 @settings(max_examples=300, deadline=None)
-@given(_json_values(), st.integers(0, 8), st.sampled_from([None, 0, 2]))
-def test_json_depth_agrees_with_parsing(value, limit, indent):
-    text = json.dumps(value, indent=indent)
+@given(_json_values(), st.integers(0, 8), st.sampled_from([None, 0, 2]), st.booleans())
+def test_json_depth_agrees_with_parsing(value, limit, indent, ascii_only):
+    text = json.dumps(value, indent=indent, ensure_ascii=ascii_only)
     depth = _depth(value)
     assert bounds.json_depth(text, limit) == (depth if depth <= limit else None)
 
@@ -295,7 +297,8 @@ def test_extreme_values_through_the_server_name_the_field(master_server, small_g
     e = refusal(c.start_run, 1e308)
     assert "StartRunRequest.duration_s: must be a finite number in [0, 2.592e+06]" in e.details
     e = refusal(c.run_status, 2**31)
-    assert e.code == grpc.StatusCode.INVALID_ARGUMENT and "GetRunStatusRequest.run_id: must be in 0..2147483647" in e.details
+    assert e.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "GetRunStatusRequest.run_id: must be in 0..2147483647" in e.details
     assert refusal(c.run_status, 2**31 - 1).code == grpc.StatusCode.NOT_FOUND
     c.start_run(600)
     js = small_graph.to_json()
