@@ -32,22 +32,23 @@ import math
 import platform
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
 import grpc
 
 import aiperf
 from aiperf import scoring, timeline
+from aiperf.api import bounds
 from aiperf.api.enums import (
     FINISHED_MODEL_STATES,
     MODEL_STATE_NAMES,
     OPEN_MODEL_STATES,
 )
 from aiperf.flops import count_flops
-from aiperf.graph import Graph, GraphError, with_inserted_kernel
+from aiperf.graph import with_inserted_kernel
 from aiperf.hyperparameters import HyperparameterError, Hyperparameters
-from aiperf.precision import GEMM_DTYPES, PRECISIONS
+from aiperf.precision import PRECISIONS
 from master.domain import (
     DEFAULT_REPORT_INTERVAL_S,
     DEFAULT_RESOURCE_INTERVAL_S,
@@ -65,10 +66,13 @@ from master.domain import (
     RunTimeline,
     Scoreboard,
 )
+from master.budget import ModelFlops as _ModelFlops
+from master.budget import OpsCeilings
 from master.heartbeats import Heartbeats
 from master.identity import WorkerCredentials, credential_hash
 from master.metrics import MasterMetrics
 from master.progress import ProgressWriter
+from master.run_rules import accelerator_peaks, check_accelerators, parse_graph, rules_of
 from master.store import (
     FailedPrecondition,
     InvalidArgument,
@@ -76,6 +80,7 @@ from master.store import (
     NewModel,
     NewRun,
     NotFound,
+    PermissionDenied,
     ProgressInput,
     ProgressResult,
     ResourceSampleInput,
@@ -93,7 +98,7 @@ FLOP_CACHE_SIZE = 4096
 LIST_LIMIT_DEFAULT = 1000
 LIST_LIMIT_MAX = 10000
 TIMELINE_BUCKETS = 200
-TIMELINE_BUCKETS_MAX = 100_000
+TIMELINE_BUCKETS_MAX = bounds.MAX_TIMELINE_BUCKETS
 ALIVE_STAMP_S = 1.0  # liveness stamp period: an outage's start is known to within this (plus a tick)
 
 
@@ -112,18 +117,6 @@ def software_versions() -> dict[str, str]:
         "alembic": alembic.__version__,
         "platform": platform.platform(),
     }
-
-
-@dataclass(frozen=True)
-class _ModelFlops:
-    """What the master needs to count a model's reports: its run and per-image totals."""
-
-    run_id: int
-    train: int  # operations per trained image
-    eval: int   # operations per validated image
-
-    def ops(self, images_trained: int, images_validated: int) -> int:
-        return self.train * images_trained + self.eval * images_validated
 
 
 class Master:
@@ -151,6 +144,7 @@ class Master:
         self._lock = threading.RLock()
         self._tick_lock = threading.Lock()
         self._flops: collections.OrderedDict[int, _ModelFlops] = collections.OrderedDict()
+        self.ceilings = OpsCeilings(lambda w: len(store.get_worker(w).accelerators))
         self._joined: set[tuple[int, int]] = set()
         self._run_ops: dict[int, int] = {}
         now = clock()
@@ -395,7 +389,7 @@ class Master:
         if not info.name and not info.host:
             raise InvalidArgument("a worker needs a name or a host")
         info = replace(info, name=info.name or info.host, host=info.host or info.name)
-        _check_accelerators(info)
+        check_accelerators(info)
         with self._register_lock:
             existing = self.store.worker_by_name(info.name)
             alive = existing is not None and self.is_alive(existing.id)
@@ -405,6 +399,7 @@ class Master:
             worker, abandoned = self.store.register_worker(info, now, digest)
             self._credentials.set(worker.id, digest)
         self._forget_models(abandoned)
+        self.ceilings.registered(worker.id, len(worker.accelerators))
         self._heartbeats.registered(worker.id, now)
         self._join(self.current_run(), worker.id)
         log.info("event=worker_registered worker_id=%d name=%s host=%s accelerators=%d abandoned=%s "
@@ -461,7 +456,11 @@ class Master:
                 self._flops.move_to_end(model_id)
                 return hit
         m = self.store.get_model(model_id)
-        entry = _ModelFlops(m.run_id, m.flops_per_train_image, m.flops_per_eval_image)
+        # not in memory (a restarted master): the work reported so far occupies the
+        # worker from the model's submission on
+        done = m.flops_per_train_image * m.images_trained + m.flops_per_eval_image * m.images_validated
+        entry = _ModelFlops(m.run_id, m.worker_id, m.flops_per_train_image, m.flops_per_eval_image,
+                            busy_until=m.created_at + done / self.ceilings.get(m.worker_id))
         self._remember(model_id, entry)
         return entry
 
@@ -490,11 +489,12 @@ class Master:
         max_rounds = int(limits.get("max_rounds_per_worker", 0))
         if max_rounds and sub.round > max_rounds:
             raise FailedPrecondition(f"round {sub.round} exceeds the run's limit of {max_rounds} rounds per worker")
-        graph = _parse_graph(sub.graph_json)
+        graph = parse_graph(sub.graph_json)
         actual = graph.hash()
         if sub.graph_hash != actual:
             raise InvalidArgument(f"graph hash mismatch: submitted {sub.graph_hash!r}, the graph hashes to {actual}")
         fc = count_flops(with_inserted_kernel(graph, sub.kernel_size))
+        bounds.check_flops_per_image(int(fc.train), int(fc.eval))
         new = NewModel(
             run_id=run.id, parent_id=sub.parent_id or None, worker_id=sub.worker_id, round=int(sub.round),
             graph_json=graph.to_json(), graph_hash=actual, batch_size=int(sub.batch_size),
@@ -502,7 +502,8 @@ class Master:
             flops_per_train_image=int(fc.train), flops_per_eval_image=int(fc.eval),
         )
         model = self.store.add_model(new, self.clock(), max_models=int(limits.get("max_models", 0)))
-        self._remember(model.id, _ModelFlops(run.id, model.flops_per_train_image, model.flops_per_eval_image))
+        self._remember(model.id, _ModelFlops(run.id, sub.worker_id, model.flops_per_train_image,
+                                             model.flops_per_eval_image, busy_until=model.created_at))
         self._join(run, sub.worker_id)
         log.info("event=model_submitted model_id=%d run_id=%d worker_id=%d parent_id=%s round=%d hash=%s "
                  "batch_size=%d kernel_size=%d flops_train=%d",
@@ -525,9 +526,16 @@ class Master:
         if r.accuracy is not None and not (0.0 <= r.accuracy <= 1.0):
             raise InvalidArgument(f"val_accuracy must be in [0, 1], got {r.accuracy}")
         entry = self._flop_count(r.model_id)
+        if entry.worker_id != r.worker_id:  # the store's rule, before the model's time is spent
+            raise PermissionDenied(f"model {r.model_id} belongs to worker {entry.worker_id}, not {r.worker_id}")
         master_flops = entry.ops(int(r.images_trained), int(r.images_validated))
+        if master_flops > bounds.MAX_OPS_PER_REPORT:
+            raise InvalidArgument(f"images_trained/images_validated: {master_flops:.3g} operations in one report "
+                                  f"exceed the bound of {bounds.MAX_OPS_PER_REPORT:.3g}")
+        now = self.clock()
+        entry.claim(master_flops, now, self.ceilings.get(r.worker_id))
         item = ProgressInput(
-            model_id=r.model_id, worker_id=r.worker_id, seq=int(r.seq), t=self.clock(), epoch=int(r.epoch),
+            model_id=r.model_id, worker_id=r.worker_id, seq=int(r.seq), t=now, epoch=int(r.epoch),
             images_trained=int(r.images_trained), images_validated=int(r.images_validated),
             accuracy=r.accuracy, worker_flops=int(r.worker_flops), master_flops=int(master_flops),
             flops_mismatch=not scoring.flops_agree(master_flops, int(r.worker_flops)),
@@ -602,37 +610,16 @@ class Master:
         return ModelPage(run.id, models, total)
 
     # ------------------------------------------------------------ scores and reports
-    @staticmethod
-    def peaks(run: RunRecord, joined: list[RunWorker]) -> list[float]:
-        """The GEMM peak of every accelerator that took part, for the run's precision (0: unknown)."""
-        dtype = PRECISIONS[run.precision].gemm_dtype if run.precision in PRECISIONS else None
-        return [float(a.get("peak_flops_by_dtype", {}).get(dtype) or a.get("peak_flops", 0.0))
-                for rw in joined for a in rw.inventory.get("accelerators", [])]
-
     def score(self, run: RunRecord, joined: list[RunWorker] | None = None) -> scoring.ScoreResult:
         """The run's score now (or at its stop); `joined`: its workers, when already read."""
-        rules = self.rules_of(run)
+        rules = rules_of(run)
         if run.started_at is None:
             return scoring.score_run(0.0, 0.0, [], rules, run.precision)
-        peaks = self.peaks(run, joined if joined is not None else self.store.run_workers(run.id))
+        peaks = accelerator_peaks(run, joined if joined is not None else self.store.run_workers(run.id))
         # the window ends at the stop, or at the deadline even before the run is stopped
         return scoring.score_run(
             run.started_at, self.clock(), self.store.timeline(run.id), rules, run.precision,
             end=run.stopped_at if run.stopped_at is not None else run.deadline, peaks=peaks,
-        )
-
-    @staticmethod
-    def rules_of(run: RunRecord) -> scoring.ProfileRules:
-        base = scoring.PROFILES[run.profile]
-        c = run.config
-        # the rules recorded with the run win over today's defaults
-        return scoring.ProfileRules(
-            name=base.name,
-            min_duration_s=base.min_duration_s,
-            min_running_time_s=float(c.get("min_running_time_s", base.min_running_time_s)),
-            max_error=float(c.get("max_error", base.max_error)),
-            target_accuracy=float(c.get("target_accuracy", base.target_accuracy)),
-            official=bool(c.get("official", base.official)),
         )
 
     def run_status(self, run_id: int) -> RunStatus:
@@ -651,8 +638,8 @@ class Master:
         ranked = self.store.ranked_done_ids(run.id)
         images_trained, images_validated = self.store.run_images(run.id)
         return Scoreboard(
-            run=run, result=result, rules=self.rules_of(run),
-            peak_flops=sum(self.peaks(run, joined)) if result.efficiency is not None else None,
+            run=run, result=result, rules=rules_of(run),
+            peak_flops=sum(accelerator_peaks(run, joined)) if result.efficiency is not None else None,
             flops_mismatch_reports=self.store.flops_mismatch_count(run.id),
             workers=joined, workers_alive=sum(1 for rw in joined if self.is_alive(rw.worker.id)),
             model_counts=self.store.count_models(run.id), best_model_id=ranked[0] if ranked else None,
@@ -674,24 +661,3 @@ class Master:
         resources = timeline.resource_curve(run.started_at, samples, end, int(buckets) or TIMELINE_BUCKETS)
         return RunTimeline(run, curve, resources)
 
-
-def _check_accelerators(info: WorkerInput) -> None:
-    """InvalidArgument unless every peak is a finite rate >= 0 of a known compute type."""
-    for a in info.accelerators:
-        peak = a.get("peak_flops", 0.0)
-        if not math.isfinite(peak) or peak < 0:
-            raise InvalidArgument("accelerator peak_flops must be >= 0")
-        for dtype, value in a.get("peak_flops_by_dtype", {}).items():
-            if dtype not in GEMM_DTYPES:
-                raise InvalidArgument(f"accelerator peak_flops_by_dtype: unknown compute type {dtype!r} "
-                                      f"(expected one of {', '.join(GEMM_DTYPES)})")
-            if not math.isfinite(value) or value < 0:
-                raise InvalidArgument(f"accelerator peak_flops_by_dtype[{dtype!r}] must be >= 0")
-
-
-def _parse_graph(graph_json: str) -> Graph:
-    """The submitted graph; InvalidArgument when it does not parse."""
-    try:
-        return Graph.from_json(graph_json)
-    except (GraphError, ValueError) as exc:  # ValueError: json.JSONDecodeError and friends
-        raise InvalidArgument(f"malformed graph JSON: {exc}") from None

@@ -4,18 +4,26 @@ Concurrent RPCs hand their reports to one thread, which records everything
 waiting in one transaction (`Store.add_progress`). Each caller gets its own
 results only after the commit. The master's event loop awaits them without
 blocking (`write_async`).
+
+Reports are validated before they are queued (the bounds, the Master's
+checks), so a batch should not fail; if one does, its callers' reports are
+recorded again one caller at a time, so that one bad report fails only its
+own caller, never another worker's report that shared its transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import queue
 import threading
 import time
 from typing import Callable
 
 from master.store import FailedPrecondition, ProgressInput, ProgressResult, Store
+
+log = logging.getLogger(__name__)
 
 Callback = Callable[[list[ProgressResult] | None, BaseException | None], None]
 
@@ -66,14 +74,28 @@ class ProgressWriter:
             items = [i for inputs, _ in jobs for i in inputs]
             try:
                 results = self._store.add_progress(items)
-            except Exception as exc:  # noqa: BLE001 - handed to every waiting caller
-                for _, done in jobs:
-                    done(None, exc)
+            except Exception as exc:  # noqa: BLE001 - retried one caller at a time
+                if len(jobs) == 1:
+                    jobs[0][1](None, exc)
+                else:
+                    log.warning("event=progress_batch_failed reports=%d callers=%d error=%r; retrying one by one",
+                                len(items), len(jobs), exc)
+                    self._write_one_by_one(jobs)
                 continue
             k = 0
             for inputs, done in jobs:
                 done(results[k:k + len(inputs)], None)
                 k += len(inputs)
+
+    def _write_one_by_one(self, jobs: list[tuple[list[ProgressInput], Callback]]) -> None:
+        """Each caller's reports in a transaction of their own; a failure is that caller's alone."""
+        for inputs, done in jobs:
+            try:
+                results = self._store.add_progress(inputs)
+            except Exception as exc:  # noqa: BLE001 - handed to this caller only
+                done(None, exc)
+            else:
+                done(results, None)
 
     def _gather(self, job: tuple[list[ProgressInput], Callback]) -> tuple[list[tuple[list[ProgressInput], Callback]], bool]:
         """The first job and everything queued behind it (up to max_batch reports); True when told to stop."""

@@ -27,13 +27,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from aiperf.api import aiperf_pb2 as pb
-from aiperf.api import aiperf_pb2_grpc as pb_grpc
+from aiperf.api.bounds import MAX_REQUEST_BYTES
 from aiperf.api.client import MAX_MESSAGE_BYTES
 from master.auth import TokenInterceptor, Tokens, load_tokens
 from master.dburl import mask_url
 from master.metrics import MasterMetrics
 from master.master import Master
-from master.servicers import ControlServicer, WorkerServicer
+from master.servicers import ControlServicer, WorkerServicer, add_to_server
 from master.sqlstore import SqlStore
 
 log = logging.getLogger(__name__)
@@ -210,13 +210,13 @@ async def _start_grpc(address: str, credentials: grpc.ServerCredentials | None, 
     server = grpc.aio.server(
         interceptors=[TokenInterceptor(tokens)],
         options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),  # larger: RESOURCE_EXHAUSTED
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
         ],
     )
-    pb_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(master, pool), server)
-    pb_grpc.add_ControlServiceServicer_to_server(ControlServicer(master, pool), server)
+    add_to_server(server, WorkerServicer(master, pool), "WorkerService")
+    add_to_server(server, ControlServicer(master, pool), "ControlService")
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     try:

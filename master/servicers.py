@@ -2,11 +2,18 @@
 
 Each handler converts its request (master/conversions.py), calls one
 `Master` method and converts the reply; it neither reads the store nor
-decides anything. Store and validation errors become gRPC status codes with
-their message. The handlers run on the server's event loop; a body that may
+decides anything. The handlers run on the server's event loop; a body that may
 touch the database runs on the servicer's thread pool. A worker call's
 credential (metadata `aiperf-worker-credential`) is read here and handed to the
 Master as a plain string; the Master decides whether it is the named worker's.
+
+No input gets UNKNOWN. Every request is checked against its bounds
+(aiperf/api/bounds.py) before anything reads it; an undecodable payload
+arrives as `Undecodable` (see `decoder`) and is refused. Store and validation
+errors become their gRPC status codes; OverflowError, RecursionError and
+ValueError from an extreme value INVALID_ARGUMENT; anything else INTERNAL,
+with its traceback logged. On the Connect stream each refused message gets
+an error reply of its own and the stream lives on.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import grpc
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
+from aiperf.api import bounds
 from aiperf.api.calls import CREDENTIAL_METADATA
 from aiperf.api.enums import API_VERSION, MODEL_STATE_VALUES, RUN_STATE_VALUES, WORKER_STATE_VALUES
 from master import conversions as cv
@@ -56,17 +64,94 @@ def _status(exc: StoreError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+class Undecodable:
+    """What a request that does not parse as its message type arrives as."""
+
+    __slots__ = ("type_name", "error")
+
+    def __init__(self, type_name: str, error: str) -> None:
+        self.type_name, self.error = type_name, error
+
+
+def decoder(message: Any) -> Callable[[bytes], Any]:
+    """A request deserializer that never raises: gRPC would answer a raising one
+    with UNKNOWN; the handler refuses an `Undecodable` with INVALID_ARGUMENT."""
+    parse = message.FromString
+    name = message.DESCRIPTOR.name
+
+    def decode(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception as exc:  # noqa: BLE001 - DecodeError, and whatever else a parser may raise
+            return Undecodable(name, str(exc) or type(exc).__name__)
+
+    return decode
+
+
+_HANDLER_KINDS = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def add_to_server(server: grpc.aio.Server, servicer: Any, service_name: str) -> None:
+    """Serve every method of the service (aiperf.proto) with `decoder` for its requests:
+    what the generated add_*_to_server does, but undecodable payloads reach the handler."""
+    service = pb.DESCRIPTOR.services_by_name[service_name]
+    handlers = {}
+    for method in service.methods:
+        make = _HANDLER_KINDS[(method.client_streaming, method.server_streaming)]
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=decoder(getattr(pb, method.input_type.name)),
+            response_serializer=getattr(pb, method.output_type.name).SerializeToString,
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    server.add_registered_method_handlers(service.full_name, handlers)
+
+
+def checked(request: Any) -> Any:
+    """The request, when it decoded and is inside its bounds; else BoundsError."""
+    if isinstance(request, Undecodable):
+        raise bounds.BoundsError(f"undecodable {request.type_name}: {request.error[:200]}")
+    bounds.check(request)
+    return request
+
+
+def refusal(exc: Exception, method: str) -> tuple[grpc.StatusCode, str]:
+    """The status code and message a failed call ends with (logged; a traceback for INTERNAL)."""
+    if isinstance(exc, StoreError):
+        code, message = _status(exc), str(exc)
+    elif isinstance(exc, bounds.BoundsError):
+        code, message = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    elif isinstance(exc, (OverflowError, RecursionError, ValueError)):
+        # an extreme value the bounds let through: the caller's, but worth a traceback
+        log.warning("event=rpc_value_error method=%s", method, exc_info=exc)
+        code, message = grpc.StatusCode.INVALID_ARGUMENT, f"value out of range: {type(exc).__name__}: {exc}"[:500]
+    else:
+        log.error("event=rpc_internal_error method=%s", method, exc_info=exc)
+        return grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); see the master's log"
+    log.info("event=rpc_error method=%s code=%s message=%r", method, code.name, message)
+    return code, message
+
+
 def rpc(fn: Callable[[Any, Any], T]) -> Callable[[Any, Any, grpc.aio.ServicerContext], Any]:
-    """Serve a synchronous method as an asyncio gRPC handler: the body runs on
-    the servicer's thread pool (it may touch the database), and store and
-    validation errors become gRPC status codes with their message."""
+    """Serve a synchronous method as an asyncio gRPC handler: the request's
+    bounds are checked and the body runs on the servicer's thread pool (it may
+    touch the database); every error becomes a status code (`refusal`)."""
+
+    def body(self: Any, request: Any) -> T:
+        return fn(self, checked(request))
 
     @functools.wraps(fn)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.pool, fn, self, request)
-        except StoreError as exc:
-            await _abort(context, fn.__name__, exc)
+            return await asyncio.get_running_loop().run_in_executor(self.pool, body, self, request)
+        except Exception as exc:  # noqa: BLE001 - every failure ends the call with a status code
+            code, message = refusal(exc, fn.__name__)
+        await _abort(context, code, message)
 
     return wrapper
 
@@ -75,13 +160,17 @@ def worker_rpc(fn: Callable[[Any, Any, str], T]) -> Callable[[Any, Any, grpc.aio
     """As `rpc`, for a worker call after Register: the body also gets the
     call's worker credential (empty when the metadata has none)."""
 
+    def body(self: Any, request: Any, credential: str) -> T:
+        return fn(self, checked(request), credential)
+
     @functools.wraps(fn)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
         credential = worker_credential(context.invocation_metadata())
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.pool, fn, self, request, credential)
-        except StoreError as exc:
-            await _abort(context, fn.__name__, exc)
+            return await asyncio.get_running_loop().run_in_executor(self.pool, body, self, request, credential)
+        except Exception as exc:  # noqa: BLE001 - every failure ends the call with a status code
+            code, message = refusal(exc, fn.__name__)
+        await _abort(context, code, message)
 
     return wrapper
 
@@ -94,10 +183,9 @@ def worker_credential(metadata: Any) -> str:
     return ""
 
 
-async def _abort(context: grpc.aio.ServicerContext, method: str, exc: StoreError) -> NoReturn:
-    """End the call with the error's status code and message (logged)."""
-    log.info("event=rpc_error method=%s code=%s message=%r", method, _status(exc).name, str(exc))
-    await context.abort(_status(exc), str(exc))
+async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    """End the call with the status code and message."""
+    await context.abort(code, message)
     raise AssertionError("unreachable")  # context.abort raises
 
 
@@ -170,22 +258,21 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
 
     async def Connect(self, request_iterator: AsyncIterator[pb.WorkerMessage],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.MasterMessage]:
-        # One reply per message, in order; a refused message gets an error
-        # reply and the stream stays open. The stream's credential comes with its
-        # metadata; every message must name the worker it belongs to.
+        # One reply per message, in order; a refused message (undecodable, out of
+        # bounds, refused by the master) gets an error reply and the stream stays open.
+        # The stream's credential comes with its metadata; every message must name
+        # the worker it belongs to.
         credential = worker_credential(context.invocation_metadata())
         async for message in request_iterator:
-            kind = message.WhichOneof("body")
             try:
+                kind = checked(message).WhichOneof("body")
                 if kind == "heartbeat":
                     reply = pb.MasterMessage(heartbeat=await self._beat_async(message.heartbeat.worker_id, credential))
-                elif kind == "progress":
+                else:  # progress: the bounds refuse a message with neither
                     reply = pb.MasterMessage(progress=await self._report(message.progress, credential))
-                else:
-                    raise InvalidArgument("empty message: set heartbeat or progress")
-            except StoreError as exc:
-                log.info("event=rpc_error method=Connect.%s code=%s message=%r", kind, _status(exc).name, str(exc))
-                reply = pb.MasterMessage(error=pb.MessageError(code=_status(exc).value[0], message=str(exc)))
+            except Exception as exc:  # noqa: BLE001 - answered on the stream, which lives on
+                code, text = refusal(exc, "Connect")
+                reply = pb.MasterMessage(error=pb.MessageError(code=code.value[0], message=text))
             yield reply
 
     @worker_rpc

@@ -174,14 +174,12 @@ def test_refusals_by_the_master_are_exit_4(master_server: Any, tmp_path: Path) -
     assert invalid.returncode == 2 and "3600" in error_line(invalid)
 
 
-@pytest.mark.xfail(strict=True, reason="the master stores seeds as int64 and answers UNKNOWN for seeds >= 2^63 "
-                   "(issue 11 item 2: its bounds must refuse them with INVALID_ARGUMENT or accept them); "
-                   "remove this mark when that lands")
 def test_the_largest_seed_is_not_a_bug_at_the_master(master_server: Any) -> None:
     h = master_server()
     env = {"AIPERF_MASTER": h.address, "AIPERF_ADMIN_TOKEN": h.admin_token}
     proc = aiperf("start", "--duration", "3m", "--profile", "smoke", "--seed", str(UINT64_MAX), env=env)
-    assert proc.returncode in (0, 2), proc.stderr
+    # the master's bounds refuse a seed beyond int64 (what SQL stores): bad input, one line
+    assert proc.returncode == 2 and "seed" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 # The README's table, by status.

@@ -73,6 +73,7 @@ import grpc
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
+from aiperf.api.bounds import MAX_REASON_CHARS, clip_text
 from aiperf.api.calls import CREDENTIAL_METADATA, DEFAULT_TIMEOUT_S, ApiError, api_error, with_retries
 from aiperf.api.enums import API_VERSION, FINISHED_MODEL_STATES, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES
 from aiperf.api.stream import WorkerStream
@@ -347,14 +348,15 @@ class WorkerClient(_Client):
     ) -> pb.FinishModelResponse:
         """End a model: state "done" or "failed" (with reason). best_accuracy is
         the best observed validation accuracy; predicted_accuracy ranks it.
-        Idempotent: finishing again with the same state is accepted."""
+        Idempotent: finishing again with the same state is accepted. The reason is
+        made to fit the master's bound (MAX_REASON_CHARS, printable; aiperf.api.bounds)."""
         if state not in FINISHED_MODEL_STATES:
             raise ValueError(f"finish state must be 'done' or 'failed', not {state!r}")
         req = pb.FinishModelRequest(
             worker_id=worker_id,
             model_id=model_id,
             state=MODEL_STATE_VALUES[state],
-            reason=reason,
+            reason=clip_text(reason, MAX_REASON_CHARS),
             has_accuracy=best_accuracy is not None,
             best_accuracy=float(best_accuracy or 0.0),
             predicted_accuracy=float(predicted_accuracy or 0.0),

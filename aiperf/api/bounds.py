@@ -1,0 +1,488 @@
+"""The bounds of every field of every request of the master's API, declared once.
+
+The master applies `check(request)` to every request of WorkerService and
+ControlService before anything reads it (master/servicers.py); a field out of
+its bound is refused with INVALID_ARGUMENT naming the field, e.g.
+``RegisterRequest.accelerators[3].peak_flops: must be a finite number in
+[0, 1e+16], got inf``. The limits are physical (no accelerator computes more
+than MAX_OPS_PER_S_PER_ACCELERATOR), or what the database stores (SQL
+INTEGER ids, BIGINT counts, PostgreSQL's VARCHAR lengths), or generous sanity
+(a run lasts at most 30 days); docs/spec.md quotes this table. Clients share it: `clip_text` keeps a
+worker's free text (a failure reason) inside its bound.
+
+What needs the master's state is checked by the Master on top of these: a
+report's images × the model's FLOPs per image against the time since the
+model's previous report (`report_ops_ceiling`, master/budget.py), a graph's
+FLOPs per image and layer count after it was parsed.
+
+Why hand-written and not protovalidate (buf.validate annotations): measured
+with benchmarks/validation_bench.py, which turns this table into buf.validate
+annotations and times both on the same requests (docs/spec.md section 10).
+This module costs half the CPU of protovalidate 2.1 on the hot path (1.7 vs
+3.9 µs per heartbeat, 3.5 vs 6.6 µs per progress report) and about the same
+on the larger requests; protovalidate also cannot express the JSON depth
+check, and would add a native dependency and a vendored validate.proto to
+every build and split the bounds between the .proto and Python.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from aiperf import hyperparameters
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.precision import GEMM_DTYPES
+
+# ---------------------------------------------------------------- the table of named limits
+
+MAX_REQUEST_BYTES = 8 << 20     # a serialized request (the largest: a graph); larger is RESOURCE_EXHAUSTED
+# ids (run, worker, model) are SQL INTEGER keys (PostgreSQL int4): a larger id names nothing, and
+# PostgreSQL refuses to compare one with the column. 0 means "none"/"current" where the API says so.
+MAX_ID = 2**31 - 1
+# seq and seed are SQL BIGINT
+MAX_SEQ = 2**63 - 1
+MAX_SEED = 2**63 - 1
+# text: PostgreSQL VARCHAR lengths of the columns they are stored in, or less
+MAX_NAME_CHARS = 253            # worker name and host: a DNS name / Kubernetes pod name (column: 255)
+MAX_MODEL_NAME_CHARS = 256      # accelerator model, e.g. "NVIDIA H100 80GB HBM3"
+MAX_SOFTWARE_NAME_CHARS = 64
+MAX_SOFTWARE_VERSION_CHARS = 256
+MAX_SOFTWARE_ENTRIES = 64
+MAX_REASON_CHARS = 500          # a model's failure reason (column: 500); newlines and tabs allowed
+MAX_STOP_REASON_CHARS = 200     # a run's stop reason (column: 200)
+MAX_GRAPH_HASH_CHARS = 64       # SHA-256 in hex (column: 64)
+MAX_CREDENTIAL_CHARS = 128      # a worker credential kept by a restarting worker (issued: 43 characters)
+# hardware of one worker (one node)
+MAX_ACCELERATORS_PER_WORKER = 64
+MAX_OPS_PER_S_PER_ACCELERATOR = 1e16   # faster than any accelerator's dense fp16/bf16 GEMM
+MAX_ACCELERATOR_MEMORY_BYTES = 2**44   # 16 TiB
+MAX_CPUS = 16384
+MAX_HOST_MEMORY_BYTES = 2**48          # 256 TiB
+MAX_DTYPES_PER_ACCELERATOR = len(GEMM_DTYPES)
+# models and reports
+MAX_GRAPH_JSON_CHARS = 1 << 20  # ResNet-50's graph is 17 kB
+MAX_GRAPH_JSON_DEPTH = 16       # a graph nests 4 deep; checked before json.loads sees it
+MAX_GRAPH_LAYERS = 10_000       # ResNet-50 has 175
+MAX_FLOPS_PER_IMAGE = 10**13    # ResNet-50 at 224 px: 2.3e10 per trained image
+MAX_ROUND = 10**7
+MAX_BATCH_SIZE = 65536          # per accelerator; TPE's largest choice is 448
+MAX_EPOCH = 10**6
+MAX_IMAGES_PER_REPORT = 2**40
+MAX_OPS_PER_REPORT = 2**62      # master's and worker's count of one report: sums of a few fit in BIGINT
+CLOCK_SLACK_S = 5.0             # images may reach the master this much earlier than physics allows
+MAX_SAMPLES_PER_CALL = 1024     # a worker sends 1 + one per accelerator
+MAX_SAMPLE_AGE_S = 86400.0
+# runs and queries
+MAX_RUN_DURATION_S = 30 * 86400.0
+MAX_INTERVAL_S = 3600.0         # report and resource intervals
+MAX_MODELS = 10**7
+MAX_WORKERS = 100_000           # min_workers of a run
+MAX_PAGE = 100_000              # ListModels / GetHistory limit
+MAX_OFFSET = 2**31 - 1
+MAX_TIMELINE_POINTS = 1_000_000
+MAX_TIMELINE_BUCKETS = 100_000
+
+LIMITS: tuple[tuple[str, str], ...] = (
+    ("MAX_REQUEST_BYTES", "a serialized request; gRPC refuses a larger one with RESOURCE_EXHAUSTED"),
+    ("MAX_ID", "run, worker, model and parent ids (1.., 0 where it means none or current)"),
+    ("MAX_SEQ", "a report's seq (1..)"),
+    ("MAX_SEED", "a run's seed"),
+    ("MAX_NAME_CHARS", "worker name and host, printable"),
+    ("MAX_MODEL_NAME_CHARS", "accelerator model, printable"),
+    ("MAX_SOFTWARE_NAME_CHARS", "software name, printable"),
+    ("MAX_SOFTWARE_VERSION_CHARS", "software version, printable"),
+    ("MAX_SOFTWARE_ENTRIES", "software versions per worker"),
+    ("MAX_REASON_CHARS", "a model's failure reason, printable (newlines and tabs allowed)"),
+    ("MAX_STOP_REASON_CHARS", "a run's stop reason, printable"),
+    ("MAX_GRAPH_HASH_CHARS", "graph hash"),
+    ("MAX_CREDENTIAL_CHARS", "the worker credential a restarting worker presents to Register"),
+    ("MAX_ACCELERATORS_PER_WORKER", "accelerators in one Register"),
+    ("MAX_OPS_PER_S_PER_ACCELERATOR", "a peak, and the ceiling rate of a report's operations"),
+    ("MAX_ACCELERATOR_MEMORY_BYTES", "memory of one accelerator, and its memory used"),
+    ("MAX_CPUS", "CPUs of a worker"),
+    ("MAX_HOST_MEMORY_BYTES", "memory of a worker, and its memory used"),
+    ("MAX_DTYPES_PER_ACCELERATOR", "entries of peak_flops_by_dtype"),
+    ("MAX_GRAPH_JSON_CHARS", "graph JSON size"),
+    ("MAX_GRAPH_JSON_DEPTH", "graph JSON nesting, checked before parsing"),
+    ("MAX_GRAPH_LAYERS", "layers of a graph"),
+    ("MAX_FLOPS_PER_IMAGE", "master-counted operations per trained image of a model"),
+    ("MAX_ROUND", "a worker's round"),
+    ("MAX_BATCH_SIZE", "batch size per accelerator"),
+    ("MAX_EPOCH", "a report's epoch"),
+    ("MAX_IMAGES_PER_REPORT", "images trained, and images validated, in one report"),
+    ("MAX_OPS_PER_REPORT", "operations of one report, the master's count and the worker's"),
+    ("CLOCK_SLACK_S", "seconds added to a report's interval for clock skew and transport"),
+    ("MAX_SAMPLES_PER_CALL", "resource samples in one SendResourceSamples"),
+    ("MAX_SAMPLE_AGE_S", "age of a resource sample"),
+    ("MAX_RUN_DURATION_S", "a run's duration"),
+    ("MAX_INTERVAL_S", "report and resource intervals of a run"),
+    ("MAX_MODELS", "a run's max_models"),
+    ("MAX_WORKERS", "a run's min_workers"),
+    ("MAX_PAGE", "limit of ListModels and GetHistory"),
+    ("MAX_OFFSET", "offset of ListModels"),
+    ("MAX_TIMELINE_POINTS", "max_points of GetTimeline"),
+    ("MAX_TIMELINE_BUCKETS", "buckets of GetTimeline"),
+)
+
+
+def limits_table() -> list[tuple[str, int | float, str]]:
+    """(name, value, meaning) of every named limit, for docs and tests."""
+    values = globals()
+    return [(name, values[name], meaning) for name, meaning in LIMITS]
+
+
+def report_ops_ceiling(accelerators: int) -> float:
+    """Operations per second a worker with this many registered accelerators can
+    claim at most (the constant per accelerator; at least one accelerator)."""
+    return MAX_OPS_PER_S_PER_ACCELERATOR * max(1, accelerators)
+
+
+def clip_text(text: str, max_chars: int) -> str:
+    """`text` made to pass a multiline text bound: other control characters
+    become spaces and it is cut to max_chars (a client's own free text)."""
+    clean = "".join(c if c.isprintable() or c in "\n\t" else " " for c in text)
+    return clean if len(clean) <= max_chars else clean[:max_chars - 1] + "…"
+
+
+# ---------------------------------------------------------------- rules
+
+
+class BoundsError(ValueError):
+    """A field out of its bound; str() names the field: 'Message.field[3].sub: problem'."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.path: list[str] = []
+        self.message_type = ""
+
+    @property
+    def field(self) -> str:
+        out = self.message_type
+        for part in self.path:
+            out += part if part.startswith("[") else ("." + part if out else part)
+        return out
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.problem}" if self.field else self.problem
+
+
+class Integer:
+    """An integer in lo..hi."""
+
+    __slots__ = ("lo", "hi")
+
+    def __init__(self, lo: int, hi: int) -> None:
+        self.lo, self.hi = lo, hi
+
+    def check(self, v: int) -> None:
+        if not self.lo <= v <= self.hi:
+            raise BoundsError(f"must be in {self.lo}..{self.hi}, got {v}")
+
+
+class Real:
+    """A finite float in [lo, hi] (NaN fails the comparison)."""
+
+    __slots__ = ("lo", "hi")
+
+    def __init__(self, lo: float, hi: float) -> None:
+        self.lo, self.hi = lo, hi
+
+    def check(self, v: float) -> None:
+        if not self.lo <= v <= self.hi:
+            raise BoundsError(f"must be a finite number in [{self.lo:g}, {self.hi:g}], got {v!r}")
+
+
+class Text:
+    """At most max_chars printable characters (multiline: newlines and tabs too)."""
+
+    __slots__ = ("max_chars", "multiline")
+
+    def __init__(self, max_chars: int, multiline: bool = False) -> None:
+        self.max_chars, self.multiline = max_chars, multiline
+
+    def check(self, v: str) -> None:
+        if len(v) > self.max_chars:
+            raise BoundsError(f"at most {self.max_chars} characters, got {len(v)}")
+        if not v.isprintable():
+            bad = next((i for i, c in enumerate(v) if not (c.isprintable() or (self.multiline and c in "\n\t"))),
+                       None)
+            if bad is not None:
+                raise BoundsError(f"must be printable text: character U+{ord(v[bad]):04X} at {bad}")
+
+
+class Enum:
+    """One of the given enum numbers."""
+
+    __slots__ = ("values", "names")
+
+    def __init__(self, enum: Any, *only: int) -> None:
+        self.values = frozenset(only or enum.values())
+        self.names = ", ".join(enum.Name(v) for v in sorted(self.values))
+
+    def check(self, v: int) -> None:
+        if v not in self.values:
+            raise BoundsError(f"must be one of {self.names}, got {v}")
+
+
+class Nested:
+    """A message field: its own rules."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, message: Any) -> None:
+        self.type_name: str = message.DESCRIPTOR.full_name
+
+    def check(self, v: Any) -> None:
+        _CHECKERS[self.type_name](v)
+
+
+class Repeated:
+    """At most max_items elements, each checked by `each`."""
+
+    __slots__ = ("max_items", "each")
+
+    def __init__(self, max_items: int, each: Any) -> None:
+        self.max_items, self.each = max_items, each
+
+    def check(self, v: Any) -> None:
+        if len(v) > self.max_items:
+            raise BoundsError(f"at most {self.max_items} items, got {len(v)}")
+        check = self.each.check
+        for i, item in enumerate(v):
+            try:
+                check(item)
+            except BoundsError as exc:
+                exc.path.insert(0, f"[{i}]")
+                raise
+
+
+class Mapping:
+    """A map of at most max_items pairs; keys and values checked."""
+
+    __slots__ = ("max_items", "key", "value")
+
+    def __init__(self, max_items: int, key: Any, value: Any) -> None:
+        self.max_items, self.key, self.value = max_items, key, value
+
+    def check(self, v: Any) -> None:
+        if len(v) > self.max_items:
+            raise BoundsError(f"at most {self.max_items} entries, got {len(v)}")
+        for k, item in v.items():
+            try:
+                self.key.check(k)
+                self.value.check(item)
+            except BoundsError as exc:
+                exc.path.insert(0, f"[{k[:32]!r}]")
+                raise
+
+
+class GraphJson:
+    """JSON text of at most max_chars characters, nested at most max_depth deep;
+    the depth is found without parsing (json.loads recurses once per level)."""
+
+    __slots__ = ("max_chars", "max_depth")
+
+    def __init__(self, max_chars: int, max_depth: int) -> None:
+        self.max_chars, self.max_depth = max_chars, max_depth
+
+    def check(self, v: str) -> None:
+        if len(v) > self.max_chars:
+            raise BoundsError(f"at most {self.max_chars} characters, got {len(v)}")
+        depth = json_depth(v, self.max_depth)
+        if depth is None:
+            raise BoundsError(f"nested deeper than {self.max_depth} levels, or unbalanced brackets")
+
+
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')  # bytes json_depth drops
+_SQUARE = bytes.maketrans(b"{}", b"[]")  # one kind of bracket: json.loads refuses a mismatched pair
+
+
+def json_depth(text: str, limit: int) -> int | None:
+    """How deep the arrays and objects of JSON `text` nest, when at most `limit`
+    and balanced; else None. A few linear passes of bytes operations, no
+    recursion: escaped backslashes and quotes, then everything but brackets and
+    quotes, then the strings go, and each pass removes one level of innermost pairs."""
+    data = text.encode("utf-8", "surrogatepass").replace(b"\\\\", b"").replace(b'\\"', b"")
+    brackets = b"".join(data.translate(_SQUARE, _NOT_STRUCTURE).split(b'"')[::2])  # even pieces: outside strings
+    if b"[" * (limit + 1) in brackets:  # a run of openers nests deeper than the limit: no need to count
+        return None
+    depth = 0
+    while brackets:
+        if depth == limit:
+            return None
+        inner = brackets.replace(b"[]", b"")
+        if len(inner) == len(brackets):
+            return None  # unbalanced
+        brackets, depth = inner, depth + 1
+    return depth
+
+
+# ---------------------------------------------------------------- every request's fields
+
+Rule = Any  # one of the classes above, or None: nothing to check (bool)
+
+_ID = Integer(1, MAX_ID)
+_ID_OR_0 = Integer(0, MAX_ID)
+_ACCURACY = Real(0.0, 1.0)
+_UTIL = Real(0.0, 1.0)
+
+RULES: dict[Any, dict[str, Rule]] = {
+    pb.Accelerator: {
+        "model": Text(MAX_MODEL_NAME_CHARS),
+        "memory_bytes": Integer(0, MAX_ACCELERATOR_MEMORY_BYTES),
+        "peak_flops": Real(0.0, MAX_OPS_PER_S_PER_ACCELERATOR),
+        "peak_flops_by_dtype": Mapping(MAX_DTYPES_PER_ACCELERATOR, Text(16),
+                                       Real(0.0, MAX_OPS_PER_S_PER_ACCELERATOR)),
+    },
+    pb.SoftwareVersion: {
+        "name": Text(MAX_SOFTWARE_NAME_CHARS),
+        "version": Text(MAX_SOFTWARE_VERSION_CHARS),
+    },
+    pb.Hyperparameters: {
+        "batch_size": Integer(0, MAX_BATCH_SIZE),  # 0 and even kernels: the library's rule names them
+        "kernel_size": Integer(0, hyperparameters.MAX_KERNEL_SIZE),
+    },
+    pb.Limits: {
+        "max_models": Integer(0, MAX_MODELS),
+        "max_rounds_per_worker": Integer(0, MAX_ROUND),
+        "max_epochs_per_round": Integer(0, MAX_EPOCH),
+    },
+    pb.ResourceSample: {
+        "age_s": Real(0.0, MAX_SAMPLE_AGE_S),
+        "accelerator_index": Integer(-1, MAX_ACCELERATORS_PER_WORKER - 1),
+        "accelerator_util": _UTIL,
+        "accelerator_memory_used": Integer(0, MAX_ACCELERATOR_MEMORY_BYTES),
+        "cpu_util": _UTIL,
+        "memory_used": Integer(0, MAX_HOST_MEMORY_BYTES),
+    },
+    # ------------------------------------------------ WorkerService
+    pb.RegisterRequest: {
+        "api_version": Integer(0, 2**31 - 1),  # an unknown version is FAILED_PRECONDITION (conversions)
+        "name": Text(MAX_NAME_CHARS),
+        "host": Text(MAX_NAME_CHARS),
+        "accelerators": Repeated(MAX_ACCELERATORS_PER_WORKER, Nested(pb.Accelerator)),
+        "cpus": Integer(0, MAX_CPUS),
+        "memory_bytes": Integer(0, MAX_HOST_MEMORY_BYTES),
+        "software": Repeated(MAX_SOFTWARE_ENTRIES, Nested(pb.SoftwareVersion)),
+        "credential": Text(MAX_CREDENTIAL_CHARS),
+    },
+    pb.HeartbeatRequest: {"worker_id": _ID, "model_id": _ID_OR_0},
+    pb.ProgressReport: {
+        "worker_id": _ID,
+        "model_id": _ID,
+        "seq": Integer(1, MAX_SEQ),
+        "images_trained": Integer(0, MAX_IMAGES_PER_REPORT),
+        "images_validated": Integer(0, MAX_IMAGES_PER_REPORT),
+        "has_accuracy": None,
+        "val_accuracy": _ACCURACY,
+        "epoch": Integer(0, MAX_EPOCH),
+        "worker_flops": Integer(0, MAX_OPS_PER_REPORT),
+    },
+    pb.WorkerMessage: {"heartbeat": Nested(pb.HeartbeatRequest), "progress": Nested(pb.ProgressReport)},
+    pb.GetHistoryRequest: {
+        "worker_id": _ID, "run_id": _ID_OR_0, "since_model_id": _ID_OR_0, "limit": Integer(0, MAX_PAGE),
+    },
+    pb.SubmitModelRequest: {
+        "worker_id": _ID,
+        "run_id": _ID_OR_0,
+        "graph_json": GraphJson(MAX_GRAPH_JSON_CHARS, MAX_GRAPH_JSON_DEPTH),
+        "graph_hash": Text(MAX_GRAPH_HASH_CHARS),
+        "parent_id": _ID_OR_0,
+        "round": Integer(1, MAX_ROUND),
+        "hyperparameters": Nested(pb.Hyperparameters),
+        "queue": None,
+    },
+    pb.GetHyperparameterHistoryRequest: {"worker_id": _ID, "run_id": _ID_OR_0},
+    pb.FinishModelRequest: {
+        "worker_id": _ID,
+        "model_id": _ID,
+        "state": Enum(pb.ModelState, pb.MODEL_DONE, pb.MODEL_FAILED),
+        "reason": Text(MAX_REASON_CHARS, multiline=True),
+        "best_accuracy": _ACCURACY,
+        "predicted_accuracy": _ACCURACY,
+        "has_accuracy": None,
+    },
+    pb.SendResourceSamplesRequest: {
+        "worker_id": _ID, "samples": Repeated(MAX_SAMPLES_PER_CALL, Nested(pb.ResourceSample)),
+    },
+    # ------------------------------------------------ ControlService
+    pb.StartRunRequest: {
+        "duration_s": Real(0.0, MAX_RUN_DURATION_S),
+        "profile": Enum(pb.Profile),
+        "seed": Integer(0, MAX_SEED),
+        "limits": Nested(pb.Limits),
+        "precision": Enum(pb.Precision),
+        "warmup_rounds": Integer(0, MAX_ROUND),
+        "min_workers": Integer(0, MAX_WORKERS),
+        "allow_concurrent": None,
+        "report_interval_s": Real(0.0, MAX_INTERVAL_S),
+        "resource_interval_s": Real(0.0, MAX_INTERVAL_S),
+    },
+    pb.StopRunRequest: {"run_id": _ID_OR_0, "abort": None, "reason": Text(MAX_STOP_REASON_CHARS)},
+    pb.GetRunStatusRequest: {"run_id": _ID_OR_0},
+    pb.GetScoreboardRequest: {"run_id": _ID_OR_0},
+    pb.ListModelsRequest: {
+        "run_id": _ID_OR_0, "state": Enum(pb.ModelState), "limit": Integer(0, MAX_PAGE),
+        "offset": Integer(0, MAX_OFFSET), "include_graph": None,
+    },
+    pb.GetTimelineRequest: {
+        "run_id": _ID_OR_0, "max_points": Integer(0, MAX_TIMELINE_POINTS),
+        "buckets": Integer(0, MAX_TIMELINE_BUCKETS),
+    },
+}
+
+
+def _compile(message: Any, rules: dict[str, Rule]) -> Callable[[Any], None]:
+    """The checker of one message type: every plain field, and the one field set
+    of each oneof (a request's oneof must be set)."""
+    desc = message.DESCRIPTOR
+    plain = tuple((f.name, rules[f.name].check) for f in desc.fields
+                  if f.containing_oneof is None and rules[f.name] is not None)
+    oneofs = tuple((o.name, {f.name: rules[f.name].check for f in o.fields}) for o in desc.oneofs)
+
+    def check(msg: Any) -> None:
+        for name, rule in plain:
+            try:
+                rule(getattr(msg, name))
+            except BoundsError as exc:
+                exc.path.insert(0, name)
+                raise
+        for oneof, by_field in oneofs:
+            which = msg.WhichOneof(oneof)
+            if which is None:
+                exc = BoundsError(f"set one of {', '.join(by_field)}")
+                exc.path.insert(0, oneof)
+                raise exc
+            try:
+                by_field[which](getattr(msg, which))
+            except BoundsError as exc:
+                exc.path.insert(0, which)
+                raise
+
+    return check
+
+
+_CHECKERS: dict[str, Callable[[Any], None]] = {m.DESCRIPTOR.full_name: _compile(m, r) for m, r in RULES.items()}
+
+
+def check(message: Any) -> None:
+    """BoundsError (a ValueError naming the field) unless every field of the
+    request is inside its bound; KeyError for a message type without rules."""
+    try:
+        _CHECKERS[message.DESCRIPTOR.full_name](message)
+    except BoundsError as exc:
+        exc.message_type = message.DESCRIPTOR.name
+        raise
+
+
+def check_flops_per_image(train: int, evaluate: int) -> None:
+    """BoundsError unless a graph's per-image counts are inside MAX_FLOPS_PER_IMAGE."""
+    for what, n in (("trained", train), ("validated", evaluate)):
+        if not 0 <= n <= MAX_FLOPS_PER_IMAGE:
+            raise BoundsError(f"graph_json: {n:.3g} operations per {what} image exceed "
+                              f"the bound of {MAX_FLOPS_PER_IMAGE:.3g}")
+
+
+__all__ = ["BoundsError", "LIMITS", "RULES", "check", "check_flops_per_image", "clip_text", "json_depth",
+           "limits_table", "report_ops_ceiling"]
