@@ -1,8 +1,8 @@
 """What each option accepts: numeric ranges and choices, declared once.
 
-Ranges come from the API field an option fills (a run id is a uint64 that the
-master stores as a signed 64-bit integer, so int64; a limit is a uint32; a seed
-a uint64) or from physics (a TCP port, a run of at most 30 days). An option
+Ranges come from the API's bounds (aiperf/api/bounds.py: a run id at most
+MAX_ID, what SQL stores; a seed at most MAX_SEED), from the API field an option
+fills (a limit is a uint32) or from physics (a TCP port, a run of at most 30 days). An option
 built with `int_option` / `float_option` refuses anything else, NaN and
 infinities included, while its arguments are parsed: one line naming the
 option and the range, exit code 2, before any request is built (protobuf
@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 import typer
 
+from aiperf.api import bounds
 from aiperf.api.enums import MODEL_STATE_NAMES, PRECISIONS, PROFILES
 from aiperf.profiles import DATASET_KINDS
 from cli.format import MAX_DURATION_S
@@ -30,8 +31,8 @@ UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
 
 # (lowest, highest) of each kind of option.
-RUN_ID = (0, INT64_MAX)              # 0: the current (or most recent) run
-SEED = (0, UINT64_MAX)
+RUN_ID = (0, bounds.MAX_ID)          # 0: the current (or most recent) run
+SEED = (0, bounds.MAX_SEED)
 COUNT = (0, UINT32_MAX)              # uint32 limits of a run; 0: no limit / the default
 LIMIT = (1, UINT32_MAX)              # --limit of a listing
 PORT = (0, 65535)                    # 0: any free port

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from aiperf.api import bounds
 from cli.main import main
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: connection refused at once
@@ -32,6 +33,7 @@ CONTROL = ["--master", UNREACHABLE, "--admin-token", "t"]
 CONTROL_COMMANDS = ["status", "stop", "models", "scoreboard", "report"]
 # The API's field types (protos/aiperf.proto) and the README's ranges.
 INT64_MAX, UINT32_MAX, UINT64_MAX = 2**63 - 1, 2**32 - 1, 2**64 - 1
+MAX_ID, MAX_SEED = bounds.MAX_ID, bounds.MAX_SEED  # the API's bounds, which the CLI's ranges follow
 SECRET = "s3cret-Passw0rd"
 
 
@@ -71,8 +73,8 @@ def graph_file(tmp_path_factory: pytest.TempPathFactory) -> str:
 START = ["start", "--duration", "3m", "--profile", "smoke"]
 BAD_CONTROL_NUMBERS = [
     *[([cmd, "--run", "-1"], "'--run'") for cmd in CONTROL_COMMANDS],
-    *[([cmd, "--run", str(INT64_MAX + 1)], "'--run'") for cmd in CONTROL_COMMANDS],
-    ([*START, "--seed", str(UINT64_MAX + 1)], "'--seed'"),
+    *[([cmd, "--run", str(MAX_ID + 1)], "'--run'") for cmd in CONTROL_COMMANDS],
+    ([*START, "--seed", str(MAX_SEED + 1)], "'--seed'"),
     ([*START, "--seed", "-1"], "'--seed'"),
     ([*START, "--max-models", str(UINT32_MAX + 1)], "'--max-models'"),
     ([*START, "--max-rounds", str(UINT32_MAX + 1)], "'--max-rounds'"),
@@ -166,8 +168,8 @@ def test_refusals_by_the_master_are_exit_4(master_server: Any, tmp_path: Path) -
     assert first.returncode == 0, first.stderr
     again = aiperf("start", "--duration", "3m", "--profile", "smoke", env=env)
     assert again.returncode == 4 and "still active" in error_line(again)
-    missing = aiperf("scoreboard", "--run", str(INT64_MAX), env=env)  # the largest id: NOT_FOUND, not UNKNOWN
-    assert missing.returncode == 4 and f"run {INT64_MAX} not found" in error_line(missing)
+    missing = aiperf("scoreboard", "--run", str(MAX_ID), env=env)  # the largest id: NOT_FOUND, not UNKNOWN
+    assert missing.returncode == 4 and f"run {MAX_ID} not found" in error_line(missing)
     wrong = aiperf("status", env={**env, "AIPERF_ADMIN_TOKEN": "wrong"})
     assert wrong.returncode == 4 and "refused the admin token" in error_line(wrong)
     invalid = aiperf("start", "--duration", "30m", "--allow-concurrent", env=env)  # INVALID_ARGUMENT
@@ -178,7 +180,7 @@ def test_the_largest_seed_is_not_a_bug_at_the_master(master_server: Any) -> None
     h = master_server()
     env = {"AIPERF_MASTER": h.address, "AIPERF_ADMIN_TOKEN": h.admin_token}
     proc = aiperf("start", "--duration", "3m", "--profile", "smoke", "--seed", str(UINT64_MAX), env=env)
-    # the master's bounds refuse a seed beyond int64 (what SQL stores): bad input, one line
+    # a seed beyond int64 (what SQL stores) is refused by the CLI's range, which follows the API's bound
     assert proc.returncode == 2 and "seed" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
@@ -481,14 +483,14 @@ def _options(graph: str, a_file: str) -> list[tuple[list[str], str, type, float,
     demo = ["demo", "--dir", a_file]  # stops at --dir being a file: 2
     start = ["start", "--duration", "3m", *CONTROL]
     return [
-        *[([c, *CONTROL], "--run", int, 0, INT64_MAX, False, {3}) for c in CONTROL_COMMANDS],
-        (start, "--seed", int, 0, UINT64_MAX, False, {3}),
+        *[([c, *CONTROL], "--run", int, 0, MAX_ID, False, {3}) for c in CONTROL_COMMANDS],
+        (start, "--seed", int, 0, MAX_SEED, False, {3}),
         *[(start, o, int, 0, UINT32_MAX, False, {3})
           for o in ("--max-models", "--max-rounds", "--max-epochs", "--warmup-rounds", "--min-workers")],
         (["models", *CONTROL], "--limit", int, 1, UINT32_MAX, False, {3}),
         (["graph", "morph", graph, "--seed", "1"], "--max-params", int, 1, INT64_MAX, False, {0, 2}),
         (["graph", "morph", graph, "--seed", "1"], "--max-layers", int, 1, 10**6, False, {0, 2}),
-        (["graph", "morph", graph], "--seed", int, 0, UINT64_MAX, False, {0}),
+        (["graph", "morph", graph], "--seed", int, 0, MAX_SEED, False, {0}),
         (["graph", "resnet50"], "--input-size", int, 32, 8192, False, {0}),
         (["graph", "resnet50"], "--classes", int, 2, 10**6, False, {0}),
         (["graph", "resnet50"], "--width", float, 0, 16, True, {0}),
@@ -499,7 +501,7 @@ def _options(graph: str, a_file: str) -> list[tuple[list[str], str, type, float,
         (worker, "--generator-processes", int, 1, 1024, False, {2}),
         (worker, "--input-pipeline-cpus", int, 0, 1024, False, {2}),
         (demo, "--minutes", float, 0, 43200, True, {2}),
-        (demo, "--seed", int, 0, UINT64_MAX, False, {2}),
+        (demo, "--seed", int, 0, MAX_SEED, False, {2}),
         (demo, "--port", int, 0, 65535, False, {2}),
     ]
 
