@@ -1050,3 +1050,23 @@ def test_promql_name_extraction_finds_an_unknown_metric() -> None:
     assert _metric_names('max(aiperf_run_running) == 1 and sum(increase(aiperf_nope_total{job="x"}[10m])) == 0') == {
         "aiperf_run_running", "aiperf_nope_total",
     }
+
+
+# --------------------------------------------------------------------------- license
+
+
+def test_license_file_is_the_apache_2_text_setup_cfg_declares() -> None:
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    assert cfg["metadata"]["license"] == "Apache-2.0"
+    assert cfg["metadata"]["license_files"].split() == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    assert lines[:3] == ["Apache License", "Version 2.0, January 2004", "http://www.apache.org/licenses/"]
+    # all nine sections of the terms, then the appendix: the whole text, not an excerpt
+    for n, title in enumerate(["Definitions.", "Grant of Copyright License.", "Grant of Patent License.",
+                               "Redistribution.", "Submission of Contributions.", "Trademarks.",
+                               "Disclaimer of Warranty.", "Limitation of Liability.",
+                               "Accepting Warranty or Additional Liability."], start=1):
+        assert f"{n}. {title}" in text, title
+    assert "END OF TERMS AND CONDITIONS" in text and lines[-1] == "limitations under the License."
