@@ -840,6 +840,7 @@ def test_image_build_context_installs_a_complete_package(path: str, tmp_path: Pa
         names = set(zf.namelist())
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert re.search(r"^aiperf = cli\.main:main$", entry_points, re.M)
+    assert any(n.endswith("LICENSE") and ".dist-info/" in n for n in names), f"{path}: no LICENSE in the wheel"
     for package in ("aiperf", "cli", "master", "worker"):
         files = [
             p.relative_to(src).as_posix()
