@@ -163,7 +163,7 @@ def _run_agent(master: str, token: str, name: Optional[str], dataset: Optional[s
                               dataset_path=dataset, root_certificates=root, **config))
 
     def on_signal(signum: int, _frame: Any) -> None:
-        log.info("event=signal signal=%d: finishing the epoch in flight", signum)
+        log.info("event=signal signal=%d: stopping within a batch, then the last report", signum)
         agent.stop()
 
     signal.signal(signal.SIGTERM, on_signal)

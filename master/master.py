@@ -343,6 +343,7 @@ class Master:
             elapsed = self.clock() - run.started_at
             ops = self._ops_of_run(run.id)
             self.metrics.current_flops.set(ops / elapsed if elapsed > 0 else 0.0)
+            self.metrics.observe_run(run.id, run.profile, elapsed, ops)
 
     def _ops_of_run(self, run_id: int) -> int:
         with self._lock:

@@ -33,9 +33,14 @@ KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed: cannot render k8s/")
 
 # The deployments an operator applies (docs/deploy.md names each of them).
-DEPLOYMENTS = ["base", "overlays/external-db", "overlays/smoke"]
+DEPLOYMENTS = ["base", "overlays/external-db", "overlays/smoke", "overlays/monitoring"]
 JOBS = ["jobs/start-run", "jobs/scoreboard"]
-GPU_DEPLOYMENTS = ["base", "overlays/external-db"]
+GPU_DEPLOYMENTS = ["base", "overlays/external-db", "overlays/monitoring"]
+# Kustomize Components: not rendered alone, only through an overlay that uses them.
+COMPONENTS = ["components/monitoring"]
+# Prometheus-operator kinds: no schema ships with kubernetes-validate; checked
+# structurally (and every metric they use against master/metrics.py) below.
+OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
 # The Secrets the manifests use and docs/deploy.md tells the operator to create.
 SECRETS = {"aiperf-tokens": {"worker-token", "admin-token"}, "aiperf-db": {"url", "postgres-password"}}
@@ -119,7 +124,7 @@ def package_version() -> str:
 @needs_kubectl
 def test_every_kustomization_is_covered() -> None:
     # A new overlay must be added to the lists above (and so to every check below).
-    assert kustomizations() == sorted(DEPLOYMENTS + JOBS)
+    assert kustomizations() == sorted(DEPLOYMENTS + JOBS + COMPONENTS)
 
 
 @needs_kubectl
@@ -133,6 +138,8 @@ def test_renders_and_validates_against_kubernetes_schema(target: str) -> None:
     # the newest schema shipped with kubernetes-validate, unknown fields rejected.
     for version in ("1.30", kubernetes_validate.latest_version()):
         for obj in objs:
+            if obj["kind"] in OPERATOR_KINDS:
+                continue
             try:
                 kubernetes_validate.validate(obj, version, strict=True)
             except kubernetes_validate.ValidationError as exc:
@@ -159,6 +166,36 @@ def test_workers_get_whole_gpu_nodes_one_per_node(target: str) -> None:
     assert isinstance(gpus, int) and gpus >= 1
     assert spec["nodeSelector"] == {"aiperf/worker": "true"}
     assert any(t["key"] == "nvidia.com/gpu" for t in spec["tolerations"])
+
+
+def _worker_grace_s() -> int:
+    worker = yaml.safe_load((K8S / "base" / "worker.yaml").read_text())
+    return int(pod_spec(worker)["terminationGracePeriodSeconds"])
+
+
+def test_worker_grace_period_covers_its_stop_and_last_report() -> None:
+    # On SIGTERM the worker stops within a batch, then the outbox flushes its last
+    # report for at most Outbox.close's timeout: the grace must cover that, plus a batch.
+    import inspect
+
+    from worker.agent import Outbox
+
+    flush_s = inspect.signature(Outbox.close).parameters["timeout_s"].default
+    assert _worker_grace_s() >= flush_s + 30
+
+
+@needs_kubectl
+@pytest.mark.parametrize("target", GPU_DEPLOYMENTS)
+def test_workers_are_never_restarted_by_a_rollout_and_have_bounded_resources(target: str) -> None:
+    worker = find(render(target), "DaemonSet", "aiperf-worker")
+    # A RollingUpdate restarts every worker, each cutting the model it trains.
+    assert worker["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    (container,) = pod_spec(worker)["containers"]
+    requests, limits = container["resources"]["requests"], container["resources"]["limits"]
+    assert {"cpu", "memory"} <= set(requests) and {"cpu", "memory"} <= set(limits)
+    # Memory limit = request: never OOM-killed for memory the scheduler did not reserve.
+    assert limits["memory"] == requests["memory"]
+    assert int(limits["cpu"]) >= int(requests["cpu"])
 
 
 @needs_kubectl
@@ -803,6 +840,7 @@ def test_image_build_context_installs_a_complete_package(path: str, tmp_path: Pa
         names = set(zf.namelist())
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert re.search(r"^aiperf = cli\.main:main$", entry_points, re.M)
+    assert any(n.endswith("LICENSE") and ".dist-info/" in n for n in names), f"{path}: no LICENSE in the wheel"
     for package in ("aiperf", "cli", "master", "worker"):
         files = [
             p.relative_to(src).as_posix()
@@ -847,6 +885,11 @@ def test_sbatch_script_parses_and_starts_one_worker_per_node() -> None:
     (srun,) = srun_lines
     assert "--ntasks-per-node=1" in srun.split()
     assert re.search(r"\baiperf \"\$\{worker_args\[@\]\}\"", srun)
+    # SIGTERM reaches the workers (not only the batch shell: no "B:") before the limit,
+    # with at least the time the worker needs to stop and report (the k8s grace period).
+    (signal_line,) = re.findall(r"^#SBATCH --signal=(\S+)$", text, re.M)
+    match = re.fullmatch(r"TERM@(\d+)", signal_line)
+    assert match and int(match.group(1)) >= _worker_grace_s()
 
 
 def _sbatch_env(dataset: bool) -> dict[str, str]:
@@ -882,7 +925,7 @@ def test_sbatch_starts_workers_against_the_master_with_token_from_file(tmp_path:
     assert proc.returncode == 0, proc.stderr
     assert "--ntasks-per-node=1" in srun_args and "--nodes=4" in srun_args
     assert args == [
-        "worker", "--master", "master.example:50051",
+        "worker", "--master", "master.example:50051", "--exit-when-done",
         "--dataset", "/scratch/imagenet", "--dataset-format", "imagenet-folder",
     ]
     # The token reaches the worker through its environment, not its command line.
@@ -931,3 +974,100 @@ def test_guide_covers_every_deployment_and_creates_the_secrets() -> None:
         assert keys <= created, f"{secret}: docs create {created}, manifests need {keys}"
     assert "kubectl label node" in doc and "aiperf/worker=true" in doc
     assert "benchmarks/master_bench.py" in doc
+
+
+# --------------------------------------------------------------------------- monitoring
+
+
+def _exported_metric_names() -> set[str]:
+    """Every series name the master's /metrics serves (counters with their _total)."""
+    from master.metrics import MasterMetrics
+
+    names: set[str] = set()
+    for family in MasterMetrics().registry.collect():
+        names |= {sample.name for sample in family.samples}
+        if family.type == "gauge":  # a labelled gauge has no sample until a label set is used
+            names.add(family.name)
+    return names
+
+
+PROMQL_WORDS = {
+    "max", "sum", "min", "avg", "count", "rate", "increase", "and", "or", "unless", "by", "without",
+    "on", "ignoring", "up", "humanize", "humanize1024", "value", "job", "state", "run_id", "profile",
+}
+
+
+def _metric_names(expr: str) -> set[str]:
+    """Identifiers in a PromQL expression that are not functions, keywords or labels."""
+    expr = re.sub(r'\{[^}]*\}', "", expr)  # label matchers
+    expr = re.sub(r"\[[^\]]*\]", "", expr)  # ranges
+    return {w for w in re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", expr) if w not in PROMQL_WORDS}
+
+
+@needs_kubectl
+def test_monitoring_objects_are_well_formed_and_use_only_exported_metrics() -> None:
+    objs = render("overlays/monitoring")
+    base = {(o["kind"], o["metadata"]["name"]) for o in render("base")}
+    added = [o for o in objs if (o["kind"], o["metadata"]["name"]) not in base]
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in added) == [
+        ("ConfigMap", "aiperf-grafana-dashboard"), ("PrometheusRule", "aiperf"), ("ServiceMonitor", "aiperf-master"),
+    ]
+    exported = _exported_metric_names()
+
+    monitor = find(objs, "ServiceMonitor", "aiperf-master")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    service = find(objs, "Service", "aiperf-master")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+
+    rule = find(objs, "PrometheusRule", "aiperf")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert {"AIPerfMasterDown", "AIPerfWorkerLost", "AIPerfNoProgress", "AIPerfFlopsMismatch"} <= set(alerts)
+    for name, alert in alerts.items():
+        assert set(alert) <= {"alert", "expr", "for", "labels", "annotations"}, name
+        assert alert["labels"]["severity"] in {"warning", "critical"} and alert["annotations"]["summary"]
+        if "for" in alert:
+            assert re.fullmatch(r"\d+[smh]", alert["for"]), name
+        unknown = _metric_names(alert["expr"]) - exported
+        assert not unknown, f"{name} uses {unknown}, which master/metrics.py does not export"
+
+    import json
+
+    dashboard = json.loads(find(objs, "ConfigMap", "aiperf-grafana-dashboard")["data"]["aiperf.json"])
+    assert find(objs, "ConfigMap", "aiperf-grafana-dashboard")["metadata"]["labels"]["grafana_dashboard"] == "1"
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert exprs and len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+    for expr in exprs:
+        unknown = _metric_names(expr) - exported
+        assert not unknown, f"dashboard query {expr!r} uses {unknown}, which master/metrics.py does not export"
+    assert {"aiperf_run_flops", "aiperf_workers_alive"} <= {n for e in exprs for n in _metric_names(e)}
+
+
+def test_promql_name_extraction_finds_an_unknown_metric() -> None:
+    # The check above is only as good as this extraction.
+    assert _metric_names('max(aiperf_run_running) == 1 and sum(increase(aiperf_nope_total{job="x"}[10m])) == 0') == {
+        "aiperf_run_running", "aiperf_nope_total",
+    }
+
+
+# --------------------------------------------------------------------------- license
+
+
+def test_license_file_is_the_apache_2_text_setup_cfg_declares() -> None:
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    assert cfg["metadata"]["license"] == "Apache-2.0"
+    assert cfg["metadata"]["license_files"].split() == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    assert lines[:3] == ["Apache License", "Version 2.0, January 2004", "http://www.apache.org/licenses/"]
+    # all nine sections of the terms, then the appendix: the whole text, not an excerpt
+    for n, title in enumerate(["Definitions.", "Grant of Copyright License.", "Grant of Patent License.",
+                               "Redistribution.", "Submission of Contributions.", "Trademarks.",
+                               "Disclaimer of Warranty.", "Limitation of Liability.",
+                               "Accepting Warranty or Additional Liability."], start=1):
+        assert f"{n}. {title}" in text, title
+    assert "END OF TERMS AND CONDITIONS" in text and lines[-1] == "limitations under the License."

@@ -448,6 +448,14 @@ def test_metrics_endpoint(master_server, small_graph):
     assert 'aiperf_models{state="training"} 1.0' in text
     flops_line = next(l for l in text.splitlines() if l.startswith("aiperf_current_flops "))
     assert float(flops_line.split()[1]) > 0
+    run_id = c.scoreboard(0).run.config.run_id
+    labels = f'{{profile="smoke",run_id="{run_id}"}}'
+    ops = float(next(l for l in text.splitlines() if l.startswith(f"aiperf_run_operations{labels}")).split()[1])
+    assert ops == fc.ops(200, 0)  # the two counted reports, not the retried one
+    elapsed = float(next(l for l in text.splitlines() if l.startswith(f"aiperf_run_elapsed_seconds{labels}")).split()[1])
+    run_flops = float(next(l for l in text.splitlines() if l.startswith(f"aiperf_run_flops{labels}")).split()[1])
+    assert elapsed > 0 and run_flops > 0
+    assert "process_resident_memory_bytes" in text and "python_info" in text
 
 
 def test_generated_tokens_are_written_once(tmp_path):

@@ -1,0 +1,195 @@
+"""Exports of finished (or running) runs, through the master's control API.
+
+    aiperf export [--run ID] --format json|csv|mllog [--table T] [--out FILE]
+    aiperf compare RUN RUN... [--json]
+
+json: one object {scoreboard, timeline, models}. csv: one table (--table models,
+timeline or scoreboard), one row per model / FLOPS(t) point / run. mllog: MLPerf
+log lines (":::MLLOG {...}") written by the mlperf-logging package's own logger,
+so its parser reads them: run_start/run_stop at the run's real times, one
+`aiperf_flops` event per FLOPS(t) point, one eval_accuracy per model done, and the
+scoreboard's figures as events before run_stop.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from cli.format import format_flops
+from cli.options import Control, control_command, fail
+from cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
+from cli.values import RUN_ID, _choices, int_option
+
+ExportFormat = _choices("ExportFormat", ("json", "csv", "mllog"))
+CsvTable = _choices("CsvTable", ("models", "timeline", "scoreboard"))
+PAGE = 1000  # models per ListModels call
+MAX_COMPARE = 16
+
+# The scoreboard's figures in `compare` and in the scoreboard CSV row, in order.
+BOARD_FIELDS = ("run_id", "state", "profile", "precision", "seed", "duration_s", "elapsed_s", "score",
+                "provisional", "regulated_score", "valid_flops", "flops", "error", "best_accuracy", "valid",
+                "invalid_reason", "efficiency", "workers", "accelerators", "models_done", "images_trained",
+                "images_validated", "total_ops")
+MODEL_FIELDS = ("model_id", "parent_id", "worker_id", "round", "state", "best_accuracy", "predicted_accuracy",
+                "batch_size", "kernel_size", "epochs", "images_trained", "images_validated",
+                "flops_per_train_image", "flops_per_eval_image", "created_at", "finished_at", "graph_hash", "reason")
+POINT_FIELDS = ("elapsed_s", "ops", "flops", "best_accuracy")
+
+
+def fetch_export(client: Any, run: int) -> dict[str, Any]:
+    """The run's scoreboard, its full timeline and every model (paged through ListModels)."""
+    board = scoreboard_to_dict(client.scoreboard(run))
+    run_id = board["run_id"]
+    timeline = timeline_to_dict(client.timeline(run_id))
+    models: list[dict[str, Any]] = []
+    while True:
+        resp = client.list_models(run_id, limit=PAGE, offset=len(models))
+        models += [model_to_dict(m) for m in resp.models]
+        if not resp.models or len(models) >= resp.total:
+            break
+    return {"scoreboard": board, "timeline": timeline, "models": models}
+
+
+def _model_row(m: dict[str, Any]) -> dict[str, Any]:
+    hp = m["hyperparameters"] or {}
+    return {k: (hp.get(k) if k in ("batch_size", "kernel_size") else m.get(k)) for k in MODEL_FIELDS}
+
+
+def to_csv(data: dict[str, Any], table: str) -> str:
+    """One table of the export as CSV (header first; empty cell for an unknown value)."""
+    if table == "models":
+        fields, rows = MODEL_FIELDS, [_model_row(m) for m in data["models"]]
+    elif table == "timeline":
+        fields, rows = POINT_FIELDS, data["timeline"]["points"]
+    else:
+        fields, rows = BOARD_FIELDS, [data["scoreboard"]]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def to_mllog(data: dict[str, Any]) -> str:
+    """The run as MLPerf log lines, written by mlperf_logging's MLLogger."""
+    try:
+        from mlperf_logging.mllog import constants as mc
+        from mlperf_logging.mllog.mllog import MLLogger
+    except ImportError:
+        fail("--format mllog needs the mlperf-logging package: pip install 'aiperf[export]'")
+
+    stream = io.StringIO()
+    sink = logging.getLogger(f"aiperf.mllog.{id(stream)}")
+    sink.propagate = False
+    sink.setLevel(logging.INFO)
+    handler = logging.StreamHandler(stream)
+    sink.addHandler(handler)
+    try:
+        _log_run(MLLogger(logger=sink), mc, data)
+    finally:
+        sink.removeHandler(handler)
+    return stream.getvalue()
+
+
+def _log_run(ml: Any, mc: Any, data: dict[str, Any]) -> None:
+    board = data["scoreboard"]
+    t0 = board["started_at"] or board["created_at"]
+    ms = lambda t: int(round(t * 1000))  # noqa: E731 - seconds since the epoch -> ms
+    start_ms = ms(t0)
+    ml.event(key=mc.SUBMISSION_BENCHMARK, value="aiperf", time_ms=start_ms)
+    ml.event(key=mc.SEED, value=board["seed"], time_ms=start_ms)
+    for key in ("run_id", "profile", "precision", "duration_s"):
+        ml.event(key=f"aiperf_{key}", value=board[key], time_ms=start_ms)
+    ml.start(key=mc.RUN_START, time_ms=start_ms)
+    for p in data["timeline"]["points"]:
+        ml.event(key="aiperf_flops", value=p["flops"], time_ms=ms(t0 + p["elapsed_s"]),
+                 metadata={"elapsed_s": p["elapsed_s"], "ops": p["ops"]})
+    for m in data["models"]:
+        if m["state"] == "done" and m["best_accuracy"] is not None:
+            ml.event(key=mc.EVAL_ACCURACY, value=m["best_accuracy"], time_ms=ms(m["finished_at"] or t0),
+                     metadata={"model_id": m["model_id"], "round": m["round"], "epochs": m["epochs"]})
+    end_ms = ms(board["finished_at"] or board["stopped_at"] or t0 + board["elapsed_s"])
+    for key in ("score", "regulated_score", "valid_flops", "error", "valid", "provisional", "total_ops"):
+        ml.event(key=f"aiperf_{key}", value=board[key], time_ms=end_ms)
+    status = mc.SUCCESS if board["state"] == "finished" and board["valid"] else mc.ABORTED
+    ml.end(key=mc.RUN_STOP, time_ms=end_ms, metadata={mc.STATUS: status, "state": board["state"]})
+
+
+def _write(text: str, out: Optional[Path]) -> None:
+    if out is None:
+        print(text, end="")
+        return
+    if out.is_dir():
+        fail(f"--out {out} is a directory; give a file name")
+    if not out.parent.exists():
+        fail(f"--out {out}: directory {out.parent} does not exist")
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {out}: {exc.strerror}")
+
+
+@control_command(json_option=False)
+def export_cmd(
+    ctl: Control,
+    run: int = int_option(0, "--run", span=RUN_ID, help="Run id (0: the current or most recent run)."),
+    fmt: ExportFormat = typer.Option(..., "--format", help="json (everything), csv (one --table) or mllog."),
+    table: CsvTable = typer.Option("models", "--table", help="The table --format csv writes."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="File to write (default: standard output)."),
+) -> None:
+    """Export a run: its scoreboard, FLOPS(t) timeline and models."""
+    data = ctl.call(fetch_export, ctl.client(), run)
+    if fmt.value == "json":
+        text = json.dumps(data, indent=1) + "\n"
+    elif fmt.value == "csv":
+        text = to_csv(data, table.value)
+    else:
+        text = to_mllog(data)
+    _write(text, out)
+
+
+def compare_table(boards: list[dict[str, Any]]) -> Any:
+    """The scoreboards side by side: one column per run."""
+    from rich.table import Table
+
+    table = Table(title="AIPerf runs")
+    table.add_column("")
+    for b in boards:
+        table.add_column(f"run {b['run_id']}", justify="right")
+    flops_keys = {"score", "regulated_score", "valid_flops", "flops"}
+    for key in BOARD_FIELDS[1:]:
+        cells = []
+        for b in boards:
+            v = b[key]
+            cells.append("" if v is None else format_flops(v) if key in flops_keys else
+                         f"{v:.4f}" if isinstance(v, float) else str(v))
+        table.add_row(key, *cells)
+    return table
+
+
+@control_command()
+def compare_cmd(
+    ctl: Control,
+    runs: list[int] = typer.Argument(..., help=f"Run ids (2 to {MAX_COMPARE})."),
+) -> None:
+    """Print the scoreboards of several runs side by side."""
+    if not 2 <= len(runs) <= MAX_COMPARE:
+        fail(f"compare takes 2 to {MAX_COMPARE} run ids, got {len(runs)}")
+    bad = [r for r in runs if not RUN_ID[0] <= r <= RUN_ID[1]]
+    if bad:
+        fail(f"run id {bad[0]} is out of range [{RUN_ID[0]}, {RUN_ID[1]}]")
+    client = ctl.client()
+    boards = [ctl.call(lambda r=r: scoreboard_to_dict(client.scoreboard(r))) for r in runs]
+    ctl.show({"runs": [{k: b[k] for k in BOARD_FIELDS} for b in boards]}, lambda: compare_table(boards))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export_cmd)
+    app.command("compare")(compare_cmd)

@@ -1,0 +1,133 @@
+"""`aiperf export` and `aiperf compare` against a real master on a real port."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from cli.main import main
+
+HP = {"batch_size": 32, "kernel_size": 3}
+
+
+@pytest.fixture
+def runs(master_server, monkeypatch, small_graph, capsys):
+    """Run 1 (aborted): two models, one done at accuracy 0.5, three progress reports;
+    run 2: running, nothing reported."""
+    from aiperf.api.client import WorkerClient
+    from aiperf.flops import count_flops
+
+    h = master_server()
+    monkeypatch.setenv("AIPERF_MASTER", h.address)
+    monkeypatch.setenv("AIPERF_ADMIN_TOKEN", h.admin_token)
+    assert main(["start", "--duration", "5m", "--profile", "smoke", "--seed", "7"]) == 0
+    w = WorkerClient(h.address, h.worker_token)
+    wid = w.register(name="n1", host="n1").worker_id
+    fc = count_flops(small_graph)
+    graph, digest = small_graph.to_json(), small_graph.hash()
+    m1 = w.submit_model(wid, graph, digest, 0, 1, HP).model_id
+    w.report_progress(wid, m1, 1, 3200, 320, 1, fc.ops(3200, 320), val_accuracy=0.5)
+    w.finish_model(wid, m1, "done", best_accuracy=0.5)
+    m2 = w.submit_model(wid, graph, digest, m1, 2, HP).model_id
+    w.report_progress(wid, m2, 1, 640, 0, 0, fc.ops(640, 0))
+    w.report_progress(wid, m2, 2, 640, 0, 0, fc.ops(640, 0))
+    assert main(["stop", "--abort"]) == 0
+    assert main(["start", "--duration", "5m", "--profile", "smoke"]) == 0
+    capsys.readouterr()
+    return {"h": h, "models": (m1, m2), "ops": fc.ops(3200, 320) + 2 * fc.ops(640, 0)}
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_json_export_holds_scoreboard_timeline_and_every_model(runs, capsys, monkeypatch):
+    import cli.export
+
+    monkeypatch.setattr(cli.export, "PAGE", 1)  # one model per ListModels call: the paging is exercised
+    rc, out, err = run(capsys, "export", "--run", "1", "--format", "json")
+    assert rc == 0, err
+    data = json.loads(out)
+    board = data["scoreboard"]
+    assert board["run_id"] == 1 and board["state"] == "aborted" and board["seed"] == 7
+    assert board["total_ops"] == runs["ops"] and not board["valid"]
+    assert sorted(m["model_id"] for m in data["models"]) == sorted(runs["models"])
+    assert len(data["timeline"]["points"]) == 3
+    assert data["timeline"]["points"][-1]["ops"] == runs["ops"]
+
+
+def test_csv_tables(runs, capsys, tmp_path):
+    out = tmp_path / "models.csv"
+    rc, text, err = run(capsys, "export", "--run", "1", "--format", "csv", "--out", str(out))
+    assert rc == 0 and text == "", err
+    rows = list(csv.DictReader(out.open()))
+    by_id = {int(r["model_id"]): r for r in rows}
+    m1, m2 = runs["models"]
+    assert set(by_id) == {m1, m2}
+    assert by_id[m1]["state"] == "done" and float(by_id[m1]["best_accuracy"]) == 0.5
+    assert by_id[m2]["parent_id"] == str(m1) and by_id[m2]["batch_size"] == "32"
+    assert by_id[m2]["best_accuracy"] == ""  # not known: an empty cell, not 0
+
+    rc, text, _ = run(capsys, "export", "--run", "1", "--format", "csv", "--table", "timeline")
+    points = list(csv.DictReader(io.StringIO(text)))
+    assert rc == 0 and len(points) == 3 and float(points[-1]["ops"]) == runs["ops"]
+    rc, text, _ = run(capsys, "export", "--run", "1", "--format", "csv", "--table", "scoreboard")
+    (row,) = list(csv.DictReader(io.StringIO(text)))
+    assert rc == 0 and row["run_id"] == "1" and row["state"] == "aborted" and float(row["total_ops"]) == runs["ops"]
+
+
+def test_mllog_export_is_read_back_by_the_mlperf_parser(runs, capsys, tmp_path):
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+
+    out = tmp_path / "run1.log"
+    rc, _, err = run(capsys, "export", "--run", "1", "--format", "mllog", "--out", str(out))
+    assert rc == 0, err
+    lines = out.read_text().splitlines()
+    assert lines and all(line.startswith(":::MLLOG {") for line in lines)
+    loglines, errors = parse_file(str(out), ruleset="5.1.0")
+    assert errors == [] and len(loglines) == len(lines)  # every line read back
+    keys = [ll.key for ll in loglines]
+    assert keys.count("run_start") == 1 and keys[-1] == "run_stop"
+    assert keys.count("aiperf_flops") == 3
+    (acc,) = [ll for ll in loglines if ll.key == "eval_accuracy"]
+    assert acc.value["value"] == 0.5 and acc.value["metadata"]["model_id"] == runs["models"][0]
+    stop = loglines[-1]
+    assert stop.value["metadata"]["status"] == "aborted"  # an aborted smoke run is no success
+    start = next(ll for ll in loglines if ll.key == "run_start")
+    assert start.timestamp <= stop.timestamp
+    assert [ll.timestamp for ll in loglines if ll.key == "aiperf_flops"] == sorted(
+        ll.timestamp for ll in loglines if ll.key == "aiperf_flops")
+    total = next(ll for ll in loglines if ll.key == "aiperf_total_ops")
+    assert total.value["value"] == runs["ops"]
+
+
+def test_compare_prints_runs_side_by_side(runs, capsys):
+    rc, out, err = run(capsys, "compare", "1", "2", "--json")
+    assert rc == 0, err
+    boards = json.loads(out)["runs"]
+    assert [b["run_id"] for b in boards] == [1, 2]
+    assert [b["state"] for b in boards] == ["aborted", "running"]
+    assert boards[0]["total_ops"] == runs["ops"] and boards[1]["total_ops"] == 0
+    rc, out, err = run(capsys, "compare", "1", "2")
+    assert rc == 0, err
+    assert "run 1" in out and "run 2" in out and "aborted" in out and "running" in out
+
+
+@pytest.mark.parametrize("argv, code, message", [
+    (["export", "--run", "999", "--format", "json"], 4, "run 999 not found"),
+    (["export", "--format", "xml"], 2, "xml"),
+    (["export", "--format", "csv", "--out", "/nonexistent-dir/x.csv"], 2, "directory /nonexistent-dir does not exist"),
+    (["compare", "1"], 2, "2 to 16 run ids"),
+    (["compare", "1", "--", "-3"], 2, "out of range"),
+    (["compare", "1", "9223372036854775808"], 2, "out of range"),
+    (["compare", "1", "999"], 4, "run 999 not found"),
+])
+def test_errors_are_one_line_with_their_exit_code(runs, capsys, argv, code, message):
+    rc, out, err = run(capsys, *argv)
+    assert rc == code, (out, err)
+    assert message in err and len(err.strip().splitlines()) == 1
