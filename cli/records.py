@@ -107,6 +107,7 @@ def scoreboard_to_dict(sb: pb.Scoreboard) -> dict[str, Any]:
         "invalid_reason": sb.invalid_reason or None,
         "efficiency": sb.efficiency or None,
         "peak_flops": sb.peak_flops or None,
+        "peak_verdict": sb.peak_verdict or None,
         "total_ops": sb.total_ops,
         "worker_ops": sb.worker_ops,
         "flops_mismatch_reports": sb.flops_mismatch_reports,

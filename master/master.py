@@ -72,7 +72,8 @@ from master.heartbeats import Heartbeats
 from master.identity import WorkerCredentials, credential_hash
 from master.metrics import MasterMetrics
 from master.progress import ProgressWriter
-from master.run_rules import accelerator_peaks, check_accelerators, parse_graph, rules_of
+from master.run_rules import (accelerator_peaks, check_accelerators, parse_graph, peak_verdict, rules_of,
+                              with_checked_peaks)
 from master.store import (
     FailedPrecondition,
     InvalidArgument,
@@ -390,6 +391,7 @@ class Master:
             raise InvalidArgument("a worker needs a name or a host")
         info = replace(info, name=info.name or info.host, host=info.host or info.name)
         check_accelerators(info)
+        info = with_checked_peaks(info)
         with self._register_lock:
             existing = self.store.worker_by_name(info.name)
             alive = existing is not None and self.is_alive(existing.id)
@@ -640,6 +642,7 @@ class Master:
         return Scoreboard(
             run=run, result=result, rules=rules_of(run),
             peak_flops=sum(accelerator_peaks(run, joined)) if result.efficiency is not None else None,
+            peak_verdict=peak_verdict(run, joined),
             flops_mismatch_reports=self.store.flops_mismatch_count(run.id),
             workers=joined, workers_alive=sum(1 for rw in joined if self.is_alive(rw.worker.id)),
             model_counts=self.store.count_models(run.id), best_model_id=ranked[0] if ranked else None,

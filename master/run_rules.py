@@ -7,7 +7,9 @@ return plain values, so they are tested without a server.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
+from aiperf import peaks as peak_checks
 from aiperf import scoring
 from aiperf.api import bounds
 from aiperf.graph import Graph, GraphError
@@ -15,11 +17,77 @@ from aiperf.precision import GEMM_DTYPES, PRECISIONS
 from master.store import InvalidArgument, RunRecord, RunWorker, WorkerInput
 
 
+def _run_dtype(run: RunRecord) -> str | None:
+    return PRECISIONS[run.precision].gemm_dtype if run.precision in PRECISIONS else None
+
+
+def _check_of(a: dict, dtype: str | None) -> dict | None:
+    """The recorded check of an accelerator's rate of `dtype`; one made now for a
+    record from before checks were recorded; None when no rate was measured."""
+    if dtype is None:
+        return None
+    recorded = a.get("peak_checks", {}).get(dtype)
+    if recorded is not None:
+        return recorded
+    return next((c for d, c in checked_rates(a).items() if d == dtype), None)
+
+
+def checked_rates(a: dict) -> dict[str, dict]:
+    """Every measured rate of an accelerator checked against its datasheet
+    (aiperf/peaks.py): compute type -> the PeakCheck as a dict. The single
+    `peak_flops` of an older worker stands for every compute type it did not measure."""
+    rates = dict(a.get("peak_flops_by_dtype", {}))
+    if a.get("peak_flops", 0.0) > 0:
+        rates = {dtype: a["peak_flops"] for dtype in GEMM_DTYPES} | rates
+    model = str(a.get("model", ""))[:peak_checks.MAX_MODEL_LENGTH]
+    return {dtype: peak_checks.check_peak(model, dtype, rate).to_dict()
+            for dtype, rate in sorted(rates.items()) if rate > 0}
+
+
+def with_checked_peaks(info: WorkerInput) -> WorkerInput:
+    """The worker with every accelerator's measured rates checked and the checks
+    recorded in its inventory ("peak_checks"): efficiency and the sum of peaks use
+    the accepted rates, never the claimed ones."""
+    return replace(info, accelerators=[{**a, "peak_checks": checked_rates(a)} for a in info.accelerators])
+
+
 def accelerator_peaks(run: RunRecord, joined: list[RunWorker]) -> list[float]:
-    """The GEMM peak of every accelerator that took part, for the run's precision (0: unknown)."""
-    dtype = PRECISIONS[run.precision].gemm_dtype if run.precision in PRECISIONS else None
-    return [float(a.get("peak_flops_by_dtype", {}).get(dtype) or a.get("peak_flops", 0.0))
-            for rw in joined for a in rw.inventory.get("accelerators", [])]
+    """The accepted GEMM peak of every accelerator that took part, for the run's
+    precision (0: unknown): the measured rate, capped at its datasheet bound."""
+    dtype = _run_dtype(run)
+    out = []
+    for rw in joined:
+        for a in rw.inventory.get("accelerators", []):
+            check = _check_of(a, dtype)
+            out.append(float(check["accepted_flops"]) if check is not None else 0.0)
+    return out
+
+
+def worker_peak(run: RunRecord, accelerators: list[dict]) -> float:
+    """The sum of a worker's accepted peaks for the run's precision (0: none known)."""
+    dtype = _run_dtype(run)
+    checks = [_check_of(a, dtype) for a in accelerators]
+    return sum(float(c["accepted_flops"]) for c in checks if c is not None)
+
+
+UNVERIFIED_PEAK = "unverified peak"
+
+
+def peak_verdict(run: RunRecord, joined: list[RunWorker]) -> str:
+    """What the scoreboard says of the peaks behind the efficiency: "unverified
+    peak" when any accelerator is not in the datasheet table, "capped" when any
+    claimed more than its datasheet allows, "checked" when all were checked, ""
+    when no peak is known."""
+    dtype = _run_dtype(run)
+    verdicts = {c["verdict"] for rw in joined for a in rw.inventory.get("accelerators", [])
+                if (c := _check_of(a, dtype)) is not None}
+    if not verdicts:
+        return ""
+    if verdicts & {peak_checks.UNVERIFIED, peak_checks.UNVERIFIED_CPU}:
+        return UNVERIFIED_PEAK
+    if peak_checks.CAPPED in verdicts:
+        return peak_checks.CAPPED
+    return peak_checks.CHECKED
 
 
 def rules_of(run: RunRecord) -> scoring.ProfileRules:

@@ -566,6 +566,42 @@ def test_efficiency_uses_the_gemm_peak_of_the_runs_compute_type(master_server, s
     assert sb.efficiency == pytest.approx(sb.score / peak)
     inv = {wi.name: wi for wi in c.scoreboard().inventory}
     assert dict(inv["a"].accelerators[0].peak_flops_by_dtype) == by_dtype
+    assert sb.peak_verdict == "checked"  # every rate is within its datasheet (H100 SXM, V100)
+
+
+def test_claimed_peaks_are_checked_against_the_datasheet(master_server, small_graph):
+    """A peak of 1e18 is refused by the request's bounds; 5e15 for one H100 is capped at the datasheet's dense figure + 5%
+    (NVIDIA H100 datasheet: FP16 1,979 TFLOPS with sparsity, 989.5 dense); a model
+    the table does not know is taken as measured and labelled "unverified peak"."""
+    clock = FakeClock()
+    t0 = clock.t
+    h = master_server(clock=clock, heartbeat_interval_s=10_000.0)
+    w, c = clients(h)
+    with pytest.raises(ApiError, match="peak_flops_by_dtype.*got 1e\\+18"):
+        w.register(name="liar", host="liar", accelerators=[Accelerator("NVIDIA H100 80GB HBM3", 80 << 30, 0.0,
+                                                                       {"float16": 1e18})])
+    liar = w.register(name="liar", host="liar",
+                      accelerators=[Accelerator("NVIDIA H100 80GB HBM3", 80 << 30, 0.0, {"float16": 5e15})]).worker_id
+    c.start_run(600, profile="smoke", precision="mixed_fp16")
+    fc = count_flops(small_graph)
+    mid = w.submit_model(liar, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    clock.t = t0 + 150
+    w.report_progress(liar, mid, 1, 5000, 500, 1, fc.ops(5000, 500), val_accuracy=0.5)
+    clock.t = t0 + 300
+    sb = c.scoreboard()
+    capped = 989.5e12 * 1.05
+    assert sb.peak_flops == pytest.approx(capped) and sb.peak_verdict == "capped"
+    assert sb.efficiency == pytest.approx(sb.score / capped)
+    # the claim itself stays on record, next to what was accepted
+    assert dict(c.scoreboard().inventory[0].accelerators[0].peak_flops_by_dtype) == {"float16": 5e15}
+
+    other = w.register(name="odd", host="odd",
+                       accelerators=[Accelerator("Acme Tensor 9000", 1 << 30, 0.0, {"float16": 5e14})]).worker_id
+    mid = w.submit_model(other, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    clock.t = t0 + 400
+    w.report_progress(other, mid, 1, 5000, 500, 1, fc.ops(5000, 500), val_accuracy=0.5)
+    sb = c.scoreboard()
+    assert sb.peak_flops == pytest.approx(capped + 5e14) and sb.peak_verdict == "unverified peak"
 
 
 @pytest.mark.parametrize("by_dtype, message", [
