@@ -111,6 +111,7 @@ def scoreboard_to_dict(sb: pb.Scoreboard) -> dict[str, Any]:
         "total_ops": sb.total_ops,
         "worker_ops": sb.worker_ops,
         "flops_mismatch_reports": sb.flops_mismatch_reports,
+        "implausible_reports": sb.implausible_reports,
         "reports": sb.reports,
         "workers": sb.workers,
         "workers_alive": sb.workers_alive,

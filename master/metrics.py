@@ -27,6 +27,10 @@ class MasterMetrics:
             "aiperf_flops_mismatch_reports", "Reports whose worker FLOPs differ from the master's by > 1%",
             registry=self.registry,
         )
+        self.implausible_reports = Counter(
+            "aiperf_implausible_reports", "Reports refused for claiming more than the worker's accepted peak",
+            registry=self.registry,
+        )
         self.current_flops = Gauge("aiperf_current_flops", "FLOPS(now) of the current run", registry=self.registry)
         self.run_state = Gauge("aiperf_run_running", "1 while the current run is running", registry=self.registry)
         self._server: WSGIServer | None = None

@@ -14,7 +14,8 @@ from aiperf import scoring
 from aiperf.api import bounds
 from aiperf.graph import Graph, GraphError
 from aiperf.precision import GEMM_DTYPES, PRECISIONS
-from master.store import InvalidArgument, RunRecord, RunWorker, WorkerInput
+from master.budget import Ceiling, ceiling_of
+from master.store import InvalidArgument, RunRecord, RunWorker, Store, WorkerInput
 
 
 def _run_dtype(run: RunRecord) -> str | None:
@@ -68,6 +69,17 @@ def worker_peak(run: RunRecord, accelerators: list[dict]) -> float:
     dtype = _run_dtype(run)
     checks = [_check_of(a, dtype) for a in accelerators]
     return sum(float(c["accepted_flops"]) for c in checks if c is not None)
+
+
+def worker_ceiling(store: Store, worker_id: int, run_id: int) -> Ceiling:
+    """A worker's ceiling rate in a run: its accepted peak for the run's
+    precision, from its inventory when it joined (the one the score's peaks come
+    from); the constant when it has none."""
+    run = store.get_run(run_id)
+    joined = next((rw.inventory.get("accelerators", []) for rw in store.run_workers(run_id)
+                   if rw.worker.id == worker_id), None)
+    accelerators = joined if joined is not None else store.get_worker(worker_id).accelerators
+    return ceiling_of(worker_peak(run, accelerators), len(accelerators))
 
 
 UNVERIFIED_PEAK = "unverified peak"

@@ -555,9 +555,9 @@ def test_efficiency_uses_the_gemm_peak_of_the_runs_compute_type(master_server, s
     b = w.register(name="b", host="b", accelerators=[Accelerator("V100", 32 << 30, 2e10)]).worker_id
     c.start_run(600, profile="smoke", precision="mixed_fp16")
     fc = count_flops(small_graph)
-    for wid in (a, b):
-        mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
-        clock.t = t0 + 150
+    mids = {wid: w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id for wid in (a, b)}
+    clock.t = t0 + 150  # both models trained for 150 s: within their workers' accepted peaks
+    for wid, mid in mids.items():
         w.report_progress(wid, mid, 1, 5000, 500, 1, fc.ops(5000, 500), val_accuracy=0.5)
     clock.t = t0 + 300
     sb = c.scoreboard()
@@ -700,3 +700,37 @@ def test_the_master_takes_and_returns_plain_types(small_graph, tmp_path):
     finally:
         m.close()
         store.close()
+
+
+def test_reports_above_the_accepted_peak_are_refused_and_counted(master_server, small_graph):
+    """A worker's reports are bounded by its accepted peak (the run's compute type,
+    capped at the datasheet): a report over it is FAILED_PRECONDITION naming the
+    worker and the rate, counted on the scoreboard, and the score never exceeds
+    the sum of accepted peaks."""
+    clock = FakeClock()
+    t0 = clock.t
+    h = master_server(clock=clock, heartbeat_interval_s=10_000.0)
+    w, c = clients(h)
+    peak = 1e12  # float16, well under an H100's datasheet: checked, accepted as measured
+    wid = w.register(name="n", host="n", accelerators=[Accelerator("NVIDIA H100 80GB HBM3", 80 << 30, 0.0,
+                                                                   {"float16": peak})]).worker_id
+    c.start_run(600, profile="smoke", precision="mixed_fp16")
+    fc = count_flops(small_graph)
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    clock.t = t0 + 12
+    fits = int(peak * 12 / fc.train)  # what the peak allows in 12 s
+    too_many = int(peak * (12 + 5) / fc.train) + 1  # beyond the peak and the 5 s clock slack
+    with pytest.raises(ApiError) as excinfo:
+        w.report_progress(wid, mid, 1, too_many, 0, 1, fc.ops(too_many, 0))
+    assert excinfo.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert f"worker {wid} claims " in excinfo.value.details and "over 12.0 s, above its accepted peak 1e+12 ops/s" \
+        in excinfo.value.details
+    w.report_progress(wid, mid, 2, fits, 0, 1, fc.ops(fits, 0), val_accuracy=0.5)
+    clock.t += 1
+    for seq in range(3, 8):  # a flood of reports one second later, each claiming 8 s of peak work
+        with pytest.raises(ApiError, match="above its accepted peak"):
+            w.report_progress(wid, mid, seq, int(peak * 8 / fc.train), 0, 1, fc.ops(int(peak * 8 / fc.train), 0))
+    clock.t = t0 + 300
+    sb = c.scoreboard()
+    assert sb.implausible_reports == 6 and sb.peak_flops == pytest.approx(peak)
+    assert 0 < sb.flops <= sb.peak_flops and sb.score <= sb.peak_flops
