@@ -72,8 +72,8 @@ from master.heartbeats import Heartbeats
 from master.identity import WorkerCredentials, credential_hash
 from master.metrics import MasterMetrics
 from master.progress import ProgressWriter
-from master.run_rules import (accelerator_peaks, check_accelerators, parse_graph, peak_verdict, rules_of,
-                              with_checked_peaks, worker_ceiling)
+from master.run_rules import (accelerator_peaks, check_accelerators, check_graph_fits, parse_graph, peak_verdict,
+                              rules_of, with_checked_peaks, worker_ceiling)
 from master.store import (
     FailedPrecondition,
     InvalidArgument,
@@ -497,6 +497,7 @@ class Master:
             raise InvalidArgument(f"graph hash mismatch: submitted {sub.graph_hash!r}, the graph hashes to {actual}")
         fc = count_flops(with_inserted_kernel(graph, sub.kernel_size))
         bounds.check_flops_per_image(int(fc.train), int(fc.eval))
+        check_graph_fits(run, graph, int(sub.kernel_size))
         new = NewModel(
             run_id=run.id, parent_id=sub.parent_id or None, worker_id=sub.worker_id, round=int(sub.round),
             graph_json=graph.to_json(), graph_hash=actual, batch_size=int(sub.batch_size),

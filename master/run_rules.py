@@ -13,6 +13,8 @@ from aiperf import peaks as peak_checks
 from aiperf import scoring
 from aiperf.api import bounds
 from aiperf.graph import Graph, GraphError
+from aiperf.morphism import Limits
+from aiperf.profiles import PROFILES as PROFILES_BY_NAME
 from aiperf.precision import GEMM_DTYPES, PRECISIONS
 from master.budget import Ceiling, ceiling_of
 from master.store import InvalidArgument, RunRecord, RunWorker, Store, WorkerInput
@@ -128,6 +130,26 @@ def check_accelerators(info: WorkerInput) -> None:
                                       f"(expected one of {', '.join(GEMM_DTYPES)})")
             if not math.isfinite(value) or value < 0:
                 raise InvalidArgument(f"accelerator peak_flops_by_dtype[{dtype!r}] must be >= 0")
+
+
+def check_graph_fits(run: RunRecord, graph: Graph, kernel_size: int) -> None:
+    """InvalidArgument unless a submitted graph is a child the run's profile can
+    train: the profile's input shape and classes (the FLOPs per image, hence the
+    score, follow from them: a 512x512 graph in a 32x32 run would count 256x the
+    operations of the images actually trained), a kernel size of the profile, and
+    the parameter limit at the kernel actually trained."""
+    profile = PROFILES_BY_NAME[run.profile]
+    shape = (profile.input_size, profile.input_size, profile.channels)
+    if tuple(graph.input_shape) != shape or graph.num_classes != profile.num_classes:
+        raise InvalidArgument(
+            f"graph input {'x'.join(map(str, graph.input_shape))} with {graph.num_classes} classes does not match "
+            f"the {run.profile} profile's {'x'.join(map(str, shape))} with {profile.num_classes} classes")
+    if kernel_size not in profile.kernel_sizes:
+        raise InvalidArgument(f"kernel_size {kernel_size} is not one of the {run.profile} profile's "
+                              f"{', '.join(map(str, profile.kernel_sizes))}")
+    reason = Limits(kernel_size=kernel_size).violation(graph)
+    if reason is not None:
+        raise InvalidArgument(f"graph: {reason}")
 
 
 def parse_graph(graph_json: str) -> Graph:

@@ -170,13 +170,16 @@ def test_flop_disagreement_is_flagged_and_invalidates(master_server, small_graph
     assert sb.flops_mismatch_reports == 1 and "worker FLOPs differ" in sb.invalid_reason
 
 
-def test_scores_on_the_master_clock(master_server, small_graph):
+def test_scores_on_the_master_clock(master_server):
+    from aiperf.resnet import resnet50
+
     clock = FakeClock()
     t0 = clock.t
     h = master_server(clock=clock, heartbeat_interval_s=10_000.0)
     w, c = clients(h)
-    wid = register(w, peak=5e9)
+    wid = register(w, peak=5e10)
     c.start_run(3 * 3600, profile="official", seed=1, precision="fp32")
+    small_graph = resnet50(input_size=224, channels=3, classes=1000, width=0.125)  # the official input and classes
     fc = count_flops(small_graph)
     mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
     script = [  # (t - t0, images trained, images validated, accuracy)
@@ -204,7 +207,7 @@ def test_scores_on_the_master_clock(master_server, small_graph):
     acc_at = {3600: 0.60, 4500: 0.60, 5400: 0.75}
     assert sb.regulated_score == pytest.approx(max(-math.log(1 - acc_at[t]) * v for t, v in candidates.items()))
     assert sb.valid_flops == pytest.approx(max(v * (acc_at[t] / 0.763) ** 5 for t, v in candidates.items()))
-    assert sb.efficiency == pytest.approx(candidates[best_t] / (2 * 5e9))
+    assert sb.efficiency == pytest.approx(candidates[best_t] / (2 * 5e10))
     assert sb.valid and sb.invalid_reason == ""
 
     # deadline: the background thread moves the run to stopping, then finished once the model ends
@@ -734,3 +737,30 @@ def test_reports_above_the_accepted_peak_are_refused_and_counted(master_server, 
     sb = c.scoreboard()
     assert sb.implausible_reports == 6 and sb.peak_flops == pytest.approx(peak)
     assert 0 < sb.flops <= sb.peak_flops and sb.score <= sb.peak_flops
+
+
+def test_a_graph_must_fit_the_runs_profile(master_server, small_graph):
+    """The smoke profile trains 32x32x3 images of 10 classes with kernels 3, 5, 7
+    (aiperf/profiles.py); a graph or kernel outside it is INVALID_ARGUMENT naming
+    the mismatch, before anything is recorded."""
+    from aiperf.resnet import resnet50
+
+    h = master_server()
+    w, c = clients(h)
+    wid = register(w)
+    c.start_run(600, profile="smoke")
+    big = resnet50(input_size=512, channels=3, classes=10, width=0.25)
+    wrong_classes = resnet50(input_size=32, channels=3, classes=1000, width=0.25)
+    huge = resnet50(input_size=32, channels=3, classes=10, width=2.0)  # ~94M parameters at kernel 3
+    cases = [
+        (big, 3, "graph input 512x512x3 with 10 classes does not match the smoke profile's 32x32x3 with 10 classes"),
+        (wrong_classes, 3, "graph input 32x32x3 with 1000 classes does not match"),
+        (huge, 3, "over the limit max_params=60000000"),
+        (small_graph, 9, "kernel_size 9 is not one of the smoke profile's 3, 5, 7"),
+    ]
+    for graph, k, message in cases:
+        with pytest.raises(ApiError) as excinfo:
+            w.submit_model(wid, graph.to_json(), graph.hash(), 0, 1, {"batch_size": 32, "kernel_size": k})
+        assert excinfo.value.code == grpc.StatusCode.INVALID_ARGUMENT and message in excinfo.value.details
+    assert c.list_models().total == 0
+    assert w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, {"batch_size": 32, "kernel_size": 7}).model_id > 0
