@@ -573,7 +573,8 @@ def test_efficiency_uses_the_gemm_peak_of_the_runs_compute_type(master_server, s
 
 
 def test_claimed_peaks_are_checked_against_the_datasheet(master_server, small_graph):
-    """A peak of 1e18 is refused by the request's bounds; 5e15 for one H100 is capped at the datasheet's dense figure + 5%
+    """A peak of 1e18 is refused by the request's bounds; 5e15 for one H100 is
+    capped at the datasheet's dense figure + 5%
     (NVIDIA H100 datasheet: FP16 1,979 TFLOPS with sparsity, 989.5 dense); a model
     the table does not know is taken as measured and labelled "unverified peak"."""
     clock = FakeClock()
@@ -763,4 +764,5 @@ def test_a_graph_must_fit_the_runs_profile(master_server, small_graph):
             w.submit_model(wid, graph.to_json(), graph.hash(), 0, 1, {"batch_size": 32, "kernel_size": k})
         assert excinfo.value.code == grpc.StatusCode.INVALID_ARGUMENT and message in excinfo.value.details
     assert c.list_models().total == 0
-    assert w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, {"batch_size": 32, "kernel_size": 7}).model_id > 0
+    fits = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, {"batch_size": 32, "kernel_size": 7})
+    assert fits.model_id > 0
