@@ -122,7 +122,8 @@ def _summary(b: dict[str, Any]) -> list[tuple[str, str]]:
         ("Elapsed", elapsed_text(b)),
         ("Master downtime", downtime_text(b)),
         ("Total operations", f"{b['total_ops']:.4g} (workers' own count: {b['worker_ops']:.4g}; "
-                             f"{b['flops_mismatch_reports']} reports disagree by more than 1%)"),
+                             f"{b['flops_mismatch_reports']} reports disagree by more than 1%; "
+                             f"{b['implausible_reports']} refused above the worker's accepted peak)"),
         ("Images", f"{b['images_trained']:,} trained, {b['images_validated']:,} validated"),
         ("Models", ", ".join(f"{v} {k}" for k, v in b["models"].items() if v) or "none"),
         ("Workers / accelerators", f"{b['workers']} / {b['accelerators']}"),

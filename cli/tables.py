@@ -27,7 +27,10 @@ def score_label(d: dict[str, Any]) -> str:
 
 def efficiency_text(d: dict[str, Any]) -> str:
     """The score as a share of the accelerators' measured peak."""
-    return f"{d['efficiency']:.2%} of {format_flops(d['peak_flops'])}" if d["efficiency"] else "peak unknown"
+    if not d["efficiency"]:
+        return "peak unknown"
+    verdict = d.get("peak_verdict")
+    return f"{d['efficiency']:.2%} of {format_flops(d['peak_flops'])}" + (f" ({verdict})" if verdict else "")
 
 
 def elapsed_text(d: dict[str, Any]) -> str:

@@ -4,9 +4,14 @@ operations than its worker's accelerators can do in the time they cover.
 A report's operations (the master's count: images × the model's FLOPs per
 image) must fit, at the worker's ceiling rate, between the model's previous
 report (or its submission) and now, plus `CLOCK_SLACK_S` for transport and
-batching. The ceiling is `MAX_OPS_PER_S_PER_ACCELERATOR` × the worker's
-registered accelerators (at least one), from aiperf/api/bounds.py;
-`OpsCeilings` is where a worker's checked peak will replace that constant.
+batching. The ceiling is the worker's accepted peak for the run's precision
+(the sum over its accelerators of the measured GEMM rates, each capped at its
+datasheet: master/run_rules.worker_peak): no training step multiplies faster
+than the same chip's dense GEMM. A report over it is refused with
+FailedPrecondition (`ImplausibleReport`) and counted per run. A worker with no
+accepted peak at all is bounded by `MAX_OPS_PER_S_PER_ACCELERATOR` × its
+registered accelerators (at least one), from aiperf/api/bounds.py, which is
+also the upper bound of any peak (InvalidArgument above it).
 Used by master/master.py.
 """
 
@@ -17,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from aiperf.api import bounds
-from master.store import InvalidArgument
+from master.store import FailedPrecondition, InvalidArgument
 
 
 _CLAIM_LOCK = threading.Lock()  # a claim reads and moves busy_until at once
@@ -39,37 +44,78 @@ class ModelFlops:
     def ops(self, images_trained: int, images_validated: int) -> int:
         return self.train * images_trained + self.eval * images_validated
 
-    def claim(self, ops: int, now: float, rate: float) -> None:
-        """InvalidArgument unless `ops` fit at `rate` between busy_until and now
-        (+ CLOCK_SLACK_S); reserves that time when they do."""
+    def claim(self, ops: int, now: float, ceiling: Ceiling) -> None:
+        """Unless `ops` fit at the ceiling's rate between busy_until and now
+        (+ CLOCK_SLACK_S): ImplausibleReport over an accepted peak, InvalidArgument
+        over the constant. Reserves that time when they fit."""
         with _CLAIM_LOCK:
             start = self.busy_until
+            rate = ceiling.rate
             need_s = ops / rate
-            if need_s > now + bounds.CLOCK_SLACK_S - start:
-                raise InvalidArgument(
-                    f"images_trained/images_validated: {ops:.3g} operations in {max(0.0, now - start):.3g} s "
-                    f"exceed the physical ceiling of {rate:.3g} operations/s of the worker's accelerators")
-            self.busy_until = max(now, start + need_s)
+            if need_s <= now + bounds.CLOCK_SLACK_S - start:
+                self.busy_until = max(now, start + need_s)
+                return
+        interval = max(0.0, now - start)
+        if ceiling.from_peak:
+            claimed = ops / max(interval, 1e-9)
+            raise ImplausibleReport(
+                f"worker {self.worker_id} claims {claimed:.2g} ops/s over {interval:.1f} s, "
+                f"above its accepted peak {rate:.2g} ops/s")
+        raise InvalidArgument(
+            f"images_trained/images_validated: {ops:.3g} operations in {interval:.3g} s "
+            f"exceed the physical ceiling of {rate:.3g} operations/s of the worker's accelerators")
+
+
+class ImplausibleReport(FailedPrecondition):
+    """A report claims more operations than the worker's accepted peak allows."""
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """A worker's ceiling rate in one run; from_peak: its accepted peak (else the constant)."""
+
+    rate: float
+    from_peak: bool
+
+
+def ceiling_of(peak: float, accelerators: int) -> Ceiling:
+    """The accepted peak when there is one, never above the constant ceiling."""
+    constant = bounds.report_ops_ceiling(accelerators)
+    if peak > 0 and peak < constant:
+        return Ceiling(peak, True)
+    return Ceiling(constant, False)
 
 
 class OpsCeilings:
-    """Each worker's ceiling rate (operations/s), cached; `accelerators(worker_id)`
-    reads a worker's registered accelerator count on a miss (NotFound when unknown)."""
+    """Each worker's ceiling in each run, cached; `ceiling(worker_id, run_id)`
+    computes one on a miss (NotFound when the worker or run is unknown).
+    Counts the implausible reports refused per run (since this master started)."""
 
-    def __init__(self, accelerators: Callable[[int], int]) -> None:
-        self._accelerators = accelerators
+    def __init__(self, ceiling: Callable[[int, int], Ceiling]) -> None:
+        self._ceiling = ceiling
         self._lock = threading.Lock()
-        self._rates: dict[int, float] = {}
+        self._ceilings: dict[tuple[int, int], Ceiling] = {}
+        self._refused: dict[int, int] = {}
 
-    def registered(self, worker_id: int, accelerators: int) -> None:
+    def registered(self, worker_id: int) -> None:
+        """Forget a (re-)registered worker's ceilings: its peaks may have changed."""
         with self._lock:
-            self._rates[worker_id] = bounds.report_ops_ceiling(accelerators)
+            for key in [k for k in self._ceilings if k[0] == worker_id]:
+                del self._ceilings[key]
 
-    def get(self, worker_id: int) -> float:
+    def get(self, worker_id: int, run_id: int) -> Ceiling:
         with self._lock:
-            rate = self._rates.get(worker_id)
-        if rate is None:
-            rate = bounds.report_ops_ceiling(self._accelerators(worker_id))
+            hit = self._ceilings.get((worker_id, run_id))
+        if hit is None:
+            hit = self._ceiling(worker_id, run_id)
             with self._lock:
-                self._rates[worker_id] = rate
-        return rate
+                self._ceilings[(worker_id, run_id)] = hit
+        return hit
+
+    def refused(self, run_id: int) -> None:
+        with self._lock:
+            self._refused[run_id] = self._refused.get(run_id, 0) + 1
+
+    def refused_count(self, run_id: int) -> int:
+        with self._lock:
+            return self._refused.get(run_id, 0)

@@ -275,6 +275,8 @@ def scoreboard_message(sb: Scoreboard) -> pb.Scoreboard:
         official=sb.rules.official,
         efficiency=r.efficiency or 0.0,
         peak_flops=sb.peak_flops or 0.0,
+        peak_verdict=sb.peak_verdict,
+        implausible_reports=sb.implausible_reports,
         total_ops=float(r.total_ops),
         worker_ops=float(r.worker_ops),
         flops_mismatch_reports=sb.flops_mismatch_reports,

@@ -158,8 +158,10 @@ class Scoreboard:
     run: RunRecord
     result: scoring.ScoreResult
     rules: scoring.ProfileRules
-    peak_flops: float | None       # sum of the accelerators' peaks; None when the efficiency is unknown
+    peak_flops: float | None       # sum of the accelerators' accepted peaks; None when the efficiency is unknown
+    peak_verdict: str              # run_rules.peak_verdict: "checked", "capped", "unverified peak" or ""
     flops_mismatch_reports: int
+    implausible_reports: int       # reports refused above the worker's accepted peak (since the master started)
     workers: list[RunWorker]       # the workers that took part, with their inventory when they joined
     workers_alive: int
     model_counts: dict[str, int]

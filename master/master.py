@@ -67,12 +67,13 @@ from master.domain import (
     Scoreboard,
 )
 from master.budget import ModelFlops as _ModelFlops
-from master.budget import OpsCeilings
+from master.budget import ImplausibleReport, OpsCeilings
 from master.heartbeats import Heartbeats
 from master.identity import WorkerCredentials, credential_hash
 from master.metrics import MasterMetrics
 from master.progress import ProgressWriter
-from master.run_rules import accelerator_peaks, check_accelerators, parse_graph, rules_of
+from master.run_rules import (accelerator_peaks, check_accelerators, check_graph_fits, parse_graph, peak_verdict,
+                              rules_of, with_checked_peaks, worker_ceiling)
 from master.store import (
     FailedPrecondition,
     InvalidArgument,
@@ -144,7 +145,7 @@ class Master:
         self._lock = threading.RLock()
         self._tick_lock = threading.Lock()
         self._flops: collections.OrderedDict[int, _ModelFlops] = collections.OrderedDict()
-        self.ceilings = OpsCeilings(lambda w: len(store.get_worker(w).accelerators))
+        self.ceilings = OpsCeilings(lambda w, r: worker_ceiling(store, w, r))
         self._joined: set[tuple[int, int]] = set()
         self._run_ops: dict[int, int] = {}
         now = clock()
@@ -391,6 +392,7 @@ class Master:
             raise InvalidArgument("a worker needs a name or a host")
         info = replace(info, name=info.name or info.host, host=info.host or info.name)
         check_accelerators(info)
+        info = with_checked_peaks(info)
         with self._register_lock:
             existing = self.store.worker_by_name(info.name)
             alive = existing is not None and self.is_alive(existing.id)
@@ -400,7 +402,7 @@ class Master:
             worker, abandoned = self.store.register_worker(info, now, digest)
             self._credentials.set(worker.id, digest)
         self._forget_models(abandoned)
-        self.ceilings.registered(worker.id, len(worker.accelerators))
+        self.ceilings.registered(worker.id)
         self._heartbeats.registered(worker.id, now)
         self._join(self.current_run(), worker.id)
         log.info("event=worker_registered worker_id=%d name=%s host=%s accelerators=%d abandoned=%s "
@@ -461,7 +463,7 @@ class Master:
         # worker from the model's submission on
         done = m.flops_per_train_image * m.images_trained + m.flops_per_eval_image * m.images_validated
         entry = _ModelFlops(m.run_id, m.worker_id, m.flops_per_train_image, m.flops_per_eval_image,
-                            busy_until=m.created_at + done / self.ceilings.get(m.worker_id))
+                            busy_until=m.created_at + done / self.ceilings.get(m.worker_id, m.run_id).rate)
         self._remember(model_id, entry)
         return entry
 
@@ -496,6 +498,7 @@ class Master:
             raise InvalidArgument(f"graph hash mismatch: submitted {sub.graph_hash!r}, the graph hashes to {actual}")
         fc = count_flops(with_inserted_kernel(graph, sub.kernel_size))
         bounds.check_flops_per_image(int(fc.train), int(fc.eval))
+        check_graph_fits(run, graph, int(sub.kernel_size))
         new = NewModel(
             run_id=run.id, parent_id=sub.parent_id or None, worker_id=sub.worker_id, round=int(sub.round),
             graph_json=graph.to_json(), graph_hash=actual, batch_size=int(sub.batch_size),
@@ -534,7 +537,12 @@ class Master:
             raise InvalidArgument(f"images_trained/images_validated: {master_flops:.3g} operations in one report "
                                   f"exceed the bound of {bounds.MAX_OPS_PER_REPORT:.3g}")
         now = self.clock()
-        entry.claim(master_flops, now, self.ceilings.get(r.worker_id))
+        try:
+            entry.claim(master_flops, now, self.ceilings.get(r.worker_id, entry.run_id))
+        except ImplausibleReport:
+            self.ceilings.refused(entry.run_id)
+            self.metrics.implausible_reports.inc()
+            raise
         item = ProgressInput(
             model_id=r.model_id, worker_id=r.worker_id, seq=int(r.seq), t=now, epoch=int(r.epoch),
             images_trained=int(r.images_trained), images_validated=int(r.images_validated),
@@ -641,6 +649,7 @@ class Master:
         return Scoreboard(
             run=run, result=result, rules=rules_of(run),
             peak_flops=sum(accelerator_peaks(run, joined)) if result.efficiency is not None else None,
+            peak_verdict=peak_verdict(run, joined), implausible_reports=self.ceilings.refused_count(run.id),
             flops_mismatch_reports=self.store.flops_mismatch_count(run.id),
             workers=joined, workers_alive=sum(1 for rw in joined if self.is_alive(rw.worker.id)),
             model_counts=self.store.count_models(run.id), best_model_id=ranked[0] if ranked else None,

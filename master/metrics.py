@@ -29,6 +29,10 @@ class MasterMetrics:
             "aiperf_flops_mismatch_reports", "Reports whose worker FLOPs differ from the master's by > 1%",
             registry=self.registry,
         )
+        self.implausible_reports = Counter(
+            "aiperf_implausible_reports", "Reports refused for claiming more than the worker's accepted peak",
+            registry=self.registry,
+        )
         self.current_flops = Gauge("aiperf_current_flops", "FLOPS(now) of the current run", registry=self.registry)
         self.run_state = Gauge("aiperf_run_running", "1 while the current run is running", registry=self.registry)
         # Per run, labelled so a dashboard can tell runs and profiles apart; only the

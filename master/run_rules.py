@@ -7,19 +7,101 @@ return plain values, so they are tested without a server.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
+from aiperf import peaks as peak_checks
 from aiperf import scoring
 from aiperf.api import bounds
 from aiperf.graph import Graph, GraphError
+from aiperf.morphism import Limits
+from aiperf.profiles import PROFILES as PROFILES_BY_NAME
 from aiperf.precision import GEMM_DTYPES, PRECISIONS
-from master.store import InvalidArgument, RunRecord, RunWorker, WorkerInput
+from master.budget import Ceiling, ceiling_of
+from master.store import InvalidArgument, RunRecord, RunWorker, Store, WorkerInput
+
+
+def _run_dtype(run: RunRecord) -> str | None:
+    return PRECISIONS[run.precision].gemm_dtype if run.precision in PRECISIONS else None
+
+
+def _check_of(a: dict, dtype: str | None) -> dict | None:
+    """The recorded check of an accelerator's rate of `dtype`; one made now for a
+    record from before checks were recorded; None when no rate was measured."""
+    if dtype is None:
+        return None
+    recorded = a.get("peak_checks", {}).get(dtype)
+    if recorded is not None:
+        return recorded
+    return next((c for d, c in checked_rates(a).items() if d == dtype), None)
+
+
+def checked_rates(a: dict) -> dict[str, dict]:
+    """Every measured rate of an accelerator checked against its datasheet
+    (aiperf/peaks.py): compute type -> the PeakCheck as a dict. The single
+    `peak_flops` of an older worker stands for every compute type it did not measure."""
+    rates = dict(a.get("peak_flops_by_dtype", {}))
+    if a.get("peak_flops", 0.0) > 0:
+        rates = {dtype: a["peak_flops"] for dtype in GEMM_DTYPES} | rates
+    model = str(a.get("model", ""))[:peak_checks.MAX_MODEL_LENGTH]
+    return {dtype: peak_checks.check_peak(model, dtype, rate).to_dict()
+            for dtype, rate in sorted(rates.items()) if rate > 0}
+
+
+def with_checked_peaks(info: WorkerInput) -> WorkerInput:
+    """The worker with every accelerator's measured rates checked and the checks
+    recorded in its inventory ("peak_checks"): efficiency and the sum of peaks use
+    the accepted rates, never the claimed ones."""
+    return replace(info, accelerators=[{**a, "peak_checks": checked_rates(a)} for a in info.accelerators])
 
 
 def accelerator_peaks(run: RunRecord, joined: list[RunWorker]) -> list[float]:
-    """The GEMM peak of every accelerator that took part, for the run's precision (0: unknown)."""
-    dtype = PRECISIONS[run.precision].gemm_dtype if run.precision in PRECISIONS else None
-    return [float(a.get("peak_flops_by_dtype", {}).get(dtype) or a.get("peak_flops", 0.0))
-            for rw in joined for a in rw.inventory.get("accelerators", [])]
+    """The accepted GEMM peak of every accelerator that took part, for the run's
+    precision (0: unknown): the measured rate, capped at its datasheet bound."""
+    dtype = _run_dtype(run)
+    out = []
+    for rw in joined:
+        for a in rw.inventory.get("accelerators", []):
+            check = _check_of(a, dtype)
+            out.append(float(check["accepted_flops"]) if check is not None else 0.0)
+    return out
+
+
+def worker_peak(run: RunRecord, accelerators: list[dict]) -> float:
+    """The sum of a worker's accepted peaks for the run's precision (0: none known)."""
+    dtype = _run_dtype(run)
+    checks = [_check_of(a, dtype) for a in accelerators]
+    return sum(float(c["accepted_flops"]) for c in checks if c is not None)
+
+
+def worker_ceiling(store: Store, worker_id: int, run_id: int) -> Ceiling:
+    """A worker's ceiling rate in a run: its accepted peak for the run's
+    precision, from its inventory when it joined (the one the score's peaks come
+    from); the constant when it has none."""
+    run = store.get_run(run_id)
+    joined = next((rw.inventory.get("accelerators", []) for rw in store.run_workers(run_id)
+                   if rw.worker.id == worker_id), None)
+    accelerators = joined if joined is not None else store.get_worker(worker_id).accelerators
+    return ceiling_of(worker_peak(run, accelerators), len(accelerators))
+
+
+UNVERIFIED_PEAK = "unverified peak"
+
+
+def peak_verdict(run: RunRecord, joined: list[RunWorker]) -> str:
+    """What the scoreboard says of the peaks behind the efficiency: "unverified
+    peak" when any accelerator is not in the datasheet table, "capped" when any
+    claimed more than its datasheet allows, "checked" when all were checked, ""
+    when no peak is known."""
+    dtype = _run_dtype(run)
+    verdicts = {c["verdict"] for rw in joined for a in rw.inventory.get("accelerators", [])
+                if (c := _check_of(a, dtype)) is not None}
+    if not verdicts:
+        return ""
+    if verdicts & {peak_checks.UNVERIFIED, peak_checks.UNVERIFIED_CPU}:
+        return UNVERIFIED_PEAK
+    if peak_checks.CAPPED in verdicts:
+        return peak_checks.CAPPED
+    return peak_checks.CHECKED
 
 
 def rules_of(run: RunRecord) -> scoring.ProfileRules:
@@ -48,6 +130,26 @@ def check_accelerators(info: WorkerInput) -> None:
                                       f"(expected one of {', '.join(GEMM_DTYPES)})")
             if not math.isfinite(value) or value < 0:
                 raise InvalidArgument(f"accelerator peak_flops_by_dtype[{dtype!r}] must be >= 0")
+
+
+def check_graph_fits(run: RunRecord, graph: Graph, kernel_size: int) -> None:
+    """InvalidArgument unless a submitted graph is a child the run's profile can
+    train: the profile's input shape and classes (the FLOPs per image, hence the
+    score, follow from them: a 512x512 graph in a 32x32 run would count 256x the
+    operations of the images actually trained), a kernel size of the profile, and
+    the parameter limit at the kernel actually trained."""
+    profile = PROFILES_BY_NAME[run.profile]
+    shape = (profile.input_size, profile.input_size, profile.channels)
+    if tuple(graph.input_shape) != shape or graph.num_classes != profile.num_classes:
+        raise InvalidArgument(
+            f"graph input {'x'.join(map(str, graph.input_shape))} with {graph.num_classes} classes does not match "
+            f"the {run.profile} profile's {'x'.join(map(str, shape))} with {profile.num_classes} classes")
+    if kernel_size not in profile.kernel_sizes:
+        raise InvalidArgument(f"kernel_size {kernel_size} is not one of the {run.profile} profile's "
+                              f"{', '.join(map(str, profile.kernel_sizes))}")
+    reason = Limits(kernel_size=kernel_size).violation(graph)
+    if reason is not None:
+        raise InvalidArgument(f"graph: {reason}")
 
 
 def parse_graph(graph_json: str) -> Graph:

@@ -170,13 +170,16 @@ def test_flop_disagreement_is_flagged_and_invalidates(master_server, small_graph
     assert sb.flops_mismatch_reports == 1 and "worker FLOPs differ" in sb.invalid_reason
 
 
-def test_scores_on_the_master_clock(master_server, small_graph):
+def test_scores_on_the_master_clock(master_server):
+    from aiperf.resnet import resnet50
+
     clock = FakeClock()
     t0 = clock.t
     h = master_server(clock=clock, heartbeat_interval_s=10_000.0)
     w, c = clients(h)
-    wid = register(w, peak=5e9)
+    wid = register(w, peak=5e10)
     c.start_run(3 * 3600, profile="official", seed=1, precision="fp32")
+    small_graph = resnet50(input_size=224, channels=3, classes=1000, width=0.125)  # the official input and classes
     fc = count_flops(small_graph)
     mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
     script = [  # (t - t0, images trained, images validated, accuracy)
@@ -204,7 +207,7 @@ def test_scores_on_the_master_clock(master_server, small_graph):
     acc_at = {3600: 0.60, 4500: 0.60, 5400: 0.75}
     assert sb.regulated_score == pytest.approx(max(-math.log(1 - acc_at[t]) * v for t, v in candidates.items()))
     assert sb.valid_flops == pytest.approx(max(v * (acc_at[t] / 0.763) ** 5 for t, v in candidates.items()))
-    assert sb.efficiency == pytest.approx(candidates[best_t] / (2 * 5e9))
+    assert sb.efficiency == pytest.approx(candidates[best_t] / (2 * 5e10))
     assert sb.valid and sb.invalid_reason == ""
 
     # deadline: the background thread moves the run to stopping, then finished once the model ends
@@ -563,9 +566,9 @@ def test_efficiency_uses_the_gemm_peak_of_the_runs_compute_type(master_server, s
     b = w.register(name="b", host="b", accelerators=[Accelerator("V100", 32 << 30, 2e10)]).worker_id
     c.start_run(600, profile="smoke", precision="mixed_fp16")
     fc = count_flops(small_graph)
-    for wid in (a, b):
-        mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
-        clock.t = t0 + 150
+    mids = {wid: w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id for wid in (a, b)}
+    clock.t = t0 + 150  # both models trained for 150 s: within their workers' accepted peaks
+    for wid, mid in mids.items():
         w.report_progress(wid, mid, 1, 5000, 500, 1, fc.ops(5000, 500), val_accuracy=0.5)
     clock.t = t0 + 300
     sb = c.scoreboard()
@@ -574,6 +577,43 @@ def test_efficiency_uses_the_gemm_peak_of_the_runs_compute_type(master_server, s
     assert sb.efficiency == pytest.approx(sb.score / peak)
     inv = {wi.name: wi for wi in c.scoreboard().inventory}
     assert dict(inv["a"].accelerators[0].peak_flops_by_dtype) == by_dtype
+    assert sb.peak_verdict == "checked"  # every rate is within its datasheet (H100 SXM, V100)
+
+
+def test_claimed_peaks_are_checked_against_the_datasheet(master_server, small_graph):
+    """A peak of 1e18 is refused by the request's bounds; 5e15 for one H100 is
+    capped at the datasheet's dense figure + 5%
+    (NVIDIA H100 datasheet: FP16 1,979 TFLOPS with sparsity, 989.5 dense); a model
+    the table does not know is taken as measured and labelled "unverified peak"."""
+    clock = FakeClock()
+    t0 = clock.t
+    h = master_server(clock=clock, heartbeat_interval_s=10_000.0)
+    w, c = clients(h)
+    with pytest.raises(ApiError, match="peak_flops_by_dtype.*got 1e\\+18"):
+        w.register(name="liar", host="liar", accelerators=[Accelerator("NVIDIA H100 80GB HBM3", 80 << 30, 0.0,
+                                                                       {"float16": 1e18})])
+    liar = w.register(name="liar", host="liar",
+                      accelerators=[Accelerator("NVIDIA H100 80GB HBM3", 80 << 30, 0.0, {"float16": 5e15})]).worker_id
+    c.start_run(600, profile="smoke", precision="mixed_fp16")
+    fc = count_flops(small_graph)
+    mid = w.submit_model(liar, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    clock.t = t0 + 150
+    w.report_progress(liar, mid, 1, 5000, 500, 1, fc.ops(5000, 500), val_accuracy=0.5)
+    clock.t = t0 + 300
+    sb = c.scoreboard()
+    capped = 989.5e12 * 1.05
+    assert sb.peak_flops == pytest.approx(capped) and sb.peak_verdict == "capped"
+    assert sb.efficiency == pytest.approx(sb.score / capped)
+    # the claim itself stays on record, next to what was accepted
+    assert dict(c.scoreboard().inventory[0].accelerators[0].peak_flops_by_dtype) == {"float16": 5e15}
+
+    other = w.register(name="odd", host="odd",
+                       accelerators=[Accelerator("Acme Tensor 9000", 1 << 30, 0.0, {"float16": 5e14})]).worker_id
+    mid = w.submit_model(other, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    clock.t = t0 + 400
+    w.report_progress(other, mid, 1, 5000, 500, 1, fc.ops(5000, 500), val_accuracy=0.5)
+    sb = c.scoreboard()
+    assert sb.peak_flops == pytest.approx(capped + 5e14) and sb.peak_verdict == "unverified peak"
 
 
 @pytest.mark.parametrize("by_dtype, message", [
@@ -672,3 +712,65 @@ def test_the_master_takes_and_returns_plain_types(small_graph, tmp_path):
     finally:
         m.close()
         store.close()
+
+
+def test_reports_above_the_accepted_peak_are_refused_and_counted(master_server, small_graph):
+    """A worker's reports are bounded by its accepted peak (the run's compute type,
+    capped at the datasheet): a report over it is FAILED_PRECONDITION naming the
+    worker and the rate, counted on the scoreboard, and the score never exceeds
+    the sum of accepted peaks."""
+    clock = FakeClock()
+    t0 = clock.t
+    h = master_server(clock=clock, heartbeat_interval_s=10_000.0)
+    w, c = clients(h)
+    peak = 1e12  # float16, well under an H100's datasheet: checked, accepted as measured
+    wid = w.register(name="n", host="n", accelerators=[Accelerator("NVIDIA H100 80GB HBM3", 80 << 30, 0.0,
+                                                                   {"float16": peak})]).worker_id
+    c.start_run(600, profile="smoke", precision="mixed_fp16")
+    fc = count_flops(small_graph)
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    clock.t = t0 + 12
+    fits = int(peak * 12 / fc.train)  # what the peak allows in 12 s
+    too_many = int(peak * (12 + 5) / fc.train) + 1  # beyond the peak and the 5 s clock slack
+    with pytest.raises(ApiError) as excinfo:
+        w.report_progress(wid, mid, 1, too_many, 0, 1, fc.ops(too_many, 0))
+    assert excinfo.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert f"worker {wid} claims " in excinfo.value.details and "over 12.0 s, above its accepted peak 1e+12 ops/s" \
+        in excinfo.value.details
+    w.report_progress(wid, mid, 2, fits, 0, 1, fc.ops(fits, 0), val_accuracy=0.5)
+    clock.t += 1
+    for seq in range(3, 8):  # a flood of reports one second later, each claiming 8 s of peak work
+        with pytest.raises(ApiError, match="above its accepted peak"):
+            w.report_progress(wid, mid, seq, int(peak * 8 / fc.train), 0, 1, fc.ops(int(peak * 8 / fc.train), 0))
+    clock.t = t0 + 300
+    sb = c.scoreboard()
+    assert sb.implausible_reports == 6 and sb.peak_flops == pytest.approx(peak)
+    assert 0 < sb.flops <= sb.peak_flops and sb.score <= sb.peak_flops
+
+
+def test_a_graph_must_fit_the_runs_profile(master_server, small_graph):
+    """The smoke profile trains 32x32x3 images of 10 classes with kernels 3, 5, 7
+    (aiperf/profiles.py); a graph or kernel outside it is INVALID_ARGUMENT naming
+    the mismatch, before anything is recorded."""
+    from aiperf.resnet import resnet50
+
+    h = master_server()
+    w, c = clients(h)
+    wid = register(w)
+    c.start_run(600, profile="smoke")
+    big = resnet50(input_size=512, channels=3, classes=10, width=0.25)
+    wrong_classes = resnet50(input_size=32, channels=3, classes=1000, width=0.25)
+    huge = resnet50(input_size=32, channels=3, classes=10, width=2.0)  # ~94M parameters at kernel 3
+    cases = [
+        (big, 3, "graph input 512x512x3 with 10 classes does not match the smoke profile's 32x32x3 with 10 classes"),
+        (wrong_classes, 3, "graph input 32x32x3 with 1000 classes does not match"),
+        (huge, 3, "over the limit max_params=60000000"),
+        (small_graph, 9, "kernel_size 9 is not one of the smoke profile's 3, 5, 7"),
+    ]
+    for graph, k, message in cases:
+        with pytest.raises(ApiError) as excinfo:
+            w.submit_model(wid, graph.to_json(), graph.hash(), 0, 1, {"batch_size": 32, "kernel_size": k})
+        assert excinfo.value.code == grpc.StatusCode.INVALID_ARGUMENT and message in excinfo.value.details
+    assert c.list_models().total == 0
+    fits = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, {"batch_size": 32, "kernel_size": 7})
+    assert fits.model_id > 0

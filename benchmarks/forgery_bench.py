@@ -1,0 +1,201 @@
+"""benchmarks/forgery_bench.py: how far each way of lying to the master lifts a score.
+
+A real master (gRPC on a real port, SQLite) on a scripted clock; for each
+scenario a fresh master and one worker that reports a smoke run's model every
+10 s for 300 s. The honest baseline runs an H100 at a quarter of its measured
+float32 peak (4e14 ops/s, within the H100 datasheet) with accuracy 0.80. Each
+liar does one thing the issue lists (docs/spec.md section 7) and keeps going
+when a report is refused. Printed per lie: the score it reached over the honest
+score (the forgery ratio; <= 1.0 means the lie gained nothing), its valid-FLOPS
+ratio, whether the run stays valid, and the calls refused.
+
+    PYTHONPATH=$PWD python benchmarks/forgery_bench.py [--json]
+
+Ends with RESULT lines. Accuracy is not audited by these rules (the accuracy
+lie's valid-FLOPS ratio is printed as it is), and a lie that stays within the
+worker's accepted peak is physically possible, so it is bounded, not refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient  # noqa: E402
+from aiperf.flops import count_flops  # noqa: E402
+from aiperf.graph import Graph, with_inserted_kernel  # noqa: E402
+from aiperf.morphism import deeper_at, deeper_positions  # noqa: E402
+from aiperf.resnet import resnet50  # noqa: E402
+
+H100 = "NVIDIA H100 80GB HBM3"
+PEAK = 4e14            # the honest worker's measured float32 (TF32) GEMM rate; H100 SXM datasheet: 494.5 TF
+UTILISATION = 0.25     # the share of its peak an honest training run reaches
+STEP_S = 10.0
+DURATION_S = 300.0
+TOKENS = {"worker_token": "forgery-worker", "admin_token": "forgery-admin"}
+# the lies the master's rules refuse outright (the test asserts their ratio <= 1.0); the others
+# stay within the worker's accepted peak, which bounds them (score <= peak) but cannot tell them
+# from a worker that trains at that rate.
+COVERED = ("images_x1e6", "worker_ops_9.2e18", "graph_512x512", "peak_1e18")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@dataclass
+class Lie:
+    name: str
+    what: str
+    peak: float = PEAK
+    image_factor: float = 1.0           # images reported per image trained
+    images_per_s: float | None = None   # a fixed claimed rate instead
+    worker_ops: float | None = None     # the worker's own count, per report
+    accuracy: float = 0.80
+    kernel: int = 3                      # kernel claimed at submission
+    graph: str = "smoke"                 # "smoke" or "512"
+    refused: list[str] = field(default_factory=list)
+
+
+def _graphs() -> dict[str, Graph]:
+    base = resnet50(input_size=32, channels=3, classes=10, width=0.125)
+    child = deeper_at(base, deeper_positions(base)[3], kernel_size=3)  # one inserted conv: kernel matters
+    return {"smoke": child, "512": resnet50(input_size=512, channels=3, classes=10, width=0.125)}
+
+
+def _run(lie: Lie, graphs: dict[str, Graph], tmp: Path) -> dict[str, Any]:
+    from master.server import serve
+
+    clock = Clock()
+    h = serve(f"sqlite:///{tmp / (lie.name + '.db')}", port=0, host="127.0.0.1", data_dir=tmp / lie.name,
+              heartbeat_interval_s=10_000.0, env={}, clock=clock, **TOKENS)
+    try:
+        w = WorkerClient(h.address, h.worker_token, retries=0)
+        c = ControlClient(h.address, h.admin_token, retries=0)
+        t0 = clock.t
+        try:
+            wid = w.register(name="w", host="w", accelerators=[Accelerator(H100, 80 << 30, 0.0,
+                                                                           {"float32": lie.peak})]).worker_id
+        except ApiError as exc:
+            lie.refused.append(f"Register: {exc.details}")
+            # the liar falls back to the most it can register: the bound of the request
+            wid = w.register(name="w", host="w", accelerators=[Accelerator(H100, 80 << 30, 0.0,
+                                                                           {"float32": 1e16})]).worker_id
+        c.start_run(600, profile="smoke", precision="fp32")
+        honest_ops = count_flops(with_inserted_kernel(graphs["smoke"], 3))
+        graph = graphs[lie.graph]
+        claimed_ops = count_flops(with_inserted_kernel(graph, lie.kernel))
+        try:
+            mid = w.submit_model(wid, graph.to_json(), graph.hash(), 0, 1,
+                                 {"batch_size": 32, "kernel_size": lie.kernel}).model_id
+        except ApiError as exc:
+            lie.refused.append(f"SubmitModel: {exc.details}")
+            mid = 0
+        # what the worker trains, at the rate an honest run reaches on the claimed peak
+        images_per_step = int(UTILISATION * min(lie.peak, PEAK) * STEP_S / honest_ops.train)
+        for seq in range(1, int(DURATION_S / STEP_S) + 1):
+            clock.t = t0 + seq * STEP_S
+            if not mid:
+                continue
+            n = int(lie.images_per_s * STEP_S) if lie.images_per_s else int(images_per_step * lie.image_factor)
+            # a consistent liar sends the count the master will make (else the run is invalid at once)
+            own = int(lie.worker_ops) if lie.worker_ops is not None else claimed_ops.ops(n, 0)
+            if lie.peak > PEAK:  # a liar about its peak reports at the rate of the peak it claimed
+                n = int(UTILISATION * lie.peak * STEP_S / honest_ops.train)
+                own = honest_ops.ops(n, 0)
+            try:
+                w.report_progress(wid, mid, seq, n, 0, 1, min(own, 2**63 - 1), val_accuracy=lie.accuracy)
+            except ApiError as exc:
+                lie.refused.append(f"ReportProgress: {exc.details}")
+        clock.t = t0 + DURATION_S + STEP_S
+        sb = c.scoreboard()
+        return {"score": sb.score, "valid_flops": sb.valid_flops, "valid": sb.valid,
+                "invalid_reason": sb.invalid_reason, "peak_flops": sb.peak_flops, "peak_verdict": sb.peak_verdict,
+                "implausible_reports": sb.implausible_reports}
+    finally:
+        h.stop(grace_s=0)
+
+
+LIES = (
+    Lie("images_x1e6", "reports 10^6 x the images it trained", image_factor=1e6),
+    Lie("100k_img_per_s", "claims 100,000 images/s", images_per_s=100_000.0),
+    Lie("worker_ops_9.2e18", "reports 9.2e18 operations of its own count", worker_ops=9.2e18),
+    Lie("accuracy_0.9999", "claims accuracy 0.9999 (not audited by these rules)", accuracy=0.9999),
+    Lie("kernel_7_for_3", "trains kernel 3, claims kernel 7 at submission", kernel=7),
+    Lie("graph_512x512", "submits a 512x512 graph in the 32x32 smoke run", graph="512"),
+    Lie("peak_1e18", "registers a peak of 1e18 for one H100, reports at that rate", peak=1e18),
+    Lie("peak_5e15_capped", "registers 5e15 for one H100 (within the request bound)", peak=5e15),
+)
+
+
+def run_all(names: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Every lie (or those named) against the honest baseline: {name: result}."""
+    graphs = _graphs()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        honest = _run(Lie("honest", "the honest baseline"), graphs, tmp)
+        out: dict[str, Any] = {"honest": honest}
+        for lie in LIES:
+            if names and lie.name not in names:
+                continue
+            r = _run(lie, graphs, tmp)
+            r["ratio"] = r["score"] / honest["score"]
+            r["valid_ratio"] = r["ratio"] if r["valid"] else 0.0  # an invalid run is no result
+            r["valid_flops_ratio"] = r["valid_flops"] / honest["valid_flops"]
+            r["what"], r["refused"] = lie.what, lie.refused
+            out[lie.name] = r
+    return out
+
+
+def _over_peak(r: dict[str, Any]) -> float:
+    """Score over the accepted peak (0 without a score: the scoreboard then shows no peak)."""
+    return r["score"] / r["peak_flops"] if r["peak_flops"] else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--only", nargs="*", help="run only these lies")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)  # the liars' flops_mismatch warnings are expected
+    res = run_all(tuple(args.only) if args.only else None)
+    if args.json:
+        print(json.dumps(res, indent=2))
+    h = res["honest"]
+    print(f"honest: score {h['score']:.4g} FLOPS, valid FLOPS {h['valid_flops']:.4g}, peak {h['peak_flops']:.4g} "
+          f"({h['peak_verdict']})")
+    for name, r in res.items():
+        if name == "honest":
+            continue
+        first = r["refused"][0] if r["refused"] else "nothing refused"
+        print(f"{name:18s} score ratio {r['ratio']:.3g} (as a valid result {r['valid_ratio']:.3g}), valid-FLOPS "
+              f"ratio {r['valid_flops_ratio']:.3g}, score/peak {_over_peak(r):.3g}, "
+              f"refused {len(r['refused'])}: {first[:100]}")
+    lies = {k: v for k, v in res.items() if k != "honest"}
+    covered = [v["ratio"] for k, v in lies.items() if k in COVERED]
+    print(f"RESULT max_forgery_ratio={max(v['ratio'] for v in lies.values()):.4g}")
+    print(f"RESULT max_valid_forgery_ratio={max(v['valid_ratio'] for v in lies.values()):.4g}")
+    print(f"RESULT max_score_over_accepted_peak={max(_over_peak(v) for v in lies.values()):.4g}")
+    if covered:
+        print(f"RESULT max_covered_forgery_ratio={max(covered):.4g}")
+    for k, v in lies.items():
+        print(f"RESULT ratio_{k}={v['ratio']:.4g} valid_ratio_{k}={v['valid_ratio']:.4g} "
+              f"valid_flops_ratio_{k}={v['valid_flops_ratio']:.4g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

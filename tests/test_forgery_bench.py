@@ -1,0 +1,39 @@
+"""benchmarks/forgery_bench.py against a real master: the lies the rules refuse
+gain nothing over the honest worker, and no lie scores above its accepted peak
+(plus the clock slack over the smoke profile's minimum running time)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from aiperf.api import bounds
+from aiperf.profiles import SMOKE
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "forgery_bench.py"
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("forgery_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["forgery_bench"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_refused_lies_gain_nothing_and_no_lie_beats_its_peak():
+    bench = _bench_module()
+    res = bench.run_all(bench.COVERED + ("peak_5e15_capped", "kernel_7_for_3"))
+    assert res["honest"]["score"] > 0 and res["honest"]["peak_verdict"] == "checked"
+    for name in bench.COVERED:
+        assert res[name]["ratio"] <= 1.0, (name, res[name])
+        assert res[name]["refused"], name  # refused by a rule, not by chance
+    # the slack lets one report run CLOCK_SLACK_S ahead; the score is read after the minimum running time
+    slack = 1.0 + bounds.CLOCK_SLACK_S / SMOKE.min_running_time_s
+    capped = res["peak_5e15_capped"]
+    assert capped["peak_verdict"] == "capped" and capped["peak_flops"] == 494.5e12 * 1.05
+    assert capped["implausible_reports"] > 0 and "above its accepted peak" in capped["refused"][0]
+    for name, r in res.items():
+        if r["peak_flops"]:
+            assert r["score"] <= r["peak_flops"] * slack, (name, r)
