@@ -3,6 +3,8 @@
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import OFFICIAL, PROFILES, SMOKE, SMOKE_TOP1_TARGET, Profile, get_profile
@@ -123,3 +125,14 @@ def test_profile_round_trips_through_json():
         assert Profile.from_dict(json.loads(json.dumps(p.to_dict()))) == p
     with pytest.raises(ValueError, match="unknown profile setting"):
         Profile.from_dict({**SMOKE.to_dict(), "turbo": True})
+
+
+@settings(max_examples=200, deadline=None)
+@given(memory=st.integers(1, 4096 * 2**30))
+def test_official_batch_choices_stay_in_the_originals_range(memory: int) -> None:
+    p = OFFICIAL.for_accelerator_memory(memory)
+    gib = max(1, round(memory / 2**30))
+    assert p.batch_sizes == tuple(sorted(set(p.batch_sizes))) and len(p.batch_sizes) >= 3
+    assert 12 * gib <= min(p.batch_sizes) and max(p.batch_sizes) <= 14 * gib
+    assert p.batch_size == max(p.batch_sizes) > 14 * gib - 8
+    assert p.default_hyperparameters().batch_size in p.batch_sizes

@@ -1,8 +1,11 @@
 """The worker agent: register, heartbeat, and loop over rounds while a run is running.
 
-A round: take a child from the generator buffer, submit it (the master gives
-its model id), choose hyperparameters (defaults during warm-up, TPE after),
-train it while streaming progress, finish it. Every call to the master that
+A round: fetch the run's history (the round's snapshot: it numbers the round
+and is all the round's choices depend on, with the seeds), take the child the
+generator pool computes for (round, snapshot), choose hyperparameters (the
+parent's or the defaults during warm-up, TPE on the snapshot after), submit the
+child (the master gives its model id), train it while streaming progress,
+finish it; the next round's child is prepared meanwhile. Every call to the master that
 carries results goes through `Outbox`, which sends in order and retries
 through master restarts and network drops, so no finished report is lost.
 
