@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from aiperf.graph import INPUT, INSERTED, Graph, GraphError, Layer, conv, simple
+from aiperf.graph import INPUT, INSERTED, Graph, GraphError, Layer, Shape, conv, simple
 from aiperf.hyperparameters import HyperparameterError, check_kernel_size
 from aiperf.layers import KINDS
 
@@ -178,19 +178,24 @@ def add_skip_positions(graph: Graph) -> list[tuple[str, str, int]]:
     chain = main_chain(graph)
     by_id = {l.id: l for l in graph.layers}
     consumers = _consumers(graph)
-    relus = [l for l in graph.layers if l.type == "relu"]
+    relus = [(order[l.id], l.id, graph.shapes[l.id]) for l in graph.layers if l.type == "relu"]
+    strides: dict[tuple[Shape, Shape], int] = {}  # a few distinct shapes: compute each pair once
     out: list[tuple[str, str, int]] = []
     for bn in graph.layers:
         if bn.type != "batchnorm" or bn.id not in chain:
             continue
         joined = {_skip_source(i, by_id) for c in consumers[bn.id] if c.type == "add" for i in c.inputs}
-        dst = graph.shapes[bn.id]
-        for relu in relus:
-            if order[relu.id] >= order[bn.id] or relu.id in joined:
+        dst, at = graph.shapes[bn.id], order[bn.id]
+        for n, relu_id, src in relus:
+            if n >= at:
+                break  # relus are in graph order
+            if relu_id in joined:
                 continue
-            stride = _projection_stride(graph.shapes[relu.id], dst)
+            stride = strides.get((src, dst))
+            if stride is None:
+                stride = strides[(src, dst)] = _projection_stride(src, dst)
             if stride:
-                out.append((relu.id, bn.id, stride))
+                out.append((relu_id, bn.id, stride))
     return out
 
 
