@@ -1,7 +1,8 @@
 """Hyperparameter choice: warm-up defaults, then TPE (SPEC section 5).
 
-Rounds 1..`profile.warmup_rounds` of a worker train with the profile's default
-hyperparameters. From the next round on, TPE proposes them: NNI's
+Rounds 1..`profile.warmup_rounds` of a worker train with their parent model's
+hyperparameters (the original's warm-up; the profile's defaults for a child
+without a trained parent, or where the profile says so). From the next round on, TPE proposes them: NNI's
 `HyperoptTuner` (algorithm ``tpe``, maximising), rebuilt for every proposal
 from the run's whole hyperparameter history (all workers, from the master's
 SQL), so every worker and a restarted master see the same tuner state and
@@ -106,11 +107,16 @@ class Tuner:
 
 
 def choose_hyperparameters(profile: Profile, round_index: int, history: HyperHistory,
-                           seed: int, *, warmup_rounds: int | None = None) -> tuple[Hyperparameters, str]:
+                           seed: int, *, warmup_rounds: int | None = None,
+                           parent: Hyperparameters | None = None) -> tuple[Hyperparameters, str]:
     """Hyperparameters for a worker's round `round_index` (1-based), and their source.
 
-    Returns ``(profile.default_hyperparameters(), "default")`` during warm-up
-    (round <= warmup_rounds, default `profile.warmup_rounds`), then
+    During warm-up (round <= warmup_rounds, default `profile.warmup_rounds`):
+    the parent model's hyperparameters when the profile says so
+    (`warmup_from_parent`, as the original) and `parent` is given, source
+    "parent"; a value outside this worker's space (another worker's memory gave
+    the parent another batch size) is replaced by the profile's default. Else
+    ``(profile.default_hyperparameters(), "default")``. After warm-up
     ``(Tuner(profile, history).propose(seed), "tpe")``: vary the seed per round.
     Pass a profile already scaled to the accelerator (`Profile.for_accelerator_memory`).
     """
@@ -118,10 +124,20 @@ def choose_hyperparameters(profile: Profile, round_index: int, history: HyperHis
         raise ValueError(f"round index must be >= 1, got {round_index!r}")
     warmup = profile.warmup_rounds if warmup_rounds is None else warmup_rounds
     if round_index <= warmup:
+        if parent is not None and profile.warmup_from_parent:
+            return inherited_hyperparameters(profile, parent), "parent"
         return profile.default_hyperparameters(), "default"
     hyper = Tuner(profile, history).propose(seed)
     log.info("round %d: TPE proposes %s from %d observations", round_index, hyper, len(history))
     return hyper, "tpe"
+
+
+def inherited_hyperparameters(profile: Profile, parent: Hyperparameters) -> Hyperparameters:
+    """The parent's hyperparameters, each one outside `profile`'s space replaced by its default."""
+    default = profile.default_hyperparameters()
+    return Hyperparameters(
+        parent.batch_size if parent.batch_size in profile.batch_sizes else default.batch_size,
+        parent.kernel_size if parent.kernel_size in profile.kernel_sizes else default.kernel_size)
 
 
 def _in_space(profile: Profile, hyper: Hyperparameters) -> bool:

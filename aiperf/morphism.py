@@ -11,11 +11,14 @@ so that a child can compute the same function as its parent (see
 - *wider* adds filters to a conv whose output, through BN/ReLU/max pool only,
   reaches convolutions (which absorb the extra channels). A conv whose output
   feeds an add (the residual stream, the last conv) is never widened: the
-  whole stream would have to change with it.
+  whole stream would have to change with it. How many filters it adds is the
+  space's choice: the original doubles the conv, the smoke profile adds 25-50%.
 - *skip* connects an earlier ReLU to a later add through a 1×1 conv + BN
   projection (stride as needed) where shapes differ, and through a BN alone
-  where they match: the BN starts with a zero scale, so the new branch adds
-  nothing until training moves it.
+  where they match; or, where the space allows it (the original's skip),
+  creates a new add after a batch norm of the main chain, summing it with a
+  1×1 conv + BN projection of an earlier ReLU. Either way the branch ends in
+  a BN that starts with a zero scale, so it adds nothing until training moves it.
 
 Randomness comes from a `random.Random` the caller seeds; positions are
 enumerated in the graph's canonical order, so the same seed gives the same
@@ -30,19 +33,39 @@ import re
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from aiperf.graph import INPUT, INSERTED, Graph, GraphError, Layer, conv, simple
+from aiperf.graph import INPUT, INSERTED, Graph, GraphError, Layer, Shape, conv, simple
 from aiperf.hyperparameters import HyperparameterError, check_kernel_size
 from aiperf.layers import KINDS
 
 OPERATIONS = ("deeper", "wider", "skip")
-# Fractions of the current filter count that `wider` may add.
-WIDEN_FRACTIONS = (0.25, 0.5)
 
 _NEW_ID = re.compile(r"^m(\d+)_")
 
 
 class MorphismError(ValueError):
     """No operation can be applied (no valid position, or a limit would be crossed)."""
+
+
+@dataclass(frozen=True)
+class MorphSpace:
+    """What the random operations may do (a profile's choice, SPEC section 4).
+
+    `widen_fractions`: `wider` adds the conv's filter count times one of these
+    (1.0 doubles it, as the original's `to_wider_graph`). `skip_new_add`: `skip`
+    may also create a new add after a main-chain batch norm (the original's
+    `to_skip_connection_graph2`), besides joining an existing add.
+    The default is the original's space.
+    """
+
+    widen_fractions: tuple[float, ...] = (1.0,)
+    skip_new_add: bool = True
+
+    def __post_init__(self) -> None:
+        fractions = tuple(self.widen_fractions)
+        if not fractions or not all(isinstance(f, (int, float)) and not isinstance(f, bool)
+                                    and math.isfinite(f) and f > 0 for f in fractions):
+            raise ValueError(f"widen_fractions must be positive numbers, got {self.widen_fractions!r}")
+        object.__setattr__(self, "widen_fractions", tuple(float(f) for f in fractions))
 
 
 # The kernel size the parameter limit is checked at by default: the largest
@@ -144,6 +167,56 @@ def skip_positions(graph: Graph) -> list[tuple[str, str, int]]:
     return out
 
 
+def add_skip_positions(graph: Graph) -> list[tuple[str, str, int]]:
+    """(source ReLU, main-chain batch norm, projection stride) triples where `skip_add_at` applies.
+
+    Targets are the batch norms of the main chain (the longest path in conv and
+    dense layers, the chain the edit distance compares), as in the original;
+    a ReLU already joined to a target's add is not offered again.
+    """
+    order = {l.id: n for n, l in enumerate(graph.layers)}
+    chain = main_chain(graph)
+    by_id = {l.id: l for l in graph.layers}
+    consumers = _consumers(graph)
+    relus = [(order[l.id], l.id, graph.shapes[l.id]) for l in graph.layers if l.type == "relu"]
+    strides: dict[tuple[Shape, Shape], int] = {}  # a few distinct shapes: compute each pair once
+    out: list[tuple[str, str, int]] = []
+    for bn in graph.layers:
+        if bn.type != "batchnorm" or bn.id not in chain:
+            continue
+        joined = {_skip_source(i, by_id) for c in consumers[bn.id] if c.type == "add" for i in c.inputs}
+        dst, at = graph.shapes[bn.id], order[bn.id]
+        for n, relu_id, src in relus:
+            if n >= at:
+                break  # relus are in graph order
+            if relu_id in joined:
+                continue
+            stride = strides.get((src, dst))
+            if stride is None:
+                stride = strides[(src, dst)] = _projection_stride(src, dst)
+            if stride:
+                out.append((relu_id, bn.id, stride))
+    return out
+
+
+def main_chain(graph: Graph) -> set[str]:
+    """Layers on the longest path, counted in weighted layers (conv, dense), from the
+    input to the output; among equally long inputs the first. The same chain as
+    `aiperf.distance.Descriptor`'s."""
+    best: dict[str, int] = {INPUT: 0}
+    pred: dict[str, str] = {}
+    for layer in graph.layers:
+        top = max(layer.inputs, key=lambda i: best[i])
+        best[layer.id] = best[top] + (1 if KINDS[layer.type].weighted else 0)
+        pred[layer.id] = top
+    chain: set[str] = set()
+    node = graph.output.id
+    while node != INPUT:
+        chain.add(node)
+        node = pred[node]
+    return chain
+
+
 # ---------------------------------------------------------------------------
 # Operations at a given position.
 
@@ -211,6 +284,34 @@ def skip_at(graph: Graph, relu_id: str, add_id: str, *,
     return _child(graph, layers, f"skip(from={relu.id},to={add.id},{detail})", parent_hash)
 
 
+def skip_add_at(graph: Graph, relu_id: str, bn_id: str, *,
+                parent_hash: str | None = None) -> Graph:
+    """A new add after batch norm `bn_id` summing it with a 1×1 conv + BN projection
+    of the earlier ReLU `relu_id`; the batch norm's consumers read the add."""
+    relu = _get(graph, relu_id, "relu")
+    bn = _get(graph, bn_id, "batchnorm")
+    order = {l.id: n for n, l in enumerate(graph.layers)}
+    if order[relu.id] >= order[bn.id]:
+        raise MorphismError(f"skip source {relu_id!r} must come before target {bn_id!r}")
+    src, dst = graph.shapes[relu.id], graph.shapes[bn.id]
+    stride = _projection_stride(src, dst)
+    if not stride:
+        raise MorphismError(f"no 1x1 projection maps {relu_id!r} {src} onto {bn_id!r} {dst}")
+    n = _next_index(graph)
+    cid, pid, aid = f"m{n}_skip_conv", f"m{n}_skip_bn", f"m{n}_skip_add"
+    branch = [conv(cid, relu.id, dst[-1], 1, stride, "same", use_bias=False), simple(pid, "batchnorm", cid)]
+    layers: list[Layer] = []
+    for layer in graph.layers:
+        if bn.id in layer.inputs:
+            layer = replace(layer, inputs=tuple(aid if i == bn.id else i for i in layer.inputs))
+        layers.append(layer)
+        if layer.id == relu.id:
+            layers.extend(branch)
+        if layer.id == bn.id:
+            layers.append(simple(aid, "add", bn.id, pid))
+    return _child(graph, layers, f"skip(from={relu.id},after={bn.id},new_add,stride={stride})", parent_hash)
+
+
 # ---------------------------------------------------------------------------
 # Random operations (the public contract used by search and the CLI).
 
@@ -222,26 +323,28 @@ def deeper(graph: Graph, rng: random.Random, kernel_size: int = 3) -> Graph:
     return deeper_at(graph, rng.choice(positions), kernel_size)
 
 
-def wider(graph: Graph, rng: random.Random) -> Graph:
+def wider(graph: Graph, rng: random.Random, space: MorphSpace | None = None) -> Graph:
     """Widen a random conv of the main path (never one feeding the residual stream)."""
     positions = wider_positions(graph)
     if not positions:
         raise MorphismError("wider: the graph has no conv whose width can change")
     conv_id = rng.choice(positions)
-    return wider_at(graph, conv_id, _widen_amount(graph.layer(conv_id).filters, rng))
+    fractions = (space or MorphSpace()).widen_fractions
+    return wider_at(graph, conv_id, _widen_amount(graph.layer(conv_id).filters, rng, fractions))
 
 
-def skip(graph: Graph, rng: random.Random) -> Graph:
-    """Add a residual connection from a random earlier ReLU to a later add."""
-    positions = skip_positions(graph)
+def skip(graph: Graph, rng: random.Random, space: MorphSpace | None = None) -> Graph:
+    """Add a residual connection from a random earlier ReLU: into a later add, or
+    (where `space` allows) through a new add after a main-chain batch norm."""
+    positions = _skip_choices(graph, space or MorphSpace())
     if not positions:
-        raise MorphismError("skip: no (ReLU, later add) pair can be connected")
-    relu_id, add_id, _ = rng.choice(positions)
-    return skip_at(graph, relu_id, add_id)
+        raise MorphismError("skip: no (ReLU, later add or batch norm) pair can be connected")
+    relu_id, target, _, new_add = rng.choice(positions)
+    return skip_add_at(graph, relu_id, target) if new_add else skip_at(graph, relu_id, target)
 
 
 def random_morph(graph: Graph, seed: int, steps: int = 1, kernel_size: int = 3,
-                 limits: Limits | None = None) -> Graph:
+                 limits: Limits | None = None, space: MorphSpace | None = None) -> Graph:
     """Apply `steps` random operations; the same arguments give the same child.
 
     When an operation at a position would cross a limit, other positions and
@@ -255,27 +358,30 @@ def random_morph(graph: Graph, seed: int, steps: int = 1, kernel_size: int = 3,
     operations: list[str] = []
     for _ in range(steps):
         # Intermediate parents are not recorded: skip hashing them.
-        child = morph_step(child, rng, kernel_size, limits, parent_hash="")
+        child = morph_step(child, rng, kernel_size, limits, parent_hash="", space=space)
         operations.extend(child.meta["operations"])
     name = f"{graph.meta.get('name') or 'graph'}+{steps}m"
     return child.with_meta(name=name, parent=graph.hash(), operations=operations)
 
 
 def morph_step(graph: Graph, rng: random.Random, kernel_size: int = 3,
-               limits: Limits | None = None, *, parent_hash: str | None = None) -> Graph:
-    """One random operation within `limits`, trying alternatives before refusing."""
+               limits: Limits | None = None, *, parent_hash: str | None = None,
+               space: MorphSpace | None = None) -> Graph:
+    """One random operation of `space` (default: the original's) within `limits`,
+    trying alternatives before refusing."""
     limits = limits or Limits()
+    space = space or MorphSpace()
     ops = list(OPERATIONS)
     rng.shuffle(ops)
     refusal: str | None = None
     base_layers = len(graph.layers)
     for op in ops:
-        attempts = _attempts(graph, op, rng, kernel_size, parent_hash)
+        attempts = _attempts(graph, op, rng, kernel_size, parent_hash, space)
         for added_layers, make in attempts:
             if base_layers + added_layers > limits.max_layers:
                 refusal = refusal or (f"child would have {base_layers + added_layers} layers, "
                                       f"over the limit max_layers={limits.max_layers}")
-                break  # every position of this op adds as many layers
+                continue  # a position that adds fewer layers may still fit
             child = make()
             reason = limits.violation(child)
             if reason is None:
@@ -286,7 +392,7 @@ def morph_step(graph: Graph, rng: random.Random, kernel_size: int = 3,
 
 # ---------------------------------------------------------------------------
 def _attempts(graph: Graph, op: str, rng: random.Random, kernel_size: int,
-              parent_hash: str | None) -> list[tuple[int, Callable[[], Graph]]]:
+              parent_hash: str | None, space: MorphSpace) -> list[tuple[int, Callable[[], Graph]]]:
     """Shuffled (layers added, builder) pairs for every position of `op`."""
     out: list[tuple[int, Callable[[], Graph]]] = []
     if op == "deeper":
@@ -297,17 +403,29 @@ def _attempts(graph: Graph, op: str, rng: random.Random, kernel_size: int,
         positions = wider_positions(graph)
         rng.shuffle(positions)
         for p in positions:
-            extra = _widen_amount(graph.layer(p).filters, rng)
+            extra = _widen_amount(graph.layer(p).filters, rng, space.widen_fractions)
             out.append((0, lambda p=p, e=extra: wider_at(graph, p, e, parent_hash=parent_hash)))
     else:
-        triples = skip_positions(graph)
-        rng.shuffle(triples)
-        out = [(2 if s else 1, lambda r=r, a=a: skip_at(graph, r, a, parent_hash=parent_hash)) for r, a, s in triples]
+        choices = _skip_choices(graph, space)
+        rng.shuffle(choices)
+        for r, t, s, new_add in choices:
+            if new_add:  # projection conv, its BN and the add
+                out.append((3, lambda r=r, t=t: skip_add_at(graph, r, t, parent_hash=parent_hash)))
+            else:  # a BN gate, or a projection conv and its BN
+                out.append((2 if s else 1, lambda r=r, t=t: skip_at(graph, r, t, parent_hash=parent_hash)))
     return out
 
 
-def _widen_amount(filters: int, rng: random.Random) -> int:
-    return max(1, int(filters * rng.choice(WIDEN_FRACTIONS)))
+def _skip_choices(graph: Graph, space: MorphSpace) -> list[tuple[str, str, int, bool]]:
+    """(source, target, stride, new add?) for every skip `space` allows, joins first."""
+    out = [(r, a, s, False) for r, a, s in skip_positions(graph)]
+    if space.skip_new_add:
+        out += [(r, b, s, True) for r, b, s in add_skip_positions(graph)]
+    return out
+
+
+def _widen_amount(filters: int, rng: random.Random, fractions: Sequence[float]) -> int:
+    return max(1, int(filters * rng.choice(fractions)))
 
 
 def _child(parent: Graph, layers: Sequence[Layer], operation: str,

@@ -20,15 +20,23 @@ batch-norm moving-average momentum to 0.9 (Keras default 0.99): with only
 ~100-200 steps per round the 0.99 averages stay near their initial values and
 validation accuracy sits at chance while training accuracy is 0.8. The
 official profile keeps lr 0.1 and Keras's batch-norm defaults.
+
+Search space: the official profile searches the original AIPerf's (SPEC
+section 4): `wider` doubles a conv, `skip` may create a new add, batch sizes
+are 12-14 × GiB of the accelerator's memory, and warm-up rounds start from
+their parent's hyperparameters. Smoke keeps smaller widening steps (25-50%):
+its rounds run on laptop CPUs, where a doubled conv doubles its cost.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
 from aiperf.graph import Graph
 from aiperf.hyperparameters import HyperparameterError, Hyperparameters, check_batch_size, check_kernel_size
+from aiperf.morphism import MorphSpace
 from aiperf.resnet import resnet50
 
 DATASET_KINDS = ("imagenet-tfrecord", "imagenet-folder", "cifar10", "digits")
@@ -50,7 +58,19 @@ IMAGENET_TOP1_TARGET = 0.763
 SMOKE_TOP1_TARGET = 0.82
 
 # Batch size 448 was set for a V100 with 32 GiB (SPEC section 3); scale with memory.
-REFERENCE_MEMORY_BYTES = 32 * 2**30
+REFERENCE_MEMORY_GIB = 32
+GIB = 2**30
+# The original's batch space: uniform(12, 14) × the smallest accelerator's memory in
+# GiB (its search_space.json and utils.MinGpuMem), per accelerator; 14 × 32 = 448.
+ORIGINAL_BATCH_PER_GIB = (12.0, 14.0)
+
+
+def batch_sizes_for_memory(per_gib: tuple[float, float], memory_gib: int) -> tuple[int, ...]:
+    """The batch sizes from per_gib[0] to per_gib[1] times `memory_gib`: the multiples
+    of 8 (tensor-core friendly) when the range holds three or more, else every integer."""
+    low, high = math.ceil(per_gib[0] * memory_gib), math.floor(per_gib[1] * memory_gib)
+    eights = tuple(b for b in range(low, high + 1) if b % 8 == 0)
+    return eights if len(eights) >= 3 else tuple(range(max(1, low), high + 1))
 
 
 @dataclass(frozen=True)
@@ -70,7 +90,13 @@ class Profile:
     patience_max: int = 20
     warmup_rounds: int = 5                # rounds 1..warmup_rounds use the defaults, no TPE
     batch_size: int = 448                 # default per accelerator
-    batch_sizes: tuple[int, ...] = (64, 128, 192, 256, 320, 384, 448)  # TPE's choices, per accelerator
+    batch_sizes: tuple[int, ...] = batch_sizes_for_memory(ORIGINAL_BATCH_PER_GIB, REFERENCE_MEMORY_GIB)
+    # When set, batch sizes follow the accelerator's memory: (low, high) × GiB
+    # (`for_accelerator_memory`); batch_size/batch_sizes are then the 32 GiB values.
+    batch_per_gib: tuple[float, float] | None = ORIGINAL_BATCH_PER_GIB
+    widen_fractions: tuple[float, ...] = (1.0,)  # `wider` adds filters × one of these (1.0 doubles)
+    skip_new_add: bool = True             # `skip` may create a new add after a main-chain BN
+    warmup_from_parent: bool = True       # warm-up rounds reuse the parent's hyperparameters
     kernel_sizes: tuple[int, ...] = (3, 5, 7)
     kernel_size: int = 3                  # default for convs inserted by morphism
     learning_rate: float = 0.1            # initial; linear decay to 0 over the round
@@ -99,6 +125,17 @@ class Profile:
         if self.kernel_size not in self.kernel_sizes:
             raise ValueError(f"profile {self.name!r}: default kernel size {self.kernel_size} "
                              f"is not among {self.kernel_sizes}")
+        self.morph_space()  # validates widen_fractions
+        for name in ("skip_new_add", "warmup_from_parent"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"profile {self.name!r}: {name} must be true or false, got {getattr(self, name)!r}")
+        if self.batch_per_gib is not None:
+            pair = self.batch_per_gib
+            numbers = (isinstance(pair, tuple) and len(pair) == 2
+                       and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pair))
+            if not (numbers and math.isfinite(pair[0]) and math.isfinite(pair[1]) and 0 < pair[0] <= pair[1]):
+                raise ValueError(f"profile {self.name!r}: batch_per_gib must be 0 < low <= high, "
+                                 f"got {self.batch_per_gib!r}")
         if self.warmup_rounds < 0:
             raise ValueError(f"profile {self.name!r}: warmup_rounds must be >= 0")
         if not 0.0 < self.target_accuracy <= 1.0:  # also refuses NaN
@@ -148,6 +185,13 @@ class Profile:
         """The hyperparameters of warm-up rounds."""
         return Hyperparameters(self.batch_size, self.kernel_size)
 
+    def morph_space(self) -> MorphSpace:
+        """What the morphism operations of this profile's runs may do."""
+        try:
+            return MorphSpace(self.widen_fractions, self.skip_new_add)
+        except ValueError as exc:
+            raise ValueError(f"profile {self.name!r}: {exc}") from None
+
     def base_graph(self) -> Graph:
         """The run's starting architecture: ResNet-50 at this profile's shape and width."""
         return resnet50(self.input_size, self.channels, self.num_classes, self.width)
@@ -157,21 +201,18 @@ class Profile:
         return (self.input_size, self.input_size, self.channels)
 
     def for_accelerator_memory(self, memory_bytes: int | None) -> "Profile":
-        """The profile with batch sizes scaled to an accelerator's memory.
+        """The profile with batch sizes for an accelerator of `memory_bytes`.
 
-        Only the official profile's batch sizes are tied to memory (448 on a
-        32 GiB V100); values are rounded down to multiples of 8 and never
-        scaled up from an unknown memory size. Other profiles are returned as is.
+        With `batch_per_gib` (the official profile) the choices are
+        `batch_sizes_for_memory(batch_per_gib, GiB)`, the memory in GiB rounded
+        as the original did, and the default is the largest (448 on 32 GiB).
+        An unknown memory size keeps the 32 GiB values; a profile without
+        `batch_per_gib` is returned as is.
         """
-        if not self.official or not memory_bytes or memory_bytes <= 0:
+        if self.batch_per_gib is None or not memory_bytes or memory_bytes <= 0:
             return self
-        factor = memory_bytes / REFERENCE_MEMORY_BYTES
-
-        def scale(b: int) -> int:
-            return max(8, int(b * factor) // 8 * 8)
-
-        sizes = tuple(sorted({scale(b) for b in self.batch_sizes}))
-        return replace(self, batch_size=scale(self.batch_size), batch_sizes=sizes)
+        sizes = batch_sizes_for_memory(self.batch_per_gib, max(1, round(memory_bytes / GIB)))
+        return replace(self, batch_size=sizes[-1], batch_sizes=sizes)
 
 
 def _check_round(round_index: int) -> None:
@@ -202,6 +243,8 @@ SMOKE = Profile(
     epochs_per_round=(2, 3, 4),
     batch_size=32,
     batch_sizes=(16, 32, 64, 128),
+    batch_per_gib=None,
+    widen_fractions=(0.25, 0.5),
     learning_rate=0.05,
     bn_momentum=0.9,
     min_duration_s=1.0,

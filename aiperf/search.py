@@ -35,7 +35,7 @@ import numpy as np
 from aiperf.distance import CUTOFF, HORIZON, DistanceCache, Descriptor, Packed, bounded_rows
 from aiperf.gp import GaussianProcess
 from aiperf.graph import Graph
-from aiperf.morphism import Limits, MorphismError, morph_step, random_morph
+from aiperf.morphism import Limits, MorphismError, MorphSpace, morph_step, random_morph
 
 UCB_BETA = 2.576  # Auto-Keras' default
 N_NEIGHBOURS = 8
@@ -113,31 +113,33 @@ def select_child(history: Sequence[HistoryEntry], seed: int, *, base: Graph,
                  exclude: Iterable[str] = (), n_neighbours: int = N_NEIGHBOURS,
                  beta: float = UCB_BETA, t_min: float = T_MIN, cooling: float = COOLING,
                  max_candidates: int = MAX_CANDIDATES, noise: float = GP_NOISE,
-                 cache: DistanceCache | None = None) -> Candidate:
+                 cache: DistanceCache | None = None, space: MorphSpace | None = None) -> Candidate:
     """The next architecture to train.
 
     From a history without any accuracy this is `base` itself (or, once `base`
     is seen, a random morph of it). `cache` carries distances across calls
-    (one per process); a fresh one is used when None.
+    (one per process); a fresh one is used when None; the result does not depend
+    on what it holds. `space`: what morphs may do (default: the original's).
     """
     if n_neighbours < 1 or not 0 < cooling < 1 or t_min <= 0 or max_candidates < 1:
         raise ValueError("n_neighbours and max_candidates must be >= 1, 0 < cooling < 1, t_min > 0")
     limits = limits or Limits()
+    space = space or MorphSpace()
     seen = {e.hash for e in history} | set(exclude)
     fitted = _fit_set(history)
     if not fitted:
-        return _from_base(base, history, seen, seed, kernel_size, limits)
+        return _from_base(base, history, seen, seed, kernel_size, limits, space)
 
     if cache is None:
         cache = DistanceCache(CUTOFF, HORIZON)
     gp, others = _fit(fitted, cache, noise)
     heap = _history_nodes(fitted, cache)
     annealing = _Annealing(random.Random(seed), gp, others, cache.cutoff, seen, len(heap),
-                           kernel_size, limits, n_neighbours, beta)
+                           kernel_size, limits, n_neighbours, beta, space)
     best = annealing.run(heap, t_min, cooling, max_candidates)
     if best is None:  # every morph was a duplicate: walk further from the best model
         top = fitted[0]
-        return _fresh_morph(top.graph, top.hash, top.model_id, seen, seed, kernel_size, limits)
+        return _fresh_morph(top.graph, top.hash, top.model_id, seen, seed, kernel_size, limits, space)
     node, h = best
     graph = node.graph.with_meta(name=f"{base.meta.get('name') or 'graph'}-{h[:12]}",
                                  parent=node.root_hash, operations=list(node.operations))
@@ -160,10 +162,11 @@ class _Annealing:
 
     def __init__(self, rng: random.Random, gp: GaussianProcess, others: Packed, cutoff: float,
                  seen: set[str], counter: int, kernel_size: int, limits: Limits,
-                 n_neighbours: int, beta: float) -> None:
+                 n_neighbours: int, beta: float, space: MorphSpace) -> None:
         self.rng, self.gp, self.others, self.cutoff = rng, gp, others, cutoff
         self.seen, self.counter = seen, counter  # counter: insertion order, the heap's tie-break
         self.kernel_size, self.limits, self.n_neighbours, self.beta = kernel_size, limits, n_neighbours, beta
+        self.space = space
         self.best_acq = -math.inf
         self.best: tuple[_Node, str] | None = None  # the best new candidate and its hash
         self.chosen: set[str] = set()
@@ -184,7 +187,8 @@ class _Annealing:
         children: list[Graph] = []
         for _ in range(self.n_neighbours):
             try:
-                children.append(morph_step(node.graph, self.rng, self.kernel_size, self.limits, parent_hash=""))
+                children.append(morph_step(node.graph, self.rng, self.kernel_size, self.limits, parent_hash="",
+                                           space=self.space))
             except MorphismError:
                 break  # the node is at a limit: its other morphs would fail the same way
         if not children:
@@ -251,20 +255,20 @@ def _fit_set(history: Sequence[HistoryEntry]) -> list[HistoryEntry]:
 
 
 def _from_base(base: Graph, history: Sequence[HistoryEntry], seen: set[str], seed: int,
-               kernel_size: int, limits: Limits) -> Candidate:
+               kernel_size: int, limits: Limits, space: MorphSpace) -> Candidate:
     base_hash = base.hash()
     if base_hash not in seen:
         return Candidate(base, None)
     base_id = min((e.model_id for e in history if e.hash == base_hash), default=None)
-    return _fresh_morph(base, base_hash, base_id, seen, seed, kernel_size, limits)
+    return _fresh_morph(base, base_hash, base_id, seen, seed, kernel_size, limits, space)
 
 
 def _fresh_morph(graph: Graph, graph_hash: str, model_id: int | None, seen: set[str], seed: int,
-                 kernel_size: int, limits: Limits, attempts: int = 64) -> Candidate:
+                 kernel_size: int, limits: Limits, space: MorphSpace, attempts: int = 64) -> Candidate:
     """A random morph of `graph` not in `seen` (more steps when one step keeps colliding)."""
     for n in range(attempts):
         child = random_morph(graph, derive_seed(seed, "fresh", n), steps=1 + n // 8,
-                             kernel_size=kernel_size, limits=limits)
+                             kernel_size=kernel_size, limits=limits, space=space)
         if child.hash() not in seen:
             return Candidate(child.with_meta(parent=graph_hash), model_id)
     raise MorphismError(f"no new architecture found in {attempts} random morphs")

@@ -17,7 +17,9 @@ Each layer kind's entry in `aiperf.layers` does its part; together:
   gamma = sqrt(1 + eps), and a ReLU on a tensor that is already non-negative;
 - a skip branch ends in a BN with gamma = beta = 0, so it adds exactly zero;
   its 1×1 projection conv gets seeded He-normal weights (zero weights there
-  would leave the branch without gradient).
+  would leave the branch without gradient);
+- a new add (a skip that creates one after a batch norm) sums one parent
+  tensor with zero branches: it is that tensor.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ def transfer_weights(parent: Graph, parent_weights: Weights, child: Graph, *,
         p = parents.get(layer.id)
         if p is not None and p.type == layer.type:
             origins[layer.id] = kind.inherit(layer, p, ins, ctx)
-        elif len(ins) != 1 or ins[0].zero:
+        elif not kind.single_input:
+            origins[layer.id] = kind.initialise_many(layer, ins, ctx)
+        elif ins[0].zero:
             raise TransferError(f"new layer {layer.id!r} ({layer.type}) has no function-preserving initialisation")
         else:
             origins[layer.id] = kind.initialise(layer, ins[0], ctx)

@@ -1,6 +1,6 @@
 """Run control through the master's control API.
 
-    aiperf start --duration 1h [--profile official|smoke] [--seed N] [--precision P]
+    aiperf start --duration 1h [--profile official|smoke] [--seed N] [--precision P] [--deterministic]
     aiperf stop [--run ID] [--abort]
     aiperf status [--run ID] [--json]
     aiperf scoreboard [--run ID] [--json]
@@ -48,6 +48,9 @@ def start_cmd(
     min_workers: int = int_option(0, "--min-workers", span=COUNT, help="Stay pending until this many workers "
                                   "are alive."),
     allow_concurrent: bool = typer.Option(False, "--allow-concurrent", help="Allow a second active run."),
+    deterministic: bool = typer.Option(False, "--deterministic",
+                                       help="Reproducible run: TensorFlow op determinism and seeded rounds "
+                                            "on the workers (slower; recorded in the run's configuration)."),
 ) -> None:
     """Start a timed run."""
     try:
@@ -56,10 +59,12 @@ def start_cmd(
         fail(str(exc))
     run = ctl.call(ctl.client().start_run, seconds, profile=profile.value, seed=seed, precision=precision.value,
                    max_models=max_models, max_rounds_per_worker=max_rounds, max_epochs_per_round=max_epochs,
-                   warmup_rounds=warmup_rounds, min_workers=min_workers, allow_concurrent=allow_concurrent)
+                   warmup_rounds=warmup_rounds, min_workers=min_workers, allow_concurrent=allow_concurrent,
+                   deterministic=deterministic)
     d = run_info_to_dict(run)
     ctl.show(d, lambda: f"run {d['run_id']} {d['state']}: profile {d['profile']}, duration "
-                        f"{format_duration(d['duration_s'])}, seed {d['seed']}, precision {d['precision']}")
+                        f"{format_duration(d['duration_s'])}, seed {d['seed']}, precision {d['precision']}"
+                        f"{', deterministic' if d['deterministic'] else ''}")
 
 
 @control_command()

@@ -39,6 +39,9 @@ def demo_cmd(
                                              "database and logs (default: a temporary directory)."),
     seed: int = int_option(1, "--seed", span=SEED, help="Run seed."),
     port: int = int_option(0, "--port", span=PORT, help="Master port (0: any free port)."),
+    deterministic: bool = typer.Option(False, "--deterministic",
+                                       help="Reproducible run: TensorFlow op determinism and seeded rounds "
+                                            "(slower; recorded in the run's configuration)."),
 ) -> None:
     """Run the benchmark end to end on this machine: master on SQLite, one local worker,
     a smoke run on the built-in dataset; shows progress, then prints the scoreboard."""
@@ -68,7 +71,7 @@ def demo_cmd(
                               env=env, stdout=worker_log, stderr=subprocess.STDOUT)
     control = ControlClient(handle.address, handle.admin_token)
     try:
-        _run(console, control, workdir, minutes, seed, worker)
+        _run(console, control, workdir, minutes, seed, worker, deterministic)
     except ApiError as exc:  # e.g. the seed refused by the master
         fail_api(handle.address, exc, "admin token")
     except KeyboardInterrupt:
@@ -88,9 +91,10 @@ def demo_cmd(
 
 
 def _run(console: "Console", control: "ControlClient", workdir: Path, minutes: float, seed: int,
-         worker: subprocess.Popen[Any]) -> None:
+         worker: subprocess.Popen[Any], deterministic: bool = False) -> None:
     """Start the smoke run, watch it to its end, print the scoreboard and write the report."""
-    run = control.start_run(duration_s=minutes * 60, profile="smoke", seed=seed, min_workers=1)
+    run = control.start_run(duration_s=minutes * 60, profile="smoke", seed=seed, min_workers=1,
+                            deterministic=deterministic)
     _watch(console, control, run.config.run_id, worker)
     console.print()
     board, page = fetch_report(control, run.config.run_id)

@@ -28,6 +28,7 @@ def run_info_to_dict(run: pb.RunInfo) -> dict[str, Any]:
         },
         "warmup_rounds": c.warmup_rounds,
         "min_workers": c.min_workers,
+        "deterministic": c.deterministic,
         "min_running_time_s": c.min_running_time_s,
         "report_interval_s": c.report_interval_s,
         "resource_interval_s": c.resource_interval_s,

@@ -65,7 +65,7 @@ def run_spec(req: pb.StartRunRequest) -> RunSpec:
                       int(req.limits.max_epochs_per_round)),
         warmup_rounds=int(req.warmup_rounds), min_workers=int(req.min_workers),
         allow_concurrent=req.allow_concurrent, report_interval_s=req.report_interval_s,
-        resource_interval_s=req.resource_interval_s,
+        resource_interval_s=req.resource_interval_s, deterministic=req.deterministic,
     )
 
 
@@ -163,6 +163,7 @@ def run_info(run: RunRecord) -> pb.RunInfo:
             report_interval_s=float(c.get("report_interval_s", DEFAULT_REPORT_INTERVAL_S)),
             resource_interval_s=float(c.get("resource_interval_s", DEFAULT_RESOURCE_INTERVAL_S)),
             min_workers=int(c.get("min_workers", 0)),
+            deterministic=bool(c.get("deterministic", False)),
         ),
         state=RUN_STATE_VALUES[run.state],
         created_at=run.created_at,

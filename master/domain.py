@@ -44,6 +44,7 @@ class RunSpec:
     allow_concurrent: bool = False
     report_interval_s: float = 0.0
     resource_interval_s: float = 0.0
+    deterministic: bool = False
 
 
 @dataclass(frozen=True)

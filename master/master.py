@@ -212,6 +212,7 @@ class Master:
             },
             "warmup_rounds": spec.warmup_rounds or DEFAULT_WARMUP_ROUNDS,
             "min_workers": spec.min_workers,
+            "deterministic": bool(spec.deterministic),
             "report_interval_s": spec.report_interval_s or DEFAULT_REPORT_INTERVAL_S,
             "resource_interval_s": spec.resource_interval_s or DEFAULT_RESOURCE_INTERVAL_S,
             "min_running_time_s": rules.min_running_time_s,

@@ -130,13 +130,16 @@ def test_a_run_closing_just_before_a_submission_is_a_normal_end_not_a_crash(mast
             control.stop_run(reason="deadline")
 
             class OneCandidate:
-                def take(self, timeout: float) -> Candidate:
+                def child(self, round_index: int, history: list, timeout: float) -> Candidate:
                     return Candidate(graph=small_graph, parent_model_id=None)
+
+                def prepare(self, round_index: int, history: list) -> None:
+                    raise AssertionError("nothing to prepare: no model was created")
 
             box = Outbox()
             try:
                 with pytest.raises(_RunClosed, match="stopping"):
-                    agent._round(ctx, None, OneCandidate(), box, 1)
+                    agent._round(ctx, None, OneCandidate(), box, 1, [])
             finally:
                 box.close()
             assert control.list_models().total == 0, "nothing was created in the closed run"
@@ -248,3 +251,136 @@ def test_the_agent_keeps_its_credential_and_gets_its_name_back(master_server, tm
         for agent in agents:
             agent.stream.close()
             agent.client.close()
+
+
+# ---------------------------------------------------------------- rounds, hyperparameters (issue 13)
+
+
+def _agent(h, name: str, state_dir=None):
+    from worker.agent import Agent, AgentConfig
+
+    return Agent(AgentConfig(master=h.address, token=h.worker_token, name=name, state_dir=state_dir,
+                             measure_peak=False))
+
+
+def _close(*agents) -> None:
+    for agent in agents:
+        agent.stream.close()
+        agent.client.close()
+
+
+def test_the_round_counter_counts_the_models_the_master_created(master_server, small_graph, tmp_path, monkeypatch):
+    from aiperf.api import aiperf_pb2 as pb
+    from aiperf.api.client import ControlClient
+    from aiperf.hyperparameters import Hyperparameters
+    from aiperf.morphism import deeper_at
+
+    h = master_server()
+    other_graph = deeper_at(small_graph, "conv2_block1_out")
+    hyper = Hyperparameters(32, 3)
+    with ControlClient(h.address, h.admin_token) as control:
+        control.start_run(600, profile="smoke", seed=1)
+    agent = _agent(h, "counter", tmp_path / "state")
+    agents = [agent]
+    try:
+        agent._register()
+        assert agent._snapshot() == [] and agent._next_round() == 1
+        first = agent._submit(small_graph, 0, 1, hyper)
+        assert first and len(agent._snapshot()) == 1 and agent._next_round() == 2
+        # a submission the master never received created nothing: round 2 is still to come
+        with monkeypatch.context() as m:
+            def down(*args, **kwargs):
+                raise ApiError(grpc.StatusCode.UNAVAILABLE, "master restarting")
+
+            m.setattr(agent.client, "submit_model", down)
+            m.setattr("worker.agent.time.sleep", lambda s: None)
+            assert agent._submit(other_graph, first, 2, hyper) is None
+        agent._snapshot()
+        assert agent._next_round() == 2
+        second = agent._submit(other_graph, first, 2, hyper)
+        # another worker's models are not this worker's rounds
+        stranger = _agent(h, "stranger")
+        agents.append(stranger)
+        stranger._register()
+        assert stranger._submit(deeper_at(small_graph, "conv3_block1_out"), 0, 1, hyper)
+        agent._snapshot()
+        assert agent._next_round() == 3
+        # restarted: the master abandons the earlier life's open models, which still count
+        again = _agent(h, "counter", tmp_path / "state")
+        agents.append(again)
+        again._register()
+        assert again.worker_id == agent.worker_id
+        again._snapshot()
+        assert again._next_round() == 3
+        assert {again._history[first].state, again._history[second].state} == {pb.MODEL_ABANDONED}
+    finally:
+        _close(*agents)
+
+
+def test_warmup_reuses_the_parents_hyperparameters_and_failures_reach_tpe(master_server, small_graph):
+    import dataclasses
+
+    from aiperf.api.client import ControlClient
+    from aiperf.hpo import Tuner
+    from aiperf.hyperparameters import Hyperparameters
+    from aiperf.morphism import deeper_at
+    from worker.agent import CUT_REASON_PREFIX, Outbox, tpe_observations
+    from worker.trainer import TrainResult
+
+    h = master_server()
+    with ControlClient(h.address, h.admin_token) as control:
+        control.start_run(600, profile="smoke", seed=1, warmup_rounds=2)
+    agent = _agent(h, "tuner")
+    try:
+        agent._register()
+        run = agent._wait_for_running_run()
+        ctx = agent._context(run)
+        graphs = [small_graph] + [deeper_at(small_graph, r) for r in
+                                  ("conv2_block1_out", "conv2_block2_out", "conv3_block1_out", "conv3_block2_out")]
+        ids = [agent._submit(g, 0, n + 1, Hyperparameters(b, k)) for n, (g, (b, k)) in
+               enumerate(zip(graphs, [(64, 5), (128, 7), (16, 3), (32, 3), (32, 5)]))]
+        result = TrainResult("done", (0.5, 0.6), 2, 100, 10, 1, 0.6, 0.65)
+        box = Outbox()
+        agent._finish(box, ids[0], 1, result)  # done: its accuracy
+        agent._finish(box, ids[1], 2, dataclasses.replace(  # failed on its own: a failure for TPE
+            result, state="failed", val_accuracies=(), best_val_accuracy=None, predicted_accuracy=None,
+            reason="out of memory at batch size 128 per accelerator"))
+        agent._finish(box, ids[2], 3, dataclasses.replace(  # cut by a stop: says nothing
+            result, state="stopped", val_accuracies=(), best_val_accuracy=None, predicted_accuracy=None,
+            reason="stop requested"))
+        box.close()  # ids[3] is still training; ids[4] too
+        agent._snapshot()
+        assert agent._history[ids[2]].reason == CUT_REASON_PREFIX + "stop requested"
+
+        obs = tpe_observations(agent._history.values())
+        assert obs == [({"batch_size": 64, "kernel_size": 5}, 0.65), ({"batch_size": 128, "kernel_size": 7}, 0.0)]
+        tuner = Tuner(ctx.profile, obs)
+        assert (Hyperparameters(128, 7), 1e-6) in tuner.observations  # NNI drops a plain 0
+
+        # warm-up: the parent's hyperparameters (a done parent), else the defaults
+        assert agent._hyperparameters(ctx, 1, ids[0]) == (Hyperparameters(64, 5), "parent")
+        assert agent._hyperparameters(ctx, 2, ids[1]) == (ctx.profile.default_hyperparameters(), "default")
+        assert agent._hyperparameters(ctx, 2, 0) == (ctx.profile.default_hyperparameters(), "default")
+        no_inherit = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, warmup_from_parent=False))
+        assert agent._hyperparameters(no_inherit, 1, ids[0])[1] == "default"
+        # after warm-up: TPE on the same observations, the same proposal for the same seed
+        hyper, source = agent._hyperparameters(ctx, 3, ids[0])
+        assert source == "tpe" and hyper in {Hyperparameters(b, k) for b in ctx.profile.batch_sizes
+                                             for k in ctx.profile.kernel_sizes}
+        assert agent._hyperparameters(ctx, 3, ids[0]) == (hyper, "tpe")
+    finally:
+        _close(agent)
+
+
+def test_a_deterministic_run_turns_tensorflow_op_determinism_on_and_back_off():
+    from tensorflow.python.framework.config import is_op_determinism_enabled
+
+    from worker.agent import set_determinism
+
+    try:
+        set_determinism(True)
+        assert is_op_determinism_enabled()
+        set_determinism(False)
+        assert not is_op_determinism_enabled()
+    finally:
+        set_determinism(False)

@@ -147,7 +147,8 @@ def test_smoke_run_end_to_end(cluster):
     assert any(m.parent_id for m in models[1:]), "children descend from earlier models"
     assert len({m.graph_hash for m in models}) == len(models), "no architecture trained twice"
 
-    # Rounds increase per worker; warm-up rounds use the default hyperparameters.
+    # Rounds increase per worker; warm-up rounds use the default hyperparameters, or their
+    # parent's (which, trained in warm-up too, had the defaults).
     rounds = [m.round for m in models]
     assert rounds == sorted(rounds) and rounds[0] == 1 and len(set(rounds)) == len(rounds)
     from aiperf.profiles import get_profile
@@ -159,7 +160,8 @@ def test_smoke_run_end_to_end(cluster):
             assert m.hyperparameters.kernel_size == smoke.kernel_size
     worker_log = cluster.log("worker-w1")
     for r in range(1, min(max(rounds), smoke.warmup_rounds) + 1):
-        assert re.search(rf"event=round_start round={r} .*source=default", worker_log)
+        assert re.search(rf"event=round_start round={r} .*source=(default|parent)", worker_log)
+    assert re.search(r"event=round_start round=1 .*source=default", worker_log)  # the base has no parent
     if max(rounds) > smoke.warmup_rounds:
         assert re.search(rf"event=round_start round={smoke.warmup_rounds + 1} .*source=tpe", worker_log)
 

@@ -1,6 +1,7 @@
 """Warm-up defaults, then TPE through NNI's HyperoptTuner."""
 
 import collections
+import dataclasses
 import random
 import subprocess
 import sys
@@ -23,6 +24,36 @@ def history_where_3_and_32_is_best(seed=0, n=16):
         hist.append(({"batch_size": b, "kernel_size": k}, acc))
     hist += [({"batch_size": 32, "kernel_size": 3}, 0.88), ({"batch_size": 32, "kernel_size": 3}, 0.91)]
     return hist
+
+
+def test_warmup_starts_from_the_parents_hyperparameters_as_the_original():
+    # The original's warm-up trained a child with its father's best hyperparameters
+    # (imagenet_train.py: init_search_space_point from hyperparameter/<father_id>.json).
+    h100 = OFFICIAL.for_accelerator_memory(80 * 2**30)
+    parent = Hyperparameters(1000, 7)
+    for r in range(1, 6):
+        assert choose_hyperparameters(h100, r, [], seed=r, parent=parent) == (parent, "parent")
+    # another worker's memory gave the parent a batch outside this space: the default for it
+    v100 = OFFICIAL.for_accelerator_memory(32 * 2**30)
+    assert choose_hyperparameters(v100, 1, [], seed=1, parent=parent) == (Hyperparameters(448, 7), "parent")
+    assert choose_hyperparameters(v100, 1, [], seed=1, parent=Hyperparameters(400, 9)) == (
+        Hyperparameters(400, 3), "parent")
+    assert choose_hyperparameters(v100, 1, [], seed=1) == (v100.default_hyperparameters(), "default")
+    off = dataclasses.replace(v100, warmup_from_parent=False)
+    assert choose_hyperparameters(off, 1, [], seed=1, parent=parent) == (off.default_hyperparameters(), "default")
+    # after warm-up the parent no longer decides: TPE does
+    assert choose_hyperparameters(h100, 6, history_where_3_and_32_is_best(), seed=6, parent=parent)[1] == "tpe"
+
+
+def test_official_batch_space_is_12_to_14_times_gib_as_the_original():
+    # search_space.json: batch_size uniform [12, 14], times utils.MinGpuMem() (GiB, rounded)
+    for gib in (16, 32, 40, 80, 141):
+        p = OFFICIAL.for_accelerator_memory(gib * 2**30)
+        assert 12 * gib <= min(p.batch_sizes) < 12 * gib + 8 and 14 * gib - 8 < max(p.batch_sizes) <= 14 * gib
+        assert all(b % 8 == 0 for b in p.batch_sizes) and p.batch_size == max(p.batch_sizes)
+        assert search_space(p)["batch_size"]["_value"] == list(p.batch_sizes)
+    assert OFFICIAL.for_accelerator_memory(32 * 2**30).batch_size == 448  # the paper's V100 default
+    assert OFFICIAL.for_accelerator_memory(2**30).batch_sizes == (12, 13, 14)  # too few eights: every integer
 
 
 def test_search_space_is_the_profile_choices():

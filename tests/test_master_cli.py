@@ -74,6 +74,41 @@ def test_start_status_scoreboard_stop(cli, capsys):
     assert rc == 0 and json.loads(out)["total"] == 0
 
 
+def test_deterministic_is_recorded_in_the_run_config(master_server, tmp_path, capsys, monkeypatch):
+    from rich.console import Console
+
+    import cli.demo as demo
+    from aiperf.api.client import ControlClient
+
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    h = master_server(db)
+    monkeypatch.setenv("AIPERF_MASTER", h.address)
+    monkeypatch.setenv("AIPERF_ADMIN_TOKEN", h.admin_token)
+    rc, out, err = run(capsys, "start", "--duration", "1h", "--deterministic", "--json")
+    assert rc == 0, err
+    first = json.loads(out)
+    assert first["deterministic"] is True
+    rc, out, _ = run(capsys, "start", "--duration", "1h", "--deterministic")
+    assert rc == 4  # refused by the master (a run is active): nothing recorded
+    assert run(capsys, "stop", "--abort")[0] == 0
+    rc, out, _ = run(capsys, "start", "--duration", "1h", "--json")
+    second = json.loads(out)
+    assert rc == 0 and second["deterministic"] is False
+    assert run(capsys, "stop", "--abort")[0] == 0
+    # `aiperf demo --deterministic` starts its run the same way
+    monkeypatch.setattr(demo, "_watch", lambda *args: None)
+    monkeypatch.setattr(demo, "fetch_report", lambda control, run_id: ({}, ""))
+    monkeypatch.setattr(demo, "scoreboard_table", lambda board: "")
+    with ControlClient(h.address, h.admin_token) as control:
+        demo._run(Console(quiet=True), control, tmp_path, 5.0, 3, None, True)
+    # what workers read comes from the run's config in SQL: a restarted master keeps it
+    h.stop(grace_s=0)
+    again = master_server(db)
+    with ControlClient(again.address, again.admin_token) as control:
+        recorded = {n: control.run_status(n).run.config.deterministic for n in (1, 2, 3)}
+    assert recorded == {first["run_id"]: True, second["run_id"]: False, 3: True}
+
+
 @pytest.mark.parametrize("argv,code,message", [
     (["start", "--duration", "1x"], 2, "bad duration '1x'"),
     (["start", "--duration", "30m"], 2, "at least 3600 s"),  # the master's INVALID_ARGUMENT

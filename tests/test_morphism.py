@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from aiperf.flops import count_flops
 from aiperf.graph import INSERTED, Graph, with_inserted_kernel
-from aiperf.morphism import (LIMIT_KERNEL_SIZE, Limits, MorphismError, deeper, deeper_at, params_at_kernel,
-                             random_morph, skip, skip_at, skip_positions, wider, wider_at, wider_positions)
+from aiperf.morphism import (LIMIT_KERNEL_SIZE, Limits, MorphismError, add_skip_positions, deeper, deeper_at,
+                             main_chain, params_at_kernel, random_morph, skip, skip_add_at, skip_at, skip_positions,
+                             wider, wider_at, wider_positions)
 from aiperf.profiles import PROFILES
 from aiperf.resnet import resnet50
 
@@ -181,3 +182,98 @@ def test_params_at_kernel_equals_rebuilding_the_graph(small: Graph, seed: int, s
     child = random_morph(small, seed=seed, steps=steps, limits=Limits(max_params=10**9))
     assert params_at_kernel(child, k) == with_inserted_kernel(child, k).num_params()
     assert params_at_kernel(child, None) == child.num_params()
+
+
+# ---------------------------------------------------------------- the original's space (issue 13)
+
+
+def test_skip_may_create_a_new_add_after_a_main_chain_batch_norm(official: Graph) -> None:
+    # The original's to_skip_connection_graph2: ReLU -> 1x1 conv + BN -> a new add after a BN.
+    child = skip_add_at(official, "conv3_block1_out", "conv3_block3_1_bn")
+    new = [l for l in child.layers if l.id not in {p.id for p in official.layers}]
+    assert [l.type for l in new] == ["conv", "batchnorm", "add"]
+    proj, gate, add = new
+    assert (proj.kernel, proj.stride, proj.filters, proj.inputs) == (1, 1, 128, ("conv3_block1_out",))
+    assert proj.tag != INSERTED  # the kernel-size hyperparameter leaves projections alone
+    assert gate.inputs == (proj.id,) and add.inputs == ("conv3_block3_1_bn", gate.id)
+    assert child.layer("conv3_block3_1_relu").inputs == (add.id,)  # the BN's consumer reads the add
+    assert child.shapes[add.id] == official.shapes["conv3_block3_1_bn"] == (28, 28, 128)
+    assert child.meta["operations"] == ["skip(from=conv3_block1_out,after=conv3_block3_1_bn,new_add,stride=1)"]
+    # Parameters and FLOPs (SPEC section 6): conv 2·K²·C_i·H·W·C_o, BN 7·H·W·C, a 2-input add H·W·C.
+    assert child.num_params() == official.num_params() + 512 * 128 + 4 * 128
+    before, after = count_flops(official).forward, count_flops(child).forward
+    assert after["conv"] - before["conv"] == 2 * 512 * 28 * 28 * 128
+    assert after["batchnorm"] - before["batchnorm"] == 7 * 28 * 28 * 128
+    assert after["add"] - before["add"] == 28 * 28 * 128
+    _roundtrip(child)
+
+
+def test_new_add_projection_strides_down_to_a_later_stage(official: Graph) -> None:
+    child = skip_add_at(official, "conv2_block3_out", "conv4_block2_2_bn")  # 56x56x256 -> 14x14x256
+    proj = child.layer("m1_skip_conv")
+    assert (proj.stride, proj.filters) == (4, 256)
+    assert child.shapes["m1_skip_add"] == (14, 14, 256)
+    with pytest.raises(MorphismError, match="must come before"):
+        skip_add_at(official, "conv4_block2_out", "conv3_block1_1_bn")
+    with pytest.raises(MorphismError, match="is a conv"):
+        skip_add_at(official, "conv2_block3_out", "conv4_block2_2_conv")
+
+
+def test_new_add_targets_are_main_chain_batch_norms_only(official: Graph) -> None:
+    chain = main_chain(official)
+    targets = {b for _, b, _ in add_skip_positions(official)}
+    bns = {l.id for l in official.layers if l.type == "batchnorm"}
+    assert targets == bns & chain - {"conv1_bn"}  # the stem BN has no ReLU before it
+    assert "conv2_block1_0_bn" not in targets  # a shortcut projection is off the main chain
+    order = [l.id for l in official.layers]
+    assert all(order.index(r) < order.index(b) for r, b, _ in add_skip_positions(official))
+    child = skip_add_at(official, "conv2_block3_out", "conv4_block2_2_bn")
+    again = {(r, b) for r, b, _ in add_skip_positions(child)}
+    assert ("conv2_block3_out", "conv4_block2_2_bn") not in again  # that pair is joined already
+    assert ("conv2_block2_out", "conv4_block2_2_bn") in again  # another source still may be
+    assert "m1_skip_bn" not in {b for _, b in again}  # a skip branch is not the main chain
+
+
+def test_widen_doubles_in_the_original_space_and_smoke_keeps_smaller_steps(official: Graph) -> None:
+    from aiperf.morphism import MorphSpace
+    from aiperf.profiles import OFFICIAL, SMOKE
+
+    assert OFFICIAL.morph_space() == MorphSpace() == MorphSpace((1.0,), True)
+    assert SMOKE.morph_space() == MorphSpace((0.25, 0.5), True)
+    for seed in range(8):
+        rng = random.Random(seed)
+        child = wider(official, rng, OFFICIAL.morph_space())
+        [op] = child.meta["operations"]
+        before, after = (int(x) for x in op.split("filters=")[1].rstrip(")").split("->"))
+        assert after == 2 * before
+        child = wider(official, random.Random(seed), SMOKE.morph_space())
+        before, after = (int(x) for x in child.meta["operations"][0].split("filters=")[1].rstrip(")").split("->"))
+        assert after - before in (before // 4, before // 2)
+    with pytest.raises(ValueError, match="widen_fractions"):
+        MorphSpace((0.0,))
+    with pytest.raises(ValueError, match="widen_fractions"):
+        MorphSpace(())
+
+
+def test_the_space_decides_whether_skips_create_adds(small: Graph) -> None:
+    from aiperf.morphism import MorphSpace
+
+    joins_only = MorphSpace((1.0,), skip_new_add=False)
+    made = {"join": 0, "new_add": 0}
+    for seed in range(40):
+        for space in (MorphSpace(), joins_only):
+            op = skip(small, random.Random(seed), space).meta["operations"][0]
+            kind = "new_add" if "new_add" in op else "join"
+            assert space.skip_new_add or kind == "join"
+            made[kind] += space.skip_new_add
+    assert made["new_add"] > 0 and made["join"] > 0  # the original's space offers both
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10**6), steps=st.integers(1, 5))
+def test_random_children_in_the_original_space_are_valid(small: Graph, seed: int, steps: int) -> None:
+    child = random_morph(small, seed=seed, steps=steps, limits=Limits(max_params=10**9))
+    ids = [l.id for l in child.layers]
+    assert len(ids) == len(set(ids)) and child.shapes[child.output.id] == (10,)
+    assert _roundtrip(child).hash() == child.hash()
+    assert random_morph(small, seed=seed, steps=steps, limits=Limits(max_params=10**9)).hash() == child.hash()

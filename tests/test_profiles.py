@@ -3,6 +3,8 @@
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import OFFICIAL, PROFILES, SMOKE, SMOKE_TOP1_TARGET, Profile, get_profile
@@ -86,6 +88,23 @@ def test_inconsistent_profile_rejected():
         dataclasses.replace(SMOKE, kernel_sizes=(3, 4), kernel_size=3)
     with pytest.raises(ValueError, match="'smoke': batch_size must be a positive integer"):
         dataclasses.replace(SMOKE, batch_sizes=(0, 32), batch_size=32)
+    with pytest.raises(ValueError, match="'smoke': widen_fractions must be positive"):
+        dataclasses.replace(SMOKE, widen_fractions=(0.5, float("nan")))
+    with pytest.raises(ValueError, match="'official': batch_per_gib must be 0 < low <= high"):
+        dataclasses.replace(OFFICIAL, batch_per_gib=(14.0, 12.0))
+    with pytest.raises(ValueError, match="batch_per_gib"):
+        Profile.from_dict({**OFFICIAL.to_dict(), "batch_per_gib": ["12", 14]})
+    with pytest.raises(ValueError, match="skip_new_add must be true or false"):
+        Profile.from_dict({**OFFICIAL.to_dict(), "skip_new_add": "yes"})
+
+
+def test_the_official_profile_searches_the_originals_space():
+    # AIPerf's code (to_wider_graph: n_add = filters; to_skip_connection_graph2; the
+    # [12, 14] x GiB batch space; the father's hyperparameters in warm-up); smoke keeps
+    # smaller widening steps.
+    assert (OFFICIAL.widen_fractions, OFFICIAL.skip_new_add, OFFICIAL.batch_per_gib,
+            OFFICIAL.warmup_from_parent) == ((1.0,), True, (12.0, 14.0), True)
+    assert (SMOKE.widen_fractions, SMOKE.skip_new_add, SMOKE.batch_per_gib) == ((0.25, 0.5), True, None)
 
 
 def test_batch_sizes_scale_with_accelerator_memory():
@@ -106,3 +125,14 @@ def test_profile_round_trips_through_json():
         assert Profile.from_dict(json.loads(json.dumps(p.to_dict()))) == p
     with pytest.raises(ValueError, match="unknown profile setting"):
         Profile.from_dict({**SMOKE.to_dict(), "turbo": True})
+
+
+@settings(max_examples=200, deadline=None)
+@given(memory=st.integers(1, 4096 * 2**30))
+def test_official_batch_choices_stay_in_the_originals_range(memory: int) -> None:
+    p = OFFICIAL.for_accelerator_memory(memory)
+    gib = max(1, round(memory / 2**30))
+    assert p.batch_sizes == tuple(sorted(set(p.batch_sizes))) and len(p.batch_sizes) >= 3
+    assert 12 * gib <= min(p.batch_sizes) and max(p.batch_sizes) <= 14 * gib
+    assert p.batch_size == max(p.batch_sizes) > 14 * gib - 8
+    assert p.default_hyperparameters().batch_size in p.batch_sizes

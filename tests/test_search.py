@@ -15,7 +15,7 @@ from aiperf.distance import (CUTOFF, HORIZON, Descriptor, DistanceCache, Packed,
                              edit_distance, pairwise)
 from aiperf.gp import GaussianProcess
 from aiperf.graph import Graph
-from aiperf.morphism import Limits, deeper_at, morph_step, random_morph, skip_at, wider_at
+from aiperf.morphism import Limits, MorphSpace, deeper_at, morph_step, random_morph, skip_at, wider_at
 from aiperf.resnet import resnet50
 from aiperf.search import (HistoryEntry, derive_seed, predict, select_child, worker_seed)
 
@@ -27,12 +27,14 @@ def base() -> Graph:
 
 @pytest.fixture(scope="module")
 def tree(base: Graph) -> list[Graph]:
-    """60 architectures, each one random morph of an earlier one (meta parent set)."""
+    """60 architectures, each one random morph of an earlier one (meta parent set); small
+    steps (widen 25-50%, skips into existing adds) keep near relatives near."""
     rng = random.Random(0)
+    small_steps = MorphSpace((0.25, 0.5), skip_new_add=False)
     graphs, hashes = [base], [base.hash()]
     for _ in range(59):
         k = rng.randrange(len(graphs))
-        graphs.append(morph_step(graphs[k], rng, parent_hash=hashes[k]))
+        graphs.append(morph_step(graphs[k], rng, parent_hash=hashes[k], space=small_steps))
         hashes.append(graphs[-1].hash())
     return graphs
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from aiperf.graph import Graph
-from aiperf.morphism import deeper_at, random_morph, skip_at, wider_at
+from aiperf.morphism import MorphSpace, deeper_at, random_morph, skip_add_at, skip_at, wider_at
 from aiperf.resnet import resnet50
 from aiperf.weight_transfer import TransferError, transfer_weights
 
@@ -78,7 +78,14 @@ def parent() -> tuple[Graph, keras.Model, dict]:
     lambda g: wider_at(g, "conv1_conv", 16),  # through BN, ReLU and max pool into two convs
     lambda g: skip_at(g, "conv3_block1_out", "conv3_block4_add"),  # identity shapes: BN gate
     lambda g: skip_at(g, "conv2_block2_out", "conv4_block3_add"),  # projection with stride 2
-], ids=["deeper", "deeper-k5", "wider", "wider-stem", "skip-gate", "skip-projection"])
+    lambda g: wider_at(g, "conv3_block1_2_conv", 32),  # the original's widen: doubled
+    lambda g: wider_at(g, "conv1_conv", 16),  # doubled stem: into a max pool and two convs
+    lambda g: skip_add_at(g, "conv3_block1_out", "conv3_block3_1_bn"),  # a new add, same size
+    lambda g: skip_add_at(g, "conv2_block3_out", "conv4_block2_2_bn"),  # a new add, stride 4
+    lambda g: skip_add_at(g, "conv2_block3_out", "conv3_block2_3_bn"),  # a new add before an add
+    lambda g: skip_add_at(wider_at(g, "conv3_block1_2_conv", 32), "conv2_block3_out", "conv3_block2_1_bn"),
+], ids=["deeper", "deeper-k5", "wider", "wider-stem", "skip-gate", "skip-projection", "wider-double",
+        "wider-double-stem", "skip-new-add", "skip-new-add-stride", "skip-new-add-into-add", "double-then-new-add"])
 def test_each_operation_preserves_the_function(parent, make) -> None:
     g, model, weights = parent
     child = make(g)
@@ -91,6 +98,34 @@ def test_chains_of_five_random_operations_preserve_the_function(parent, seed) ->
     child = random_morph(g, seed=seed, steps=5)
     assert len(child.meta["operations"]) == 5
     _assert_same_function(model, _child_model(g, weights, child))
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_chains_in_the_original_space_preserve_the_function(parent, seed) -> None:
+    # Doubling widens and new-add skips, chained (the official profile's space).
+    g, model, weights = parent
+    child = random_morph(g, seed=seed, steps=6, space=MorphSpace())
+    _assert_same_function(model, _child_model(g, weights, child))
+
+
+def test_a_new_add_is_checked_to_sum_one_parent_tensor(parent) -> None:
+    g, _, weights = parent
+    child = skip_add_at(g, "conv3_block1_out", "conv3_block3_1_bn")
+    gamma, beta, _, _ = transfer_weights(g, weights, child)["m1_skip_bn"]
+    assert not gamma.any() and not beta.any()  # the new branch adds exactly zero
+    # A new add of two live tensors (x + x) has no function-preserving initialisation.
+    import dataclasses
+
+    from aiperf.graph import simple
+
+    layers = []
+    for layer in g.layers:
+        if layer.id == "conv3_block3_1_relu":
+            layers.append(simple("m9_bad_add", "add", "conv3_block3_1_bn", "conv3_block3_1_bn"))
+            layer = dataclasses.replace(layer, inputs=("m9_bad_add",))
+        layers.append(layer)
+    with pytest.raises(TransferError, match="new add 'm9_bad_add' must sum one parent tensor"):
+        transfer_weights(g, weights, g.with_layers(layers))
 
 
 def test_inherited_inserted_conv_follows_a_larger_kernel_size() -> None:

@@ -1,8 +1,11 @@
 """The worker agent: register, heartbeat, and loop over rounds while a run is running.
 
-A round: take a child from the generator buffer, submit it (the master gives
-its model id), choose hyperparameters (defaults during warm-up, TPE after),
-train it while streaming progress, finish it. Every call to the master that
+A round: fetch the run's history (the round's snapshot: it numbers the round
+and is all the round's choices depend on, with the seeds), take the child the
+generator pool computes for (round, snapshot), choose hyperparameters (the
+parent's or the defaults during warm-up, TPE on the snapshot after), submit the
+child (the master gives its model id), train it while streaming progress,
+finish it; the next round's child is prepared meanwhile. Every call to the master that
 carries results goes through `Outbox`, which sends in order and retries
 through master restarts and network drops, so no finished report is lost.
 
@@ -23,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
 import grpc
 
@@ -33,7 +36,7 @@ from aiperf.api.enums import PRECISIONS, PROFILES
 from aiperf.graph import Graph
 from aiperf.morphism import Limits
 from aiperf.profiles import Profile, get_profile
-from aiperf.hyperparameters import Hyperparameters
+from aiperf.hyperparameters import HyperparameterError, Hyperparameters
 from aiperf.search import HistoryEntry, derive_seed, worker_seed
 from worker.credentials import CredentialFile
 from worker.inventory import Inventory, inventory
@@ -160,6 +163,14 @@ class RunContext:
     resource_interval_s: float
     max_epochs_per_round: int
     max_rounds: int
+    deterministic: bool = False  # TensorFlow op determinism and a seeded process for every round
+
+
+# A model cut before its first validation (the worker or its run stopped) is closed as
+# failed with a reason starting so: it says nothing about its hyperparameters, so TPE
+# leaves it out, while a model that failed on its own (out of memory, NaN loss) counts
+# as a failure.
+CUT_REASON_PREFIX = "cut: "
 
 
 class Agent:
@@ -309,6 +320,7 @@ class Agent:
             resource_interval_s=float(cfg.resource_interval_s) or 30.0,
             max_epochs_per_round=int(cfg.limits.max_epochs_per_round),
             max_rounds=int(cfg.limits.max_rounds_per_worker),
+            deterministic=bool(cfg.deterministic),
         )
 
     def _dataset(self, ctx: RunContext):
@@ -326,6 +338,7 @@ class Agent:
         from worker.monitor import Monitor
 
         ctx = self._context(run)
+        set_determinism(ctx.deterministic)
         dataset = self._dataset(ctx)
         outbox = Outbox()
         seed = worker_seed(ctx.seed, self.worker_id)
@@ -334,52 +347,80 @@ class Agent:
             "resources", lambda: self.client.send_resource_samples(self.worker_id, resource_samples(sample))))
         self._history.clear()
         self._graphs.clear()
-        log.info("event=run_start run_id=%d profile=%s seed=%d worker_seed=%d", ctx.run_id,
-                 ctx.profile.name, ctx.seed, seed)
+        log.info("event=run_start run_id=%d profile=%s seed=%d worker_seed=%d deterministic=%s", ctx.run_id,
+                 ctx.profile.name, ctx.seed, seed, ctx.deterministic)
         monitor.start()
         try:
             # children must stay within the parameter limit at any kernel the run's TPE may pick
             limits = Limits(kernel_size=max(ctx.profile.kernel_sizes))
             with GeneratorPool(base, seed=seed, workers=self.config.generator_processes, limits=limits,
-                               input_pipeline_cpus=self.config.input_pipeline_cpus) as pool:
-                pool.update_history(self._history_entries())
-                round_index = 1 + sum(1 for m in self._history.values() if m.worker_id == self.worker_id)
-                while not self._stop.is_set() and self._run_state(ctx.run_id) == pb.RUN_RUNNING:
-                    if ctx.max_rounds and round_index > ctx.max_rounds:
-                        log.info("event=max_rounds rounds=%d", ctx.max_rounds)
-                        break
-                    if self._lost.is_set():
-                        self._register()
-                    try:
-                        self._round(ctx, dataset, pool, outbox, round_index)
-                    except _RunClosed as exc:
-                        # The run ended (or hit its model limit) between our last heartbeat and this
-                        # submission: a normal end of run, not an error.
-                        log.info("event=run_closed run_id=%d reason=%s", ctx.run_id, exc)
-                        self._closed_runs.add(ctx.run_id)
-                        break
-                    self.rounds_done += 1
-                    round_index += 1
-                    pool.update_history(self._history_entries())
+                               input_pipeline_cpus=self.config.input_pipeline_cpus,
+                               space=ctx.profile.morph_space()) as pool:
+                self._rounds(ctx, dataset, pool, outbox)
         finally:
             monitor.stop()
             outbox.close()
             log.info("event=run_end run_id=%d rounds=%d dropped=%d", ctx.run_id, self.rounds_done,
                      len(outbox.dropped))
 
-    def _history_entries(self) -> list[HistoryEntry]:
-        """Fetch new and still-open models; return the run's history for selection."""
+    def _rounds(self, ctx: RunContext, dataset: Any, pool: Any, outbox: Outbox) -> None:
+        """Rounds until the run or the worker stops. Each starts from a fresh snapshot of the
+        run's history: it numbers the round (this worker's models the master created, plus
+        one) and it is all the round's choices depend on, with the seed."""
+        while not self._stop.is_set() and self._run_state(ctx.run_id) == pb.RUN_RUNNING:
+            if self._lost.is_set():
+                self._register()
+            snapshot = self._snapshot()
+            if snapshot is None:  # stopping while the master was unreachable
+                break
+            round_index = self._next_round()
+            if ctx.max_rounds and round_index > ctx.max_rounds:
+                log.info("event=max_rounds rounds=%d", ctx.max_rounds)
+                break
+            try:
+                self._round(ctx, dataset, pool, outbox, round_index, snapshot)
+            except _RunClosed as exc:
+                # The run ended (or hit its model limit) between our last heartbeat and this
+                # submission: a normal end of run, not an error.
+                log.info("event=run_closed run_id=%d reason=%s", ctx.run_id, exc)
+                self._closed_runs.add(ctx.run_id)
+                break
+            self.rounds_done += 1
+
+    def _next_round(self) -> int:
+        """1 + this worker's models in the run, whatever became of them (done, failed,
+        abandoned): the master created them. A submission that failed created none, so it
+        does not count; a restarted worker counts the same way."""
+        return 1 + sum(1 for m in self._history.values() if m.worker_id == self.worker_id)
+
+    def _snapshot(self) -> list[HistoryEntry] | None:
+        """The run's history, fresh from the master (retried until it answers; None when
+        the worker stops first), as the entries selection reads."""
+        delays = backoff_delays()
+        while not self._fetch_history():
+            if self._stop.wait(next(delays)):
+                return None
+        return self._history_entries()
+
+    def _fetch_history(self) -> bool:
+        """Bring `_history` up to date: new models and those still open; False on an error."""
         open_ids = [mid for mid, m in self._history.items()
                     if m.state in (pb.MODEL_QUEUED, pb.MODEL_TRAINING)]
         since = (min(open_ids) - 1) if open_ids else max(self._history, default=0)
         try:
-            resp = self.client.get_history(self.worker_id, since_model_id=since)
+            while True:  # page until the master has nothing newer (it may cap a page)
+                models = self.client.get_history(self.worker_id, since_model_id=since).models
+                if not models:
+                    return True
+                for m in models:
+                    self._history[m.model_id] = m
+                since = max(m.model_id for m in models)
         except ApiError as exc:
             log.warning("event=history_failed error=%s", exc)
-            resp = None
-        if resp is not None:
-            for m in resp.models:
-                self._history[m.model_id] = m
+            return False
+
+    def _history_entries(self) -> list[HistoryEntry]:
+        """The run's history for selection: every model, with its accuracy once done."""
         entries = []
         for mid in sorted(self._history):
             m = self._history[mid]
@@ -389,31 +430,31 @@ class Agent:
             if mid not in self._graphs:
                 self._graphs[mid] = Graph.from_json(m.graph_json)
             entries.append(HistoryEntry(model_id=mid, graph=self._graphs[mid], accuracy=accuracy,
-                                      graph_hash=m.graph_hash))
+                                        graph_hash=m.graph_hash))
         return entries
 
     def _model_with_hash(self, graph_hash: str | None) -> int:
-        """The model id of an architecture in the history; 0 when unknown.
-
-        A child generated before its parent had a model id (the pool works
-        ahead) names its parent by hash only.
-        """
+        """The model id of an architecture in the history; 0 when unknown."""
         if graph_hash:
-            for mid, m in self._history.items():
+            for mid, m in sorted(self._history.items()):
                 if m.graph_hash == graph_hash:
                     return mid
         return 0
 
-    def _round(self, ctx: RunContext, dataset, pool, outbox: Outbox, round_index: int) -> None:
-        """One round: take a child, submit it, train it while reporting progress, finish it."""
-        candidate = pool.take(timeout=600)
-        hyper, source = self._hyperparameters(ctx, round_index)
+    def _round(self, ctx: RunContext, dataset, pool, outbox: Outbox, round_index: int,
+               snapshot: list[HistoryEntry]) -> None:
+        """One round: the child of this round and snapshot, submitted, trained while
+        reporting progress, finished; the next round's child prepared meanwhile."""
+        candidate = pool.child(round_index, snapshot, timeout=600)
         graph = candidate.graph
         parent_id = candidate.parent_model_id or self._model_with_hash(graph.meta.get("parent"))
+        hyper, source = self._hyperparameters(ctx, round_index, parent_id)
         model_id = self._submit(graph, parent_id, round_index, hyper)
         if model_id is None:
             return
         self._current_model = model_id
+        # Prefetch: used next round only if nothing else changed (see worker.generator).
+        pool.prepare(round_index + 1, snapshot + [HistoryEntry(model_id, graph, None, graph.hash())])
         log.info("event=round_start round=%d model=%d parent=%d source=%s batch=%d kernel=%d",
                  round_index, model_id, parent_id, source,
                  hyper.batch_size, hyper.kernel_size)
@@ -421,20 +462,22 @@ class Agent:
         self._current_model = 0
         self._finish(outbox, model_id, round_index, result)
 
-    def _hyperparameters(self, ctx: RunContext, round_index: int) -> tuple[Hyperparameters, str]:
-        """This round's hyperparameters and where they come from (warm-up defaults, or TPE on the run's history)."""
+    def _hyperparameters(self, ctx: RunContext, round_index: int, parent_id: int) -> tuple[Hyperparameters, str]:
+        """This round's hyperparameters and their source: the parent's during warm-up (where
+        the profile says so), else the defaults; TPE on the history snapshot after warm-up."""
         from aiperf.hpo import choose_hyperparameters
 
-        observations = []
-        if round_index > ctx.warmup_rounds:
+        parent = self._history.get(parent_id)
+        inherited = None
+        if parent is not None and parent.state == pb.MODEL_DONE:
             try:
-                obs = self.client.get_hyperparameter_history(self.worker_id).observations
-                observations = [(hyperparameters_dict(o.hyperparameters), o.accuracy) for o in obs]
-            except ApiError as exc:
-                log.warning("event=hyper_history_failed error=%s", exc)
+                inherited = Hyperparameters.from_dict(hyperparameters_dict(parent.hyperparameters))
+            except HyperparameterError as exc:  # the master checks them; never trust, though
+                log.warning("event=parent_hyperparameters_unusable model=%d error=%s", parent_id, exc)
+        observations = tpe_observations(self._history.values()) if round_index > ctx.warmup_rounds else []
         return choose_hyperparameters(ctx.profile, round_index, observations,
                                       seed=derive_seed(ctx.seed, "hpo", self.worker_id, round_index),
-                                      warmup_rounds=ctx.warmup_rounds)
+                                      warmup_rounds=ctx.warmup_rounds, parent=inherited)
 
     def _submit(self, graph: Graph, parent_id: int, round_index: int, hyper: dict[str, int]) -> int | None:
         """The model id the master gives the child; None after a transient error (the round is skipped).
@@ -477,12 +520,16 @@ class Agent:
         epochs = ctx.profile.epochs_for_round(round_index)
         if ctx.max_epochs_per_round:
             epochs = min(epochs, ctx.max_epochs_per_round)
+        seed = derive_seed(ctx.seed, "train", self.worker_id, round_index)
+        if ctx.deterministic:  # whatever the trainer does not seed itself starts the same
+            import keras
+
+            keras.utils.set_random_seed(seed % 2**32)
         return train_model(graph, hyper, dataset, ctx.profile, round_index,
                            on_progress=on_progress, should_stop=should_stop,
                            precision=ctx.precision,
                            xla=self.config.xla, progress_interval_s=ctx.report_interval_s,
-                           seed=derive_seed(ctx.seed, "train", self.worker_id, round_index),
-                           epochs=epochs)
+                           seed=seed, epochs=epochs)
 
     def _finish(self, outbox: Outbox, model_id: int, round_index: int, result: TrainResult) -> None:
         """Tell the master how the model ended: done with its accuracies, or failed with a reason."""
@@ -497,8 +544,8 @@ class Agent:
             # Cut (run stopping, worker stopping) before a first validation:
             # there is no accuracy to rank it by. Close it so the master need
             # not wait for it; the progress already reported stays counted.
-            self._send_finish(outbox, model_id, "failed",
-                              reason=result.reason or "stopped before its first validation")
+            self._send_finish(outbox, model_id, "failed", reason=CUT_REASON_PREFIX + (
+                result.reason or "stopped before its first validation"))
             log.info("event=round_cut model=%d state=%s", model_id, result.state)
             return
         best = float(result.best_val_accuracy)
@@ -515,6 +562,39 @@ class Agent:
 
 class _RunClosed(Exception):
     """The master accepts no more models in this run."""
+
+
+def tpe_observations(models: Iterable[pb.Model]) -> list[tuple[dict[str, int], float]]:
+    """TPE's (hyperparameters, accuracy) pairs from the run's models, by model id: a done
+    model with its (predicted) accuracy, a model that failed on its own (out of memory,
+    NaN loss) with 0.0, a failure. Open, abandoned and cut models are left out."""
+    out = []
+    for m in sorted(models, key=lambda m: m.model_id):
+        if m.state == pb.MODEL_DONE and m.has_accuracy:
+            out.append((hyperparameters_dict(m.hyperparameters), m.predicted_accuracy or m.best_accuracy))
+        elif m.state == pb.MODEL_FAILED and not m.reason.startswith(CUT_REASON_PREFIX):
+            out.append((hyperparameters_dict(m.hyperparameters), 0.0))
+    return out
+
+
+def set_determinism(on: bool) -> None:
+    """TensorFlow op determinism for a deterministic run (slower), off otherwise.
+
+    The rest of a round's randomness is seeded from (run seed, worker, round):
+    `_train` reseeds Python, NumPy and TensorFlow before each round of a
+    deterministic run, and the trainer's weights and data order follow its seed.
+    """
+    import tensorflow as tf
+
+    if on:
+        tf.config.experimental.enable_op_determinism()
+        return
+    try:  # not in the public API; a worker that served a deterministic run turns it off
+        from tensorflow.python.framework.config import disable_op_determinism, is_op_determinism_enabled
+    except ImportError:  # pragma: no cover - another TensorFlow version
+        return
+    if is_op_determinism_enabled():
+        disable_op_determinism()
 
 
 def resource_samples(sample) -> list[ResourceSample]:

@@ -1,21 +1,31 @@
-"""Generator pool: child architectures chosen on the node's CPUs, ahead of the trainer.
+"""Generator pool: child architectures chosen on the node's CPUs, reproducibly.
 
-A `ProcessPoolExecutor` (spawn context: TensorFlow in the parent makes fork
-unsafe) runs `aiperf.search.select_child` jobs and keeps `buffer` of them in
-flight or ready; `take()` hands out the oldest, then immediately submits a
-replacement. Job n gets the seed derive_seed(pool seed, "job", n), so a job's
-result depends only on its seed and the history snapshot it saw.
+The child of a worker's round r is a pure function of the pool's seed, r and
+the history snapshot the round uses: a `ProcessPoolExecutor` (spawn context:
+TensorFlow in the parent makes fork unsafe) runs `aiperf.search.select_child`
+on that snapshot with the seed derive_seed(pool seed, "round", r). Nothing
+else enters: no job counter, no earlier hand-outs, no race between jobs, and a
+process's distance cache does not change results (`select_child` says so).
+
+Prefetch: `prepare(r + 1, snapshot)` starts round r + 1's child while round r
+trains, on the snapshot as it stands then. `child(r + 1, snapshot)` uses that
+result only when the snapshot it is given is the very one the job was started
+on (same models, hashes and accuracies); otherwise it computes the child again
+on the given snapshot. A finished model changes the snapshot, so the prefetch
+pays off only when nothing finished meanwhile (the round's model failed, or
+was cut); determinism comes first.
 
 History reaches the processes through files rather than pickled arguments
 (1,000 graphs are ~20 MB of JSON): each architecture is written once, as
-``graphs/<hash>.json``, and every `update_history` writes a small versioned
-index of (model id, hash, accuracy). Each process keeps parsed graphs and its
-distance cache across jobs, so a history that grows by one model costs one new
-row of distances.
+``graphs/<hash>.json``, and each snapshot as a small index of (model id, hash,
+accuracy) named by its digest. Each process keeps parsed graphs and its
+distance cache across jobs, so a history that grows by one model costs one
+new row of distances.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import multiprocessing
@@ -25,8 +35,9 @@ import signal
 import tempfile
 import threading
 import time
-from collections import deque
-from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
+from collections import OrderedDict
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -51,113 +62,113 @@ def default_workers(input_pipeline_cpus: int = 1) -> int:
     return max(1, cpus - max(0, input_pipeline_cpus))
 
 
+def round_seed(seed: int, round_index: int) -> int:
+    """The selection seed of a worker's round: from the worker's seed and the round only."""
+    return derive_seed(seed, "round", round_index)
+
+
+def snapshot_rows(entries: Sequence[HistoryEntry]) -> list[list[Any]]:
+    """A history snapshot as what selection reads of it: (model id, hash, accuracy), by id."""
+    return [[e.model_id, e.hash, e.accuracy] for e in sorted(entries, key=lambda e: e.model_id)]
+
+
+def snapshot_digest(rows: list[list[Any]]) -> str:
+    """Names a snapshot: equal digests, equal snapshots (accuracies compared exactly)."""
+    return hashlib.sha256(json.dumps(rows, separators=(",", ":")).encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class _Job:
     directory: str
     index: str  # history index file name
     seed: int
-    exclude: tuple[str, ...]
     kernel_size: int
     limits: Limits | None
     options: tuple[tuple[str, Any], ...]
 
 
 class GeneratorPool:
-    """Keeps `buffer` children being generated or ready; see the module docstring.
+    """Children per (round, history snapshot); see the module docstring.
 
     Use as a context manager, or call `close()`: it cancels pending jobs and
-    ends the processes (no orphans).
+    ends the processes (no orphans). `hits` and `misses` count the children
+    that a prefetch had ready and those computed on demand.
     """
 
-    def __init__(self, base: Graph, seed: int, workers: int | None = None, buffer: int = 2, *,
-                 history: Sequence[HistoryEntry] = (), kernel_size: int = 3,
-                 limits: Limits | None = None, input_pipeline_cpus: int = 1,
-                 **select_options: Any) -> None:
-        if buffer < 1:
-            raise ValueError(f"buffer must be >= 1, got {buffer}")
+    def __init__(self, base: Graph, seed: int, workers: int | None = None, *,
+                 kernel_size: int = 3, limits: Limits | None = None, input_pipeline_cpus: int = 1,
+                 max_prepared: int = 2, **select_options: Any) -> None:
+        if max_prepared < 1:
+            raise ValueError(f"max_prepared must be >= 1, got {max_prepared}")
         self.workers = max(1, workers) if workers is not None else default_workers(input_pipeline_cpus)
-        self.buffer = buffer
         self.seed = seed
         self.kernel_size = kernel_size
         self.limits = limits
+        self.max_prepared = max_prepared
+        self.hits = self.misses = 0
         self._options = tuple(sorted(select_options.items()))
         self._dir = tempfile.mkdtemp(prefix="aiperf-generator-")
         os.makedirs(os.path.join(self._dir, "graphs"))
         _write(os.path.join(self._dir, "base.json"), base.to_json())
         self._written: set[str] = set()
-        self._hash_by_id: dict[int, str] = {}
-        self._history_hashes: set[str] = set()
-        self._taken: set[str] = set()
-        self._version = 0
-        self._index = ""
-        self._pending: deque[tuple[int, str, Future]] = deque()
-        self._seq = 0
+        self._jobs: OrderedDict[tuple[int, str], Future] = OrderedDict()
+        self._retired: list[tuple[str, Future]] = []  # dropped jobs whose index may still be read
         self._lock = threading.RLock()
         self._closed = False
         self._executor = ProcessPoolExecutor(
             max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
             initializer=_init_process, initargs=(os.getpid(),))
-        self._write_history(history)
-        with self._lock:
-            self._refill()
 
     # -- public ------------------------------------------------------------
     @property
-    def pending(self) -> int:
-        """Children being generated or ready (the buffer is kept full)."""
+    def prepared(self) -> list[tuple[int, str]]:
+        """(round, snapshot digest) of the children started and not yet handed out."""
         with self._lock:
-            return len(self._pending)
+            return list(self._jobs)
 
-    def update_history(self, entries: Sequence[HistoryEntry]) -> None:
-        """Give the pool the run's current history (all workers' models).
-
-        Jobs not yet started are resubmitted against it; running ones finish on
-        the previous snapshot (their results stay valid: duplicates are dropped).
-        """
+    def prepare(self, round_index: int, history: Sequence[HistoryEntry]) -> str:
+        """Start computing round `round_index`'s child on this snapshot (a no-op when it
+        is already under way); returns the snapshot's digest. Only the newest
+        `max_prepared` preparations are kept."""
         with self._lock:
             self._check_open()
-            self._write_history(entries)
-            kept: deque[tuple[int, str, Future]] = deque()
-            for seq, index, fut in self._pending:
-                if not fut.cancel():
-                    kept.append((seq, index, fut))
-            self._pending = kept
-            self._refill()
+            rows = self._write_graphs(history)
+            digest = snapshot_digest(rows)
+            self._start((round_index, digest), rows)
+            return digest
 
-    def take(self, timeout: float | None = None) -> Candidate:
-        """The next child: blocks until one is ready (TimeoutError after `timeout` s)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
+    def child(self, round_index: int, history: Sequence[HistoryEntry],
+              timeout: float | None = None) -> Candidate:
+        """Round `round_index`'s child on snapshot `history`: the prepared one when it was
+        started on this very snapshot, else computed now. Blocks (TimeoutError
+        after `timeout` s); GeneratorError when the job fails (a retry starts it
+        again). Preparations for this round and earlier ones are dropped."""
+        with self._lock:
+            self._check_open()
+            rows = self._write_graphs(history)
+            key = (round_index, snapshot_digest(rows))
+            ready = key in self._jobs
+            self._start(key, rows)
+            future = self._jobs[key]
+        try:
+            graph_json, parent_id, predicted, ucb = future.result(timeout=timeout)
+        except FutureTimeout:
+            raise TimeoutError(f"no child generated within {timeout} s") from None
+        except Exception as exc:  # a failed job: forget it so that a retry starts afresh
             with self._lock:
-                self._check_open()
-                self._refill()
-                seq, _, fut = self._pending[0]
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                result = fut.result(timeout=remaining)
-            except TimeoutError:
-                raise TimeoutError(f"no child generated within {timeout} s") from None
-            except CancelledError:  # update_history (another thread) replaced the job
-                with self._lock:
-                    self._drop(fut)
-                continue
-            except Exception as exc:  # a failed job: drop it, keep the pool usable
-                with self._lock:
-                    self._drop(fut)
-                    self._refill()
-                raise GeneratorError(f"generation job {seq} failed: {exc}") from exc
-            with self._lock:
-                self._drop(fut)
-                graph_json, parent_id, predicted, ucb = result
-                graph = Graph.from_json(graph_json)
-                h = graph.hash()
-                if h in self._taken or h in self._history_hashes:
-                    log.debug("job %d produced an architecture already handed out; regenerating", seq)
-                    self._refill()
-                    continue
-                self._taken.add(h)
-                self._refill()
-                return Candidate(graph, parent_id, predicted, ucb)
+                if self._jobs.get(key) is future:
+                    self._retire(key)
+            raise GeneratorError(f"generating round {round_index}'s child failed: {exc}") from exc
+        with self._lock:
+            for k in [k for k in self._jobs if k[0] <= round_index]:
+                self._retire(k)
+            self._sweep()
+            if ready:
+                self.hits += 1
+            else:
+                self.misses += 1
+        log.debug("round %d: child %s", round_index, "prefetched" if ready else "computed on demand")
+        return Candidate(Graph.from_json(graph_json), parent_id, predicted, ucb)
 
     def close(self) -> None:
         """Cancel pending jobs and end the worker processes."""
@@ -165,9 +176,9 @@ class GeneratorPool:
             if self._closed:
                 return
             self._closed = True
-            for _, _, fut in self._pending:
+            for fut in self._jobs.values():
                 fut.cancel()
-            self._pending.clear()
+            self._jobs.clear()
         processes = list(getattr(self._executor, "_processes", {}).values())
         self._executor.shutdown(wait=False, cancel_futures=True)
         # A job may be mid-selection: give the processes a moment, then stop them.
@@ -197,34 +208,47 @@ class GeneratorPool:
         if self._closed:
             raise RuntimeError("the generator pool is closed")
 
-    def _write_history(self, entries: Sequence[HistoryEntry]) -> None:
-        rows = []
-        for e in sorted(entries, key=lambda e: e.model_id):
-            # A model's architecture never changes: hash it once (hashing costs ~3 ms).
-            h = e.graph_hash or self._hash_by_id.get(e.model_id) or e.hash
-            self._hash_by_id[e.model_id] = h
+    def _write_graphs(self, entries: Sequence[HistoryEntry]) -> list[list[Any]]:
+        """Write the architectures not written yet; the snapshot's rows."""
+        for e in entries:
+            h = e.hash
             if h not in self._written:
                 _write(os.path.join(self._dir, "graphs", f"{h}.json"), e.graph.to_json())
                 self._written.add(h)
-            rows.append([e.model_id, h, e.accuracy])
-        self._version += 1
-        index = f"history-{self._version}.json"
+        return snapshot_rows(entries)
+
+    def _start(self, key: tuple[int, str], rows: list[list[Any]]) -> None:
+        """Submit the job of (round, digest) unless it is under way."""
+        if key in self._jobs:
+            return
+        index = f"history-{key[1]}.json"
         _write(os.path.join(self._dir, index), json.dumps(rows))
-        old, self._index = self._index, index
-        self._history_hashes = {r[1] for r in rows}
-        if old and all(i != old for _, i, _ in self._pending):
-            os.unlink(os.path.join(self._dir, old))
+        job = _Job(self._dir, index, round_seed(self.seed, key[0]), self.kernel_size, self.limits, self._options)
+        self._jobs[key] = self._executor.submit(_generate, job)
+        while len(self._jobs) > self.max_prepared:
+            self._retire(next(iter(self._jobs)))
 
-    def _refill(self) -> None:
-        while len(self._pending) < self.buffer:
-            exclude = tuple(sorted(self._taken))
-            job = _Job(self._dir, self._index, derive_seed(self.seed, "job", self._seq), exclude,
-                       self.kernel_size, self.limits, self._options)
-            self._pending.append((self._seq, self._index, self._executor.submit(_generate, job)))
-            self._seq += 1
+    def _retire(self, key: tuple[int, str]) -> None:
+        """Drop a job: cancelled if it has not started, else left to finish unread."""
+        future = self._jobs.pop(key)
+        future.cancel()
+        self._retired.append((key[1], future))
 
-    def _drop(self, fut: Future) -> None:
-        self._pending = deque(p for p in self._pending if p[2] is not fut)
+    def _sweep(self) -> None:
+        """Remove the index files no job reads any more."""
+        live = {digest for _, digest in self._jobs}
+        keep: list[tuple[str, Future]] = []
+        for digest, future in self._retired:
+            if not future.done():
+                keep.append((digest, future))
+                live.add(digest)
+        self._retired = keep
+        for name in os.listdir(self._dir):
+            if name.startswith("history-") and name[len("history-"):-len(".json")] not in live:
+                try:
+                    os.unlink(os.path.join(self._dir, name))
+                except FileNotFoundError:  # pragma: no cover
+                    pass
 
 
 def _write(path: str, text: str) -> None:
@@ -282,5 +306,5 @@ def _generate(job: _Job) -> tuple[str, int | None, float | None, float | None]:
                 graph = _GRAPHS[h] = Graph.from_json(f.read())
         history.append(HistoryEntry(model_id, graph, accuracy, h))
     cand = select_child(history, job.seed, base=base, kernel_size=job.kernel_size, limits=job.limits,
-                        exclude=job.exclude, cache=_CACHE, **dict(job.options))
+                        cache=_CACHE, **dict(job.options))
     return cand.graph.to_json(), cand.parent_model_id, cand.predicted_accuracy, cand.ucb

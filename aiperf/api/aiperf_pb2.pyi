@@ -92,7 +92,7 @@ class Limits(_message.Message):
     def __init__(self, max_models: _Optional[int] = ..., max_rounds_per_worker: _Optional[int] = ..., max_epochs_per_round: _Optional[int] = ...) -> None: ...
 
 class RunConfig(_message.Message):
-    __slots__ = ("run_id", "profile", "seed", "duration_s", "precision", "limits", "warmup_rounds", "min_running_time_s", "report_interval_s", "resource_interval_s", "min_workers")
+    __slots__ = ("run_id", "profile", "seed", "duration_s", "precision", "limits", "warmup_rounds", "min_running_time_s", "report_interval_s", "resource_interval_s", "min_workers", "deterministic")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +104,7 @@ class RunConfig(_message.Message):
     REPORT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     MIN_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    DETERMINISTIC_FIELD_NUMBER: _ClassVar[int]
     run_id: int
     profile: Profile
     seed: int
@@ -115,7 +116,8 @@ class RunConfig(_message.Message):
     report_interval_s: float
     resource_interval_s: float
     min_workers: int
-    def __init__(self, run_id: _Optional[int] = ..., profile: _Optional[_Union[Profile, str]] = ..., seed: _Optional[int] = ..., duration_s: _Optional[float] = ..., precision: _Optional[_Union[Precision, str]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., warmup_rounds: _Optional[int] = ..., min_running_time_s: _Optional[float] = ..., report_interval_s: _Optional[float] = ..., resource_interval_s: _Optional[float] = ..., min_workers: _Optional[int] = ...) -> None: ...
+    deterministic: bool
+    def __init__(self, run_id: _Optional[int] = ..., profile: _Optional[_Union[Profile, str]] = ..., seed: _Optional[int] = ..., duration_s: _Optional[float] = ..., precision: _Optional[_Union[Precision, str]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., warmup_rounds: _Optional[int] = ..., min_running_time_s: _Optional[float] = ..., report_interval_s: _Optional[float] = ..., resource_interval_s: _Optional[float] = ..., min_workers: _Optional[int] = ..., deterministic: _Optional[bool] = ...) -> None: ...
 
 class Outage(_message.Message):
     __slots__ = ("start", "end")
@@ -519,7 +521,7 @@ class MasterMessage(_message.Message):
     def __init__(self, heartbeat: _Optional[_Union[HeartbeatResponse, _Mapping]] = ..., progress: _Optional[_Union[ProgressAck, _Mapping]] = ..., error: _Optional[_Union[MessageError, _Mapping]] = ...) -> None: ...
 
 class StartRunRequest(_message.Message):
-    __slots__ = ("duration_s", "profile", "seed", "limits", "precision", "warmup_rounds", "min_workers", "allow_concurrent", "report_interval_s", "resource_interval_s")
+    __slots__ = ("duration_s", "profile", "seed", "limits", "precision", "warmup_rounds", "min_workers", "allow_concurrent", "report_interval_s", "resource_interval_s", "deterministic")
     DURATION_S_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -530,6 +532,7 @@ class StartRunRequest(_message.Message):
     ALLOW_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
     REPORT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    DETERMINISTIC_FIELD_NUMBER: _ClassVar[int]
     duration_s: float
     profile: Profile
     seed: int
@@ -540,7 +543,8 @@ class StartRunRequest(_message.Message):
     allow_concurrent: bool
     report_interval_s: float
     resource_interval_s: float
-    def __init__(self, duration_s: _Optional[float] = ..., profile: _Optional[_Union[Profile, str]] = ..., seed: _Optional[int] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., precision: _Optional[_Union[Precision, str]] = ..., warmup_rounds: _Optional[int] = ..., min_workers: _Optional[int] = ..., allow_concurrent: _Optional[bool] = ..., report_interval_s: _Optional[float] = ..., resource_interval_s: _Optional[float] = ...) -> None: ...
+    deterministic: bool
+    def __init__(self, duration_s: _Optional[float] = ..., profile: _Optional[_Union[Profile, str]] = ..., seed: _Optional[int] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., precision: _Optional[_Union[Precision, str]] = ..., warmup_rounds: _Optional[int] = ..., min_workers: _Optional[int] = ..., allow_concurrent: _Optional[bool] = ..., report_interval_s: _Optional[float] = ..., resource_interval_s: _Optional[float] = ..., deterministic: _Optional[bool] = ...) -> None: ...
 
 class StartRunResponse(_message.Message):
     __slots__ = ("run",)

@@ -416,6 +416,7 @@ RULES: dict[Any, dict[str, Rule]] = {
         "warmup_rounds": Integer(0, MAX_ROUND),
         "min_workers": Integer(0, MAX_WORKERS),
         "allow_concurrent": None,
+        "deterministic": None,  # a bool: nothing to bound
         "report_interval_s": Real(0.0, MAX_INTERVAL_S),
         "resource_interval_s": Real(0.0, MAX_INTERVAL_S),
     },

@@ -405,6 +405,7 @@ class ControlClient(_Client):
         allow_concurrent: bool = False,
         report_interval_s: float = 0.0,
         resource_interval_s: float = 0.0,
+        deterministic: bool = False,
     ) -> pb.RunInfo:
         if profile not in PROFILE_VALUES:
             raise ValueError(f"unknown profile {profile!r}")
@@ -425,6 +426,7 @@ class ControlClient(_Client):
             allow_concurrent=allow_concurrent,
             report_interval_s=report_interval_s,
             resource_interval_s=resource_interval_s,
+            deterministic=deterministic,
         )
         return self._call("StartRun", self._stub.StartRun, req).run
 

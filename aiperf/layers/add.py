@@ -43,3 +43,12 @@ class Add(LayerKind):
         if any(not np.array_equal(t.channel_map, first) for t in live[1:]):
             raise TransferError(f"add {layer.id!r}: its inputs were widened differently")
         return Origin(layer.id, first)
+
+    def initialise_many(self, layer: Layer, inputs: Sequence[Origin], ctx: TransferContext) -> Origin:
+        """A new add of one parent tensor and zero branches (a skip that creates an
+        add after a batch norm) is that tensor, channels and all."""
+        live = [t for t in inputs if not t.zero]
+        if len(live) != 1 or live[0].source is None:
+            raise TransferError(f"new add {layer.id!r} must sum one parent tensor with zero branches, "
+                                f"got {len(live)} non-zero inputs")
+        return live[0]

@@ -79,6 +79,10 @@ class LayerKind(abc.ABC):
         function (put in `ctx.out`). Default: there are none."""
         raise TransferError(f"new layer {layer.id!r} ({layer.type}) has no function-preserving initialisation")
 
+    def initialise_many(self, layer: Layer, inputs: Sequence[Origin], ctx: TransferContext) -> Origin:
+        """As `initialise`, for a new layer of a kind that reads several inputs."""
+        raise TransferError(f"new layer {layer.id!r} ({layer.type}) has no function-preserving initialisation")
+
 
 def size(shape: Shape) -> int:
     """Number of elements of a tensor of this shape."""
