@@ -161,11 +161,30 @@ def test_patience_rule_counts_epochs_without_improvement():
     assert t.early_stopped
 
 
-def test_out_of_memory_marks_the_model_failed(graph, monkeypatch):
-    def oom(self, *args, **kwargs):
-        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[128,64,16,16]")
+def _failing_steps(monkeypatch, error, where="train"):
+    """compile_round as usual, then the training step (or the preparation itself) raises `error`."""
+    import worker.trainer
 
-    monkeypatch.setattr(keras.Model, "fit", oom)
+    real = worker.trainer.compile_round
+
+    def compile_round(*args, **kwargs):
+        if where == "prepare":
+            raise error
+        compiled = real(*args, **kwargs)
+
+        def step(iterator):
+            raise error
+
+        compiled.train_step = step
+        return compiled
+
+    monkeypatch.setattr(worker.trainer, "compile_round", compile_round)
+
+
+@pytest.mark.parametrize("where", ["train", "prepare"])
+def test_out_of_memory_marks_the_model_failed(graph, monkeypatch, where):
+    _failing_steps(monkeypatch, tf.errors.ResourceExhaustedError(
+        None, None, "OOM when allocating tensor with shape[128,64,16,16]"), where)
     before = keras.config.dtype_policy().name
     res = train_model(graph, {"batch_size": 128, "kernel_size": 3}, TinyDataset(), PROFILE, 1,
                       on_progress=lambda p: None, precision="mixed_bf16")
@@ -175,11 +194,9 @@ def test_out_of_memory_marks_the_model_failed(graph, monkeypatch):
     assert keras.config.dtype_policy().name == before
 
 
-def test_other_errors_propagate(graph, monkeypatch):
-    def broken(self, *args, **kwargs):
-        raise tf.errors.InvalidArgumentError(None, None, "bad input")
-
-    monkeypatch.setattr(keras.Model, "fit", broken)
+@pytest.mark.parametrize("where", ["train", "prepare"])
+def test_other_errors_propagate(graph, monkeypatch, where):
+    _failing_steps(monkeypatch, tf.errors.InvalidArgumentError(None, None, "bad input"), where)
     with pytest.raises(tf.errors.InvalidArgumentError):
         train_model(graph, {"batch_size": 16, "kernel_size": 3}, TinyDataset(), PROFILE, 1,
                     on_progress=lambda p: None)

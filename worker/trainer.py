@@ -15,23 +15,39 @@ Keras 3 on TensorFlow, following SPEC section 3:
   loss-scale optimizer for ``mixed_float16``.
 - Optional XLA (``jit_compile``).
 
-Progress: a callback reads an image-count metric (the batch dimension of
-every batch actually processed, so a partial last batch counts what it holds;
-summed over replicas) and calls ``on_progress`` at least every
-``progress_interval_s`` seconds, at each epoch end, and once more at the end
-if anything is left, with the images trained and validated *since the previous
-report* and the worker's own FLOP figure for them. Summing the reports gives
-exactly the images processed. ``on_progress`` and ``should_stop`` run on the
-training thread between batches: keep them quick (queue, don't block on I/O).
+A round has two halves. `prepare_round` checks the settings and builds, traces
+and warms up the model and its steps (`worker.steps`); it touches no state
+outside the round, so it may run on another thread while the previous round
+trains (`worker.lookahead`). `run_round` trains the prepared round: a loop of
+single-step calls (one iterator for the whole round, no Keras callbacks), so
+the time between steps is a few Python lines. `train_model` does both.
+
+Progress: the images of every step are counted as the step reports them (its
+batch dimension, summed over replicas; a partial last batch counts what it
+holds), and ``on_progress`` is called at least every ``progress_interval_s``
+seconds, at each epoch end, and once more at the end if anything is left, with
+the images trained and validated *since the previous report* and the worker's
+own FLOP figure for them. Summing the reports gives exactly the images
+processed. With ``phase_reports`` there are also reports after the round's
+first training step and at the end of every epoch's training steps, so the
+receiver can tell the time spent in training steps from the rest: an interval
+between two reports of the same round is training time when the later report
+carries trained images and no validated ones (benchmarks/idle_bench.py).
+``on_progress`` and ``should_stop`` run on the training thread between steps:
+keep them quick (queue, don't block on I/O). A step's figures are read after
+the next step has been launched, so an accelerator is not left waiting for the
+host between steps.
 
 Stopping: early stopping with the profile's patience min(6+2r, 20) on
 validation accuracy (state ``done``); ``should_stop()`` turning true stops the
-round within a batch (training or validation; state ``stopped``; a partly
+round within a step (training or validation; state ``stopped``; a partly
 validated epoch is not recorded as an epoch). Out of memory for the batch size
-gives state ``failed`` with the reason; a loss that becomes NaN too. The
-caller goes on with its next round either way. Every round ends with
-``keras.backend.clear_session()`` (the dtype policy is restored after it), so a
-long-running worker does not accumulate models.
+(while preparing or training) gives state ``failed`` with the reason; a loss
+that becomes NaN too. The caller goes on with its next round either way.
+Every round drops its model and functions at its end; Keras's session is not
+cleared (that would reset the state of a round being prepared on another
+thread): the objects go with the garbage collector (`worker.lookahead` runs it
+off the training thread).
 """
 
 from __future__ import annotations
@@ -45,10 +61,11 @@ from typing import Any, Callable, Mapping
 
 from aiperf.flops import FlopCount, count_flops
 from aiperf.graph import Graph, with_inserted_kernel
-from aiperf.learning_curve import predict_final_accuracy
-from aiperf.profiles import Profile
 from aiperf.hyperparameters import Hyperparameters
+from aiperf.learning_curve import predict_final_accuracy
 from aiperf.precision import get_precision
+from aiperf.profiles import Profile
+from worker.steps import CompiledRound, StepSettings, compile_round
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +104,9 @@ class TrainResult:
     replicas: int = 1
     global_batch_size: int = 0
     hyperparameters: Mapping[str, int] = field(default_factory=dict)
+    # seconds: preparation phases (build, data, trace_train, trace_eval, warm), then "train"
+    # (in training steps) and "validation"; duration_s runs from the first step to the end
+    timings: Mapping[str, float] = field(default_factory=dict)
 
 
 @functools.lru_cache(maxsize=1)
@@ -106,25 +126,76 @@ def train_model(graph: Graph, hyper: Hyperparameters | Mapping[str, int], datase
                 round_index: int, *, on_progress: Callable[[Progress], None],
                 should_stop: Callable[[], bool] = lambda: False, precision: str = "fp32",
                 xla: bool = False, progress_interval_s: float = 30.0, seed: int = 0,
-                strategy: Any = None, epochs: int | None = None) -> TrainResult:
-    """Train `graph` for round `round_index` (1-based) of `profile`.
+                strategy: Any = None, epochs: int | None = None, phase_reports: bool = False) -> TrainResult:
+    """Train `graph` for round `round_index` (1-based) of `profile`: `prepare_round`, then `run_round`.
 
     `hyper` is a `Hyperparameters` (or its dict form; batch size per accelerator);
     `dataset` offers ``train(batch_size, seed=)``, ``validation(batch_size)``,
-    ``train_steps(batch_size)``, ``num_classes`` and ``image_size``
+    ``train_steps(batch_size)``, ``num_classes``, ``image_size`` and the split sizes
     (`worker.data.Dataset`). `strategy` defaults to `local_strategy()`.
     `epochs` overrides the profile's epochs for this round (a run's cap on round
     length); the learning rate decays to 0 over the epochs actually planned.
+    ``should_stop`` is asked once before anything is built, then after every step.
     """
     plan = _plan_round(graph, hyper, dataset, profile, round_index, precision=precision, epochs=epochs,
                        strategy=strategy)
-    tracker = _Tracker(plan.flop_count, on_progress, should_stop, profile.patience(round_index),
-                       progress_interval_s)
     if should_stop():  # nothing to do: skip building and tracing the model
+        tracker = _Tracker(plan.flop_count, on_progress, should_stop, profile.patience(round_index),
+                           progress_interval_s)
         return _result(plan, tracker, profile, STOPPED, "stop requested", duration_s=0.0)
-    start = time.monotonic()
-    state, reason = _fit(plan, dataset, profile, tracker, round_index, xla=xla, seed=seed)
-    return _result(plan, tracker, profile, state, reason, duration_s=time.monotonic() - start)
+    prepared = _prepare(plan, dataset, profile, round_index, xla=xla, seed=seed)
+    return _run(prepared, on_progress, should_stop, progress_interval_s=progress_interval_s,
+                phase_reports=phase_reports)
+
+
+@dataclass
+class PreparedRound:
+    """A round ready to train (`prepare_round`); `run_round` trains it, once."""
+
+    plan: "_RoundPlan"
+    dataset: Any
+    profile: Profile
+    round_index: int
+    compiled: CompiledRound | None  # None when the preparation ran out of memory
+    failure: str = ""               # why, then
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def graph(self) -> Graph:
+        return self.plan.graph
+
+    def release(self) -> None:
+        """Drop the model and its functions (also when the round is never run)."""
+        if self.compiled is not None:
+            self.compiled.release()
+            self.compiled = None
+
+
+def prepare_round(graph: Graph, hyper: Hyperparameters | Mapping[str, int], dataset: Any, profile: Profile,
+                  round_index: int, *, precision: str = "fp32", xla: bool = False, seed: int = 0,
+                  strategy: Any = None, epochs: int | None = None) -> PreparedRound:
+    """Check the round's settings (ValueError names the first bad one), then build, trace and
+    warm up its model and steps. Out of memory is not raised: the round is prepared as failed."""
+    plan = _plan_round(graph, hyper, dataset, profile, round_index, precision=precision, epochs=epochs,
+                       strategy=strategy)
+    return _prepare(plan, dataset, profile, round_index, xla=xla, seed=seed)
+
+
+def run_round(prepared: PreparedRound, *, on_progress: Callable[[Progress], None],
+              should_stop: Callable[[], bool] = lambda: False, progress_interval_s: float = 30.0,
+              phase_reports: bool = False) -> TrainResult:
+    """Train a prepared round (see `train_model` for the arguments); its model is released at the end.
+
+    ``should_stop`` is asked before the first step (the round may have waited), then after every step.
+    """
+    if should_stop():
+        prepared.release()
+        tracker = _Tracker(prepared.plan.flop_count, on_progress, should_stop,
+                           prepared.profile.patience(prepared.round_index), progress_interval_s)
+        return _result(prepared.plan, tracker, prepared.profile, STOPPED, "stop requested", duration_s=0.0,
+                       timings=prepared.timings)
+    return _run(prepared, on_progress, should_stop, progress_interval_s=progress_interval_s,
+                phase_reports=phase_reports)
 
 
 @dataclass(frozen=True)
@@ -140,11 +211,12 @@ class _RoundPlan:
     replicas: int
     global_batch: int
     steps_per_epoch: int
+    validation_steps: int
     hyperparameters: Hyperparameters
 
 
-def _plan_round(graph: Graph, hyper: Hyperparameters | Mapping[str, int], dataset: Any, profile: Profile, round_index: int, *,
-                precision: str, epochs: int | None, strategy: Any) -> _RoundPlan:
+def _plan_round(graph: Graph, hyper: Hyperparameters | Mapping[str, int], dataset: Any, profile: Profile,
+                round_index: int, *, precision: str, epochs: int | None, strategy: Any) -> _RoundPlan:
     """Check the round's settings against the dataset; ValueError names the first bad one."""
     get_precision(precision)  # ValueError naming the known ones
     if not isinstance(hyper, Hyperparameters):
@@ -165,71 +237,142 @@ def _plan_round(graph: Graph, hyper: Hyperparameters | Mapping[str, int], datase
     return _RoundPlan(graph=graph, flop_count=flop_count, batch_size=batch_size, precision=precision,
                       epochs=epochs, strategy=strategy, replicas=replicas, global_batch=global_batch,
                       steps_per_epoch=_train_steps(dataset, global_batch),
+                      validation_steps=math.ceil(int(dataset.validation_size) / global_batch),
                       hyperparameters=hyper)
 
 
-def _fit(plan: _RoundPlan, dataset: Any, profile: Profile, tracker: _Tracker, round_index: int, *,
-         xla: bool, seed: int) -> tuple[str, str]:
-    """Build and train the model; returns the round's state and reason.
-
-    Out of memory is a failed round, any other error propagates. The Keras
-    session is cleared and the dtype policy restored either way.
-    """
-    import keras
+def _prepare(plan: _RoundPlan, dataset: Any, profile: Profile, round_index: int, *, xla: bool,
+             seed: int) -> PreparedRound:
+    """Compile the round's steps; out of memory gives a round prepared as failed, other errors propagate."""
     import tensorflow as tf
 
-    previous_policy = keras.config.dtype_policy()
+    settings = StepSettings(graph=plan.graph, precision=plan.precision, strategy=plan.strategy,
+                            global_batch=plan.global_batch, epochs=plan.epochs,
+                            steps_per_epoch=plan.steps_per_epoch, xla=xla, seed=seed)
+    start = time.perf_counter()
     try:
-        model = _compiled_model(plan, profile, xla=xla, seed=seed)
-        model.fit(dataset.train(plan.global_batch, seed=seed),
-                  validation_data=dataset.validation(plan.global_batch),
-                  epochs=plan.epochs, callbacks=[tracker.callback()], verbose=0,
-                  shuffle=False)  # the dataset shuffles itself
-        return tracker.outcome()
+        compiled = compile_round(settings, dataset, profile)
     except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
         if not _is_out_of_memory(exc, tf):
             raise
-        reason = (f"out of memory at batch size {plan.batch_size} per accelerator "
-                  f"(global {plan.global_batch}, {plan.precision}): {_first_line(exc)}")
-        log.warning("round %d: %s", round_index, reason)
-        return FAILED, reason
+        failure = _oom_reason(plan, exc)
+        log.warning("round %d: %s (while preparing)", round_index, failure)
+        return PreparedRound(plan, dataset, profile, round_index, None, failure,
+                             {"prepare": time.perf_counter() - start})
+    timings = dict(compiled.timings, prepare=time.perf_counter() - start)
+    return PreparedRound(plan, dataset, profile, round_index, compiled, timings=timings)
+
+
+def _run(prepared: PreparedRound, on_progress: Callable[[Progress], None], should_stop: Callable[[], bool], *,
+         progress_interval_s: float, phase_reports: bool) -> TrainResult:
+    """Train the prepared round to its end, its early stop or a stop request."""
+    import tensorflow as tf
+
+    plan, profile = prepared.plan, prepared.profile
+    tracker = _Tracker(plan.flop_count, on_progress, should_stop, profile.patience(prepared.round_index),
+                       progress_interval_s)
+    start = time.monotonic()
+    try:
+        if prepared.compiled is None:
+            state, reason = FAILED, prepared.failure
+        else:
+            state, reason = _epochs(prepared.compiled, plan, tracker, phase_reports)
+    except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
+        if not _is_out_of_memory(exc, tf):
+            raise
+        state, reason = FAILED, _oom_reason(plan, exc)
+        log.warning("round %d: %s", prepared.round_index, reason)
     finally:
         tracker.flush(epoch_end=False)
-        keras.backend.clear_session(free_memory=True)
-        keras.config.set_dtype_policy(previous_policy)  # clear_session resets it
+        prepared.release()
+    timings = dict(prepared.timings, train=tracker.train_s, validation=tracker.validation_s)
+    return _result(plan, tracker, profile, state, reason, duration_s=time.monotonic() - start, timings=timings)
 
 
-def _compiled_model(plan: _RoundPlan, profile: Profile, *, xla: bool, seed: int) -> Any:
-    """The Keras model of `plan.graph`, built under the round's precision and compiled for SGD."""
-    import keras
+def _epochs(compiled: CompiledRound, plan: _RoundPlan, tracker: "_Tracker", phase_reports: bool) -> tuple[str, str]:
+    """The round's epochs: training steps, then a validation pass; returns the state and reason."""
+    tracker.start = tracker.last_report = time.monotonic()
+    for epoch in range(1, plan.epochs + 1):
+        tracker.epoch = epoch
+        _train_epoch(compiled, plan.steps_per_epoch, tracker, phase_reports)
+        if tracker.stopped or tracker.nan_epoch:
+            break  # a partial epoch: nothing recorded, the final flush reports its images
+        if phase_reports:
+            tracker.flush(epoch_end=False)  # the end of the epoch's training steps
+        accuracy = _validate(compiled, plan.validation_steps, tracker)
+        if accuracy is None:
+            break
+        tracker._end_epoch(accuracy)
+        if tracker.early_stopped:
+            break
+    return tracker.outcome()
 
-    from aiperf.keras_builder import build_model
 
-    previous_policy = keras.config.dtype_policy()
+def _train_epoch(compiled: CompiledRound, steps: int, tracker: "_Tracker", phase_reports: bool) -> None:
+    """Up to `steps` training steps; each step's figures are taken after the next one is launched."""
+    import tensorflow as tf
+
+    begin = time.monotonic()
+    pending = None
     try:
-        keras.config.set_dtype_policy(get_precision(plan.precision).keras_policy)
-        with plan.strategy.scope():
-            model = build_model(plan.graph, seed=seed)
-            if profile.bn_momentum is not None:
-                for layer in model.layers:
-                    if isinstance(layer, keras.layers.BatchNormalization):
-                        layer.momentum = profile.bn_momentum
-            schedule = keras.optimizers.schedules.PolynomialDecay(
-                profile.learning_rate, decay_steps=max(1, plan.epochs * plan.steps_per_epoch),
-                end_learning_rate=0.0, power=1.0)
-            model.compile(
-                optimizer=keras.optimizers.SGD(schedule, momentum=profile.momentum),
-                loss="categorical_crossentropy",
-                metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
-                         _image_count_metric()(name="images")],
-                jit_compile=bool(xla))
+        for _ in range(steps):
+            try:
+                launched = compiled.train_step(compiled.train_iterator)
+            except tf.errors.OutOfRangeError:
+                log.warning("the training data ended before the %d steps of epoch %d", steps, tracker.epoch)
+                break
+            if pending is not None:
+                tracker.add_training(*pending)
+            pending = launched
+            if phase_reports and tracker.trained.total == 0:
+                tracker.add_training(*pending)  # the round's first step, reported at once
+                pending = None
+                tracker.flush(epoch_end=False)
+            if tracker.nan_epoch or tracker._check_stop():
+                break
+            tracker._maybe_report()
     finally:
-        keras.config.set_dtype_policy(previous_policy)
-    return model
+        if pending is not None:
+            tracker.add_training(*pending)
+        tracker.train_s += time.monotonic() - begin
 
 
-def _result(plan: _RoundPlan, tracker: _Tracker, profile: Profile, state: str, reason: str, *,
-            duration_s: float) -> TrainResult:
+def _validate(compiled: CompiledRound, steps: int, tracker: "_Tracker") -> float | None:
+    """One validation pass: its top-1 accuracy, or None when a stop request cut it."""
+    begin = time.monotonic()
+    totals = [0, 0]  # correct predictions, images
+
+    def add(figures: tuple[Any, Any]) -> None:
+        correct, images = tracker.add_validation(*figures)
+        totals[0] += correct
+        totals[1] += images
+
+    pending = None
+    try:
+        for _ in range(steps):
+            launched = compiled.eval_step(compiled.validation_iterator)
+            if pending is not None:
+                add(pending)
+            pending = launched
+            if tracker._check_stop():
+                break
+            tracker._maybe_report()
+    finally:
+        if pending is not None:
+            add(pending)
+        tracker.validation_s += time.monotonic() - begin
+    if tracker.stopped:
+        return None
+    return totals[0] / totals[1] if totals[1] else 0.0
+
+
+def _oom_reason(plan: _RoundPlan, exc: BaseException) -> str:
+    return (f"out of memory at batch size {plan.batch_size} per accelerator "
+            f"(global {plan.global_batch}, {plan.precision}): {_first_line(exc)}")
+
+
+def _result(plan: _RoundPlan, tracker: "_Tracker", profile: Profile, state: str, reason: str, *,
+            duration_s: float, timings: Mapping[str, float] | None = None) -> TrainResult:
     accs = tuple(tracker.val_accuracies)
     best = max(accs) if accs else None
     predicted = None
@@ -242,12 +385,13 @@ def _result(plan: _RoundPlan, tracker: _Tracker, profile: Profile, state: str, r
         worker_flops=plan.flop_count.ops(trained, validated),
         best_val_accuracy=best, predicted_accuracy=predicted, early_stopped=tracker.early_stopped,
         reason=reason, duration_s=duration_s, replicas=plan.replicas,
-        global_batch_size=plan.global_batch, hyperparameters=plan.hyperparameters.to_dict())
+        global_batch_size=plan.global_batch, hyperparameters=plan.hyperparameters.to_dict(),
+        timings=dict(timings or {}))
 
 
 # ---------------------------------------------------------------------------
 class _Tracker:
-    """State shared by the Keras callback: image counts, reports, stopping."""
+    """A round's image counts, reports, stop requests and early stopping."""
 
     def __init__(self, flop_count: FlopCount, on_progress: Callable[[Progress], None],
                  should_stop: Callable[[], bool], patience: int, interval_s: float) -> None:
@@ -267,6 +411,8 @@ class _Tracker:
         self.nan_epoch = 0
         self.trained = _ImageCount()
         self.validated = _ImageCount()
+        self.train_s = 0.0       # in training steps
+        self.validation_s = 0.0  # in validation steps
 
     @property
     def epochs_run(self) -> int:
@@ -282,43 +428,17 @@ class _Tracker:
             return DONE, f"early stop after {self.epochs_run} epochs (patience {self.patience})"
         return DONE, ""
 
-    def callback(self) -> Any:
-        import keras
+    def add_training(self, loss: Any, images: Any) -> None:
+        """A training step's figures (tensors); a NaN loss ends the round."""
+        self.trained.add(int(images))
+        if math.isnan(float(loss)) and not self.nan_epoch:
+            self.nan_epoch = max(self.epoch, 1)
 
-        tracker = self
-
-        class ProgressCallback(keras.callbacks.Callback):
-            def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-                tracker.epoch = epoch + 1
-                tracker.trained.restart()
-
-            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-                tracker.trained.update(logs)
-                if tracker._check_stop():
-                    self.model.stop_training = True
-                if logs and math.isnan(float(logs.get("loss", 0.0))):
-                    tracker.nan_epoch = tracker.epoch
-                    self.model.stop_training = True
-                tracker._maybe_report()
-
-            def on_test_begin(self, logs: Any = None) -> None:
-                tracker.validated.restart()
-
-            def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
-                tracker.validated.update(logs)
-                if tracker._check_stop():
-                    self.model.stop_evaluating = True
-                tracker._maybe_report()
-
-            def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-                if tracker.stopped or tracker.nan_epoch:
-                    return  # a partial epoch: nothing recorded, the final flush reports its images
-                acc = float((logs or {}).get("val_accuracy", float("nan")))
-                tracker._end_epoch(acc)
-                if tracker.early_stopped:
-                    self.model.stop_training = True
-
-        return ProgressCallback()
+    def add_validation(self, correct: Any, images: Any) -> tuple[int, int]:
+        """A validation step's figures (tensors), as ints: correct predictions and images."""
+        n = int(images)
+        self.validated.add(n)
+        return int(correct), n
 
     def _check_stop(self) -> bool:
         if not self.stopped and self.should_stop():
@@ -359,48 +479,19 @@ class _Tracker:
 
 
 class _ImageCount:
-    """Images of one split (training or validation) counted from the image-count metric."""
+    """Images of one split (training or validation)."""
 
     def __init__(self) -> None:
         self.total = 0    # over the round
         self.pending = 0  # since the last progress report
-        self._seen = 0    # the metric's value, which restarts every epoch (training) or evaluation
 
-    def restart(self) -> None:
-        self._seen = 0
-
-    def update(self, logs: Any) -> None:
-        seen = int(round(float((logs or {}).get("images", self._seen))))
-        self.pending += seen - self._seen
-        self.total += seen - self._seen
-        self._seen = seen
+    def add(self, n: int) -> None:
+        self.total += n
+        self.pending += n
 
     def take_pending(self) -> int:
         pending, self.pending = self.pending, 0
         return pending
-
-
-@functools.lru_cache(maxsize=1)
-def _image_count_metric() -> type:
-    """A Keras metric counting the images (batch rows) it has seen, summed over replicas."""
-    import keras
-
-    class ImageCount(keras.metrics.Metric):
-        def __init__(self, name: str = "images", **kwargs: Any) -> None:
-            super().__init__(name=name, dtype="float32", **kwargs)
-            # Exact in float32 up to 2^24 = 16.7M images per epoch (ImageNet: 1.28M).
-            self.count = self.add_variable(shape=(), initializer="zeros", name="count")
-
-        def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
-            self.count.assign(self.count + keras.ops.cast(keras.ops.shape(y_true)[0], "float32"))
-
-        def result(self) -> Any:
-            return self.count
-
-        def reset_state(self) -> None:
-            self.count.assign(0.0)
-
-    return ImageCount
 
 
 def _train_steps(dataset: Any, global_batch: int) -> int:

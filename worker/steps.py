@@ -1,0 +1,212 @@
+"""The compiled steps of one round: a model, its train and eval functions, its data iterators.
+
+`compile_round` does everything a round needs before its first training step,
+so that it can run on another thread while the previous round trains
+(`worker.lookahead`) and the accelerator waits only for the hand-over:
+
+- build the Keras model under the round's dtype policy and distribution
+  strategy, and compile it for SGD with momentum (Keras wraps the optimizer in
+  a loss-scale optimizer for ``mixed_float16``); build the optimizer's
+  variables, so the functions create none (a function that creates variables
+  while tracing is traced twice);
+- one training function and one evaluation function per round, each taking
+  the round's distributed iterator: the iterator's element spec has an
+  unknown batch dimension, so the partial last batch of an epoch runs the same
+  graph (no retracing);
+- trace both, then run each once on a dummy batch of one image per replica,
+  which makes TensorFlow instantiate and optimise the graphs (as costly as
+  the tracing); the training step's effect on the variables (weights,
+  batch-norm statistics, optimizer slots and step counter, loss scale) is
+  undone by restoring them from a snapshot. With XLA the dummy batch is
+  skipped: XLA compiles per batch shape and the dummy shape never recurs;
+- one iterator over all the round's training epochs and one over its
+  validation passes (no per-epoch iterator set-up).
+
+One step per call: the caller checks stop requests and the report interval
+between steps. A step returns its loss (for the NaN check) and the number of
+images it processed (summed over replicas), so image counts are exact.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from aiperf.graph import Graph
+from aiperf.precision import get_precision
+from aiperf.profiles import Profile
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CompiledRound:
+    """A built model with its traced functions and iterators; `release` drops them."""
+
+    model: Any
+    strategy: Any
+    train_step: Callable[[Any], tuple[Any, Any]]  # (iterator) -> (loss, images)
+    eval_step: Callable[[Any], tuple[Any, Any]]   # (iterator) -> (correct predictions, images)
+    train_iterator: Any                           # every training epoch of the round, in order
+    validation_iterator: Any                      # one validation pass per epoch, in order
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per preparation phase
+
+    def release(self) -> None:
+        """Drop the model, functions and iterators (the memory goes with the next garbage collection)."""
+        self.model = self.train_step = self.eval_step = None  # type: ignore[assignment]
+        self.train_iterator = self.validation_iterator = None
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """What `compile_round` needs to know about the round."""
+
+    graph: Graph              # with the kernel size inserted
+    precision: str
+    strategy: Any
+    global_batch: int
+    epochs: int
+    steps_per_epoch: int
+    xla: bool = False
+    seed: int = 0
+
+
+def compile_round(settings: StepSettings, dataset: Any, profile: Profile, *, warm: bool = True) -> CompiledRound:
+    """Build, compile, trace and warm up the round's model and steps (see the module docstring)."""
+    timings: dict[str, float] = {}
+    clock = _Clock(timings)
+    model = _compiled_model(settings, profile)
+    clock.lap("build")
+    strategy = settings.strategy
+    train_data = dataset.train(settings.global_batch, seed=settings.seed)
+    validation_data = dataset.validation(settings.global_batch)
+    train_iterator = iter(strategy.experimental_distribute_dataset(train_data.repeat(settings.epochs)))
+    validation_iterator = iter(strategy.experimental_distribute_dataset(validation_data.repeat(settings.epochs)))
+    clock.lap("data")
+    train_step = _train_function(model, strategy, settings.xla)
+    eval_step = _eval_function(model, strategy, settings.xla)
+    dummy = _dummy_iterator(train_data.element_spec, strategy)
+    train_step.get_concrete_function(dummy)
+    clock.lap("trace_train")
+    eval_step.get_concrete_function(dummy)
+    clock.lap("trace_eval")
+    if warm and not settings.xla:
+        _warm_up(model, train_step, eval_step, lambda: _dummy_iterator(train_data.element_spec, strategy))
+        clock.lap("warm")
+    return CompiledRound(model=model, strategy=strategy, train_step=train_step, eval_step=eval_step,
+                         train_iterator=train_iterator, validation_iterator=validation_iterator, timings=timings)
+
+
+def _compiled_model(settings: StepSettings, profile: Profile) -> Any:
+    """The Keras model of the graph, built under the round's precision and compiled for SGD."""
+    import keras
+
+    from aiperf.keras_builder import build_model
+
+    previous_policy = keras.config.dtype_policy()
+    try:
+        keras.config.set_dtype_policy(get_precision(settings.precision).keras_policy)
+        with settings.strategy.scope():
+            model = build_model(settings.graph, seed=settings.seed)
+            if profile.bn_momentum is not None:
+                for layer in model.layers:
+                    if isinstance(layer, keras.layers.BatchNormalization):
+                        layer.momentum = profile.bn_momentum
+            schedule = keras.optimizers.schedules.PolynomialDecay(
+                profile.learning_rate, decay_steps=max(1, settings.epochs * settings.steps_per_epoch),
+                end_learning_rate=0.0, power=1.0)
+            model.compile(optimizer=keras.optimizers.SGD(schedule, momentum=profile.momentum),
+                          loss="categorical_crossentropy", jit_compile=bool(settings.xla))
+            model.optimizer.build(model.trainable_variables)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+    return model
+
+
+def _train_function(model: Any, strategy: Any, xla: bool) -> Any:
+    """One SGD step on the iterator's next batch: Keras's own train step, without its metrics."""
+    import keras
+    import tensorflow as tf
+
+    loss_fn = keras.losses.CategoricalCrossentropy()  # mean over the replica's batch / replicas
+    optimizer = model.optimizer
+    variables = model.trainable_variables
+
+    def step(x: Any, y: Any) -> tuple[Any, Any]:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+            scaled = optimizer.scale_loss(loss)
+        optimizer.apply_gradients(zip(tape.gradient(scaled, variables), variables))
+        return loss, tf.shape(x)[0]
+
+    if xla:  # XLA compiles the step; the iterator stays outside it
+        step = tf.function(step, jit_compile=True, autograph=False)
+
+    def train(iterator: Any) -> tuple[Any, Any]:
+        x, y = iterator.get_next()
+        loss, images = strategy.run(step, args=(x, y))
+        return strategy.reduce("SUM", loss, axis=None), _summed(strategy, images)
+
+    return tf.function(train, autograph=False)
+
+
+def _eval_function(model: Any, strategy: Any, xla: bool) -> Any:
+    """Correct top-1 predictions and images of the iterator's next batch."""
+    import tensorflow as tf
+
+    def step(x: Any, y: Any) -> tuple[Any, Any]:
+        predicted = model(x, training=False)
+        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(y, -1), tf.argmax(predicted, -1)), tf.int32))
+        return correct, tf.shape(x)[0]
+
+    if xla:
+        step = tf.function(step, jit_compile=True, autograph=False)
+
+    def evaluate(iterator: Any) -> tuple[Any, Any]:
+        x, y = iterator.get_next()
+        correct, images = strategy.run(step, args=(x, y))
+        return _summed(strategy, correct), _summed(strategy, images)
+
+    return tf.function(evaluate, autograph=False)
+
+
+def _summed(strategy: Any, per_replica: Any) -> Any:
+    """An integer per replica, summed (integers are not all-reduced: added where they are)."""
+    import tensorflow as tf
+
+    return tf.add_n(list(strategy.experimental_local_results(per_replica)))
+
+
+def _dummy_iterator(element_spec: Any, strategy: Any) -> Any:
+    """An iterator with the same element spec as the round's data: one batch, one image per replica."""
+    import tensorflow as tf
+
+    images = int(strategy.num_replicas_in_sync)
+    zeros = tuple(tf.zeros([images, *spec.shape[1:]], spec.dtype) for spec in element_spec)
+    batch = tf.data.Dataset.from_tensor_slices(zeros).batch(images)  # unknown batch dimension, as the data's
+    return iter(strategy.experimental_distribute_dataset(batch))
+
+
+def _warm_up(model: Any, train_step: Any, eval_step: Any, dummy: Callable[[], Any]) -> None:
+    """Run each function once on a dummy batch; the training step's effect on the variables is undone."""
+    variables = list(model.variables) + list(model.optimizer.variables)
+    saved = [v.value.read_value() for v in variables]  # Keras variable -> tf.Variable -> a copy
+    train_step(dummy())
+    for variable, value in zip(variables, saved):
+        variable.assign(value)
+    eval_step(dummy())
+
+
+class _Clock:
+    """Seconds between laps, recorded under the lap's name."""
+
+    def __init__(self, timings: dict[str, float]) -> None:
+        self.timings = timings
+        self.last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = self.timings.get(name, 0.0) + now - self.last
+        self.last = now
