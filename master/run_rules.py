@@ -75,12 +75,11 @@ def worker_peak(run: RunRecord, accelerators: list[dict]) -> float:
 
 def worker_ceiling(store: Store, worker_id: int, run_id: int) -> Ceiling:
     """A worker's ceiling rate in a run: its accepted peak for the run's
-    precision, from its inventory when it joined (the one the score's peaks come
-    from); the constant when it has none."""
+    precision, from its registered inventory (what it joins the run with; a
+    re-registration clears the cached ceiling); the constant when it has none.
+    One worker's row, not the run's list of workers: this runs on the report path."""
     run = store.get_run(run_id)
-    joined = next((rw.inventory.get("accelerators", []) for rw in store.run_workers(run_id)
-                   if rw.worker.id == worker_id), None)
-    accelerators = joined if joined is not None else store.get_worker(worker_id).accelerators
+    accelerators = store.get_worker(worker_id).accelerators
     return ceiling_of(worker_peak(run, accelerators), len(accelerators))
 
 
