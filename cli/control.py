@@ -3,6 +3,8 @@
     aiperf start --duration 1h [--profile official|smoke] [--seed N] [--precision P] [--deterministic]
     aiperf stop [--run ID] [--abort]
     aiperf status [--run ID] [--json]
+    aiperf runs [--limit N] [--json]
+    aiperf workers [--run ID] [--state alive|lost] [--limit N] [--json]
     aiperf scoreboard [--run ID] [--json]
     aiperf models [--run ID] [--state S] [--json]
     aiperf report [--run ID] [--out FILE]
@@ -17,16 +19,18 @@ choice, in cli.values.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from cli.format import format_duration, format_flops, parse_duration
-from cli.options import Control, control_command, fail
-from cli.records import model_to_dict, run_info_to_dict, run_status_to_dict, scoreboard_to_dict
+from cli.options import Control, control_command, fail, fail_api
+from cli.records import (
+    model_to_dict, run_info_to_dict, run_status_to_dict, scoreboard_to_dict, worker_entry_to_dict,
+)
 from cli.report import fetch_report
-from cli.tables import models_table, scoreboard_table, status_line
-from cli.values import COUNT, LIMIT, RUN_ID, SEED, ModelState, Precision, Profile, int_option
+from cli.tables import models_table, runs_table, scoreboard_table, status_line, workers_table
+from cli.values import COUNT, LIMIT, PAGE, RUN_ID, SEED, ModelState, Precision, Profile, WorkerState, int_option
 
 RunOpt = int_option(0, "--run", span=RUN_ID, help="Run id (0: the current or most recent run).")
 
@@ -79,11 +83,69 @@ def stop_cmd(
     ctl.show(d, lambda: f"run {d['run_id']} {d['state']}")
 
 
+STATUS_WORKERS = 50  # `aiperf status` lists this many workers; `aiperf workers --limit` shows more
+
+
+def _current_status(ctl: Control, client: Any, run: int) -> dict[str, Any] | None:
+    """run_status_to_dict of --run, or of the current (or latest) run; None before the first run."""
+    from aiperf.api.client import ApiError
+
+    if run:
+        return run_status_to_dict(ctl.call(client.run_status, run))
+    try:
+        return run_status_to_dict(client.run_status(0))
+    except ApiError as exc:
+        if exc.code.name == "NOT_FOUND":  # the master has no run yet: status is still worth showing
+            return None
+        fail_api(ctl.master, exc, "admin token")
+
+
+def _status_text(d: dict[str, Any]) -> Any:
+    from rich.console import Group
+
+    head = status_line(d) if d["has_run"] else f"no run yet; {d['workers_alive']} workers alive"
+    if not d["registered_workers"]:
+        return head + "; no worker registered"
+    table = workers_table(d["registered_workers"], d["workers_registered"], d["master_time"])
+    return Group(head, table)
+
+
 @control_command()
 def status_cmd(ctl: Control, run: int = RunOpt) -> None:
-    """Show the state of the current run."""
-    d = run_status_to_dict(ctl.call(ctl.client().run_status, run))
-    ctl.show(d, lambda: status_line(d))
+    """Show the state of the current run (or --run ID) and the registered workers."""
+    client = ctl.client()
+    st = _current_status(ctl, client, run)
+    page = ctl.call(client.list_workers, limit=STATUS_WORKERS)
+    d: dict[str, Any] = st if st is not None else {
+        "run_id": None, "state": None, "master_time": page.master_time,
+        "workers_alive": ctl.call(client.list_workers, state="alive", limit=1).total,
+    }
+    d.update({"has_run": st is not None, "workers_registered": page.total,
+              "registered_workers": [worker_entry_to_dict(w) for w in page.workers]})
+    ctl.show(d, lambda: _status_text(d))
+
+
+@control_command()
+def runs_cmd(ctl: Control, limit: int = int_option(100, "--limit", span=PAGE, help="At most this many runs.")
+             ) -> None:
+    """List the runs, newest first."""
+    resp = ctl.call(ctl.client().list_runs, limit=limit)
+    rows = [run_info_to_dict(r) for r in resp.runs]
+    ctl.show({"total": resp.total, "runs": rows}, lambda: runs_table(rows, resp.total) if rows else "no run yet")
+
+
+@control_command()
+def workers_cmd(
+    ctl: Control,
+    run: int = int_option(0, "--run", span=RUN_ID, help="Only the workers that took part in this run (0: all)."),
+    state: Optional[WorkerState] = typer.Option(None, "--state", help="Only workers in this state."),
+    limit: int = int_option(1000, "--limit", span=PAGE, help="At most this many workers."),
+) -> None:
+    """List the registered workers: hardware, state, last heartbeat, current model."""
+    resp = ctl.call(ctl.client().list_workers, state=state.value if state else None, run_id=run, limit=limit)
+    rows = [worker_entry_to_dict(w) for w in resp.workers]
+    ctl.show({"total": resp.total, "master_time": resp.master_time, "workers": rows},
+             lambda: workers_table(rows, resp.total, resp.master_time) if rows else "no worker registered")
 
 
 @control_command()
@@ -131,6 +193,8 @@ def register(app: typer.Typer) -> None:
     app.command("start")(start_cmd)
     app.command("stop")(stop_cmd)
     app.command("status")(status_cmd)
+    app.command("runs")(runs_cmd)
+    app.command("workers")(workers_cmd)
     app.command("scoreboard")(scoreboard_cmd)
     app.command("models")(models_cmd)
     app.command("report")(report_cmd)

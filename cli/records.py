@@ -75,6 +75,19 @@ def worker_info_to_dict(w: pb.WorkerInfo) -> dict[str, Any]:
     }
 
 
+def worker_entry_to_dict(w: pb.WorkerInfo) -> dict[str, Any]:
+    """A registered worker as ListWorkers reports it: hardware, live state, last heartbeat
+    and the model it trains now (None: none)."""
+    d = worker_info_to_dict(w)
+    d.update({
+        "registered_at": w.registered_at,
+        "last_heartbeat": w.last_heartbeat or None,
+        "current_model_id": w.current_model_id or None,
+        "current_run_id": w.current_run_id or None,
+    })
+    return d
+
+
 def run_status_to_dict(st: pb.RunStatus) -> dict[str, Any]:
     """The run plus its progress counters (what `aiperf status --json` prints)."""
     d = run_info_to_dict(st.run)

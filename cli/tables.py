@@ -12,6 +12,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from aiperf.api import aiperf_pb2 as pb
 
+RUN_COLUMNS = ("id", "state", "profile", "seed", "precision", "duration", "started", "stop reason")
+WORKER_COLUMNS = ("id", "name", "host", "accelerators", "state", "last heartbeat", "model")
 MODEL_COLUMNS = ("id", "parent", "worker", "round", "state", "batch", "kernel", "best acc", "pred acc", "hash")
 
 
@@ -96,6 +98,60 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
         table.add_row(f"Worker {w['worker_id']}", f"{w['host']}: {accs}; {w['cpus']} CPUs, "
                       f"{w['memory_bytes'] / 2**30:.0f} GiB")
     table.add_row("Master software", ", ".join(f"{k} {v}" for k, v in d["software"].items() if k != "platform"))
+    return table
+
+
+def clock_text(t: float | None) -> str:
+    """A master timestamp as UTC, '2026-11-23 18:37:10Z'; unknown -> '-'."""
+    if not t:
+        return "-"
+    import datetime
+
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def age_text(t: float | None, now: float) -> str:
+    """How long before `now` (the master's clock) `t` was: '3 s ago'; unknown -> 'never'."""
+    if not t:
+        return "never"
+    return f"{format_duration(max(0.0, now - t))} ago"
+
+
+def accelerators_text(accelerators: list[dict[str, Any]]) -> str:
+    """'2 x NVIDIA H100 80GB HBM3', 'A, B' when they differ, 'none' without any."""
+    names = [a["model"] or "unknown" for a in accelerators]
+    if not names:
+        return "none"
+    return f"{len(names)} x {names[0]}" if len(set(names)) == 1 else ", ".join(names)
+
+
+def runs_table(runs: list[dict[str, Any]], total: int) -> "Table":
+    """`aiperf runs`: one row per run dict (run_info_to_dict), newest first."""
+    from rich.table import Table
+
+    table = Table(title=f"{total} run{'s' if total != 1 else ''}" + (f" (newest {len(runs)})" if len(runs) < total
+                                                                      else ""))
+    for col in RUN_COLUMNS:
+        table.add_column(col)
+    for r in runs:
+        table.add_row(str(r["run_id"]), r["state"], r["profile"], str(r["seed"]), r["precision"],
+                      format_duration(r["duration_s"]), clock_text(r["started_at"]), r["stop_reason"] or "-")
+    return table
+
+
+def workers_table(workers: list[dict[str, Any]], total: int, now: float, title: str = "") -> "Table":
+    """`aiperf workers` and `aiperf status`: one row per worker_entry_to_dict."""
+    from rich.table import Table
+
+    alive = sum(1 for w in workers if w["state"] == "alive")
+    table = Table(title=title or f"{total} worker{'s' if total != 1 else ''} registered ({alive} alive"
+                                 + (f" of the {len(workers)} shown)" if len(workers) < total else ")"))
+    for col in WORKER_COLUMNS:
+        table.add_column(col)
+    for w in workers:
+        model = f"{w['current_model_id']} (run {w['current_run_id']})" if w["current_model_id"] else "-"
+        table.add_row(str(w["worker_id"]), w["name"], w["host"], accelerators_text(w["accelerators"]), w["state"],
+                      age_text(w["last_heartbeat"], now), model)
     return table
 
 

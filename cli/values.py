@@ -22,7 +22,7 @@ from typing import Any, Optional
 import typer
 
 from aiperf.api import bounds
-from aiperf.api.enums import MODEL_STATE_NAMES, PRECISIONS, PROFILES
+from aiperf.api.enums import MODEL_STATE_NAMES, PRECISIONS, PROFILES, WORKER_STATES
 from aiperf.profiles import DATASET_KINDS
 from cli.format import MAX_DURATION_S
 
@@ -35,6 +35,7 @@ RUN_ID = (0, bounds.MAX_ID)          # 0: the current (or most recent) run
 SEED = (0, bounds.MAX_SEED)
 COUNT = (0, UINT32_MAX)              # uint32 limits of a run; 0: no limit / the default
 LIMIT = (1, UINT32_MAX)              # --limit of a listing
+PAGE = (1, bounds.MAX_PAGE)          # --limit of `aiperf runs` / `aiperf workers`: one page of the master's
 PORT = (0, 65535)                    # 0: any free port
 DEMO_MINUTES = (0.0, MAX_DURATION_S / 60)  # low end excluded
 HEARTBEAT_S = (0.1, 3600.0)          # below 0.1 s the master's tick cannot keep up; above 1 h no worker is lost
@@ -85,5 +86,6 @@ def _choices(name: str, values: Any) -> Any:
 Profile = _choices("Profile", PROFILES.values())
 Precision = _choices("Precision", PRECISIONS.values())
 ModelState = _choices("ModelState", MODEL_STATE_NAMES)
+WorkerState = _choices("WorkerState", WORKER_STATES.values())
 DatasetFormat = _choices("DatasetFormat", DATASET_KINDS)
 LogLevel = _choices("LogLevel", ("debug", "info", "warning", "error"))

@@ -21,6 +21,7 @@ from aiperf.api.enums import (
     PROFILES,
     RUN_STATE_VALUES,
     WORKER_STATE_VALUES,
+    WORKER_STATES,
 )
 from master.domain import (
     DEFAULT_REPORT_INTERVAL_S,
@@ -34,10 +35,12 @@ from master.domain import (
     ModelSubmission,
     ProgressReport,
     ResourceSampleReport,
+    RunPage,
     RunSpec,
     RunStatus,
     RunTimeline,
     Scoreboard,
+    WorkerPage,
 )
 from master.store import (
     FailedPrecondition,
@@ -119,6 +122,16 @@ def resource_samples(req: pb.SendResourceSamplesRequest) -> list[ResourceSampleR
         )
         for s in req.samples
     ]
+
+
+def worker_state(state: int) -> str | None:
+    """A ListWorkers state filter: None for UNSPECIFIED (all)."""
+    if not state:
+        return None
+    name = WORKER_STATES.get(state)
+    if name is None:
+        raise InvalidArgument(f"unknown worker state {state}")
+    return name
 
 
 def model_state(state: int) -> str | None:
@@ -249,6 +262,21 @@ def hyperparameter_history_message(run_id: int, observations: list[Hyperparamete
 def model_page_message(page: ModelPage, include_graph: bool) -> pb.ListModelsResponse:
     return pb.ListModelsResponse(run_id=page.run_id, models=[model_message(m, include_graph) for m in page.models],
                                  total=page.total)
+
+
+def run_page_message(page: RunPage) -> pb.ListRunsResponse:
+    return pb.ListRunsResponse(runs=[run_info(r) for r in page.runs], total=page.total,
+                               master_time=page.master_time)
+
+
+def worker_page_message(page: WorkerPage) -> pb.ListWorkersResponse:
+    workers = []
+    for e in page.workers:
+        msg = worker_message(e.worker)
+        msg.current_model_id = e.current_model_id or 0
+        msg.current_run_id = e.current_run_id or 0
+        workers.append(msg)
+    return pb.ListWorkersResponse(workers=workers, total=page.total, master_time=page.master_time)
 
 
 def run_status_message(st: RunStatus) -> pb.RunStatus:

@@ -143,6 +143,32 @@ class ModelPage:
 
 
 @dataclass(frozen=True)
+class RunPage:
+    """A page of runs, newest first, and how many there are in all."""
+
+    runs: list[RunRecord]
+    total: int
+    master_time: float
+
+
+@dataclass(frozen=True)
+class WorkerEntry:
+    """A registered worker as the master sees it now: state and last heartbeat from its
+    memory (the database's copy is written lazily), and the model it trains."""
+
+    worker: WorkerRecord
+    current_model_id: int | None
+    current_run_id: int | None
+
+
+@dataclass(frozen=True)
+class WorkerPage:
+    workers: list[WorkerEntry]
+    total: int
+    master_time: float
+
+
+@dataclass(frozen=True)
 class RunStatus:
     run: RunRecord
     master_time: float

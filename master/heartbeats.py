@@ -72,6 +72,11 @@ class Heartbeats:
         with self._lock:
             return sum(1 for w in self._last if w not in self._lost)
 
+    def last(self, worker_id: int) -> float | None:
+        """The worker's last heartbeat (or registration) as received; None for an unknown worker."""
+        with self._lock:
+            return self._last.get(worker_id)
+
     def is_alive(self, worker_id: int) -> bool:
         with self._lock:
             return worker_id in self._last and worker_id not in self._lost

@@ -362,6 +362,9 @@ class Master:
     def is_alive(self, worker_id: int) -> bool:
         return self._heartbeats.is_alive(worker_id)
 
+    def last_heartbeat(self, worker_id: int) -> float | None:
+        return self._heartbeats.last(worker_id)
+
     def _known_worker(self, worker_id: int) -> None:
         """NotFound unless the worker registered (cached after the first look-up)."""
         if not self._heartbeats.knows(worker_id):

@@ -33,6 +33,7 @@ from aiperf.api import bounds
 from aiperf.api.calls import CREDENTIAL_METADATA
 from aiperf.api.enums import API_VERSION, MODEL_STATE_VALUES, RUN_STATE_VALUES, WORKER_STATE_VALUES
 from master import conversions as cv
+from master import roster
 from master.master import Master
 from master.store import (
     AlreadyExists,
@@ -317,3 +318,13 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
     def ListModels(self, request: pb.ListModelsRequest) -> pb.ListModelsResponse:
         page = self.m.list_models(request.run_id, cv.model_state(request.state), request.limit, request.offset)
         return cv.model_page_message(page, request.include_graph)
+
+    @rpc
+    def ListRuns(self, request: pb.ListRunsRequest) -> pb.ListRunsResponse:
+        return cv.run_page_message(roster.list_runs(self.m, request.limit, request.offset))
+
+    @rpc
+    def ListWorkers(self, request: pb.ListWorkersRequest) -> pb.ListWorkersResponse:
+        page = roster.list_workers(self.m, cv.worker_state(request.state), request.run_id, request.limit,
+                                   request.offset)
+        return cv.worker_page_message(page)

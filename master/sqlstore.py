@@ -256,6 +256,12 @@ class SqlStore(Store):
             rows = s.scalars(select(RunRow).where(RunRow.state.in_(ACTIVE_RUN_STATES)).order_by(RunRow.id))
             return [_run(r, self._outages) for r in rows]
 
+    def list_runs(self, limit: int, offset: int = 0) -> tuple[list[RunRecord], int]:
+        with self._read() as s:
+            total = s.scalar(select(func.count()).select_from(RunRow)) or 0
+            rows = s.scalars(select(RunRow).order_by(RunRow.id.desc()).limit(limit).offset(offset))
+            return [_run(r, self._outages) for r in rows], int(total)
+
     def start_run(self, run_id: int, now: float) -> RunRecord:
         with self._write() as s:
             row = self._get_run(s, run_id, lock=True)
@@ -377,6 +383,12 @@ class SqlStore(Store):
             if state:
                 stmt = stmt.where(WorkerRow.state == state)
             return [_worker(w) for w in s.scalars(stmt)]
+
+    def open_models_by_worker(self) -> dict[int, tuple[int, int]]:
+        with self._read() as s:
+            rows = s.execute(select(ModelRow.worker_id, ModelRow.id, ModelRow.run_id)
+                             .where(ModelRow.state.in_(OPEN_MODEL_STATES)).order_by(ModelRow.id)).all()
+        return {int(w): (int(m), int(r)) for w, m, r in rows}  # ascending ids: the newest wins
 
     def record_heartbeats(self, beats: dict[int, float]) -> None:
         if not beats:

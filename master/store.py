@@ -242,6 +242,10 @@ class Store(abc.ABC):
     def active_runs(self) -> list[RunRecord]: ...
 
     @abc.abstractmethod
+    def list_runs(self, limit: int, offset: int = 0) -> tuple[list[RunRecord], int]:
+        """A page of every run, newest first, and how many runs there are."""
+
+    @abc.abstractmethod
     def start_run(self, run_id: int, now: float) -> RunRecord:
         """pending -> running: t0 = now, deadline = now + duration."""
 
@@ -293,6 +297,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def list_workers(self, state: str | None = None) -> list[WorkerRecord]: ...
+
+    @abc.abstractmethod
+    def open_models_by_worker(self) -> dict[int, tuple[int, int]]:
+        """worker id -> (model id, run id) of the newest queued or training model of each worker that has one."""
 
     @abc.abstractmethod
     def record_heartbeats(self, beats: dict[int, float]) -> None:

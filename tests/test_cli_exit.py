@@ -30,10 +30,11 @@ from cli.main import main
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: connection refused at once
 CONTROL = ["--master", UNREACHABLE, "--admin-token", "t"]
-CONTROL_COMMANDS = ["status", "stop", "models", "scoreboard", "report"]
+CONTROL_COMMANDS = ["status", "stop", "models", "scoreboard", "report", "workers"]  # each takes --run
 # The API's field types (protos/aiperf.proto) and the README's ranges.
 INT64_MAX, UINT32_MAX, UINT64_MAX = 2**63 - 1, 2**32 - 1, 2**64 - 1
 MAX_ID, MAX_SEED = bounds.MAX_ID, bounds.MAX_SEED  # the API's bounds, which the CLI's ranges follow
+MAX_PAGE = bounds.MAX_PAGE
 SECRET = "s3cret-Passw0rd"
 
 
@@ -154,7 +155,7 @@ def test_master_address_is_checked(master: str) -> None:
 # --------------------------------------------------------------------------- exit codes 3 and 4
 
 
-@pytest.mark.parametrize("args", [["start", "--duration", "1h"], *[[c] for c in CONTROL_COMMANDS]])
+@pytest.mark.parametrize("args", [["start", "--duration", "1h"], ["runs"], *[[c] for c in CONTROL_COMMANDS]])
 def test_an_unreachable_master_is_exit_3(args: list[str], tmp_path: Path) -> None:
     proc = aiperf(*args, "--master", f"127.0.0.1:{free_port()}", "--admin-token", "t", cwd=tmp_path)
     assert proc.returncode == 3
@@ -488,6 +489,7 @@ def _options(graph: str, a_file: str) -> list[tuple[list[str], str, type, float,
         *[(start, o, int, 0, UINT32_MAX, False, {3})
           for o in ("--max-models", "--max-rounds", "--max-epochs", "--warmup-rounds", "--min-workers")],
         (["models", *CONTROL], "--limit", int, 1, UINT32_MAX, False, {3}),
+        *[([c, *CONTROL], "--limit", int, 1, MAX_PAGE, False, {3}) for c in ("runs", "workers")],
         (["graph", "morph", graph, "--seed", "1"], "--max-params", int, 1, INT64_MAX, False, {0, 2}),
         (["graph", "morph", graph, "--seed", "1"], "--max-layers", int, 1, 10**6, False, {0, 2}),
         (["graph", "morph", graph], "--seed", int, 0, MAX_SEED, False, {0}),

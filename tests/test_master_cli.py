@@ -134,6 +134,7 @@ def test_unreachable_master_and_wrong_token(cli, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("argv", [["start", "--duration", "1h"], ["stop"], ["status"], ["scoreboard"], ["models"],
+                                  ["runs"], ["workers"],
                                   ["report"]])
 def test_every_control_command_takes_the_shared_options(capsys, monkeypatch, tmp_path, argv):
     monkeypatch.chdir(tmp_path)

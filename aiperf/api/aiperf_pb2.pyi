@@ -185,7 +185,7 @@ class SoftwareVersion(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "state", "registered_at", "last_heartbeat")
+    __slots__ = ("worker_id", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "state", "registered_at", "last_heartbeat", "current_model_id", "current_run_id")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
@@ -196,6 +196,8 @@ class WorkerInfo(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_AT_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     name: str
     host: str
@@ -206,7 +208,9 @@ class WorkerInfo(_message.Message):
     state: WorkerState
     registered_at: float
     last_heartbeat: float
-    def __init__(self, worker_id: _Optional[int] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., state: _Optional[_Union[WorkerState, str]] = ..., registered_at: _Optional[float] = ..., last_heartbeat: _Optional[float] = ...) -> None: ...
+    current_model_id: int
+    current_run_id: int
+    def __init__(self, worker_id: _Optional[int] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., state: _Optional[_Union[WorkerState, str]] = ..., registered_at: _Optional[float] = ..., last_heartbeat: _Optional[float] = ..., current_model_id: _Optional[int] = ..., current_run_id: _Optional[int] = ...) -> None: ...
 
 class Model(_message.Message):
     __slots__ = ("model_id", "run_id", "parent_id", "worker_id", "round", "graph_json", "graph_hash", "hyperparameters", "state", "best_accuracy", "predicted_accuracy", "has_accuracy", "created_at", "finished_at", "reason", "flops_per_train_image", "flops_per_eval_image", "images_trained", "images_validated", "epochs")
@@ -751,3 +755,43 @@ class Timeline(_message.Message):
     points: _containers.RepeatedCompositeFieldContainer[CurvePoint]
     resources: _containers.RepeatedCompositeFieldContainer[ResourcePoint]
     def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., points: _Optional[_Iterable[_Union[CurvePoint, _Mapping]]] = ..., resources: _Optional[_Iterable[_Union[ResourcePoint, _Mapping]]] = ...) -> None: ...
+
+class ListRunsRequest(_message.Message):
+    __slots__ = ("limit", "offset")
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    offset: int
+    def __init__(self, limit: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ListRunsResponse(_message.Message):
+    __slots__ = ("runs", "total", "master_time")
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MASTER_TIME_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[RunInfo]
+    total: int
+    master_time: float
+    def __init__(self, runs: _Optional[_Iterable[_Union[RunInfo, _Mapping]]] = ..., total: _Optional[int] = ..., master_time: _Optional[float] = ...) -> None: ...
+
+class ListWorkersRequest(_message.Message):
+    __slots__ = ("state", "run_id", "limit", "offset")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    state: WorkerState
+    run_id: int
+    limit: int
+    offset: int
+    def __init__(self, state: _Optional[_Union[WorkerState, str]] = ..., run_id: _Optional[int] = ..., limit: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ListWorkersResponse(_message.Message):
+    __slots__ = ("workers", "total", "master_time")
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MASTER_TIME_FIELD_NUMBER: _ClassVar[int]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
+    total: int
+    master_time: float
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., total: _Optional[int] = ..., master_time: _Optional[float] = ...) -> None: ...

@@ -404,6 +404,16 @@ class ControlServiceStub:
                 request_serializer=aiperf__pb2.GetTimelineRequest.SerializeToString,
                 response_deserializer=aiperf__pb2.Timeline.FromString,
                 _registered_method=True)
+        self.ListRuns = channel.unary_unary(
+                '/aiperf.v1.ControlService/ListRuns',
+                request_serializer=aiperf__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=aiperf__pb2.ListRunsResponse.FromString,
+                _registered_method=True)
+        self.ListWorkers = channel.unary_unary(
+                '/aiperf.v1.ControlService/ListWorkers',
+                request_serializer=aiperf__pb2.ListWorkersRequest.SerializeToString,
+                response_deserializer=aiperf__pb2.ListWorkersResponse.FromString,
+                _registered_method=True)
 
 
 class ControlServiceServicer:
@@ -446,6 +456,20 @@ class ControlServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRuns(self, request, context):
+        """Every run, newest first (`aiperf runs`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWorkers(self, request, context):
+        """Registered workers, live state and current model (`aiperf workers`, `aiperf status`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -478,6 +502,16 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.GetTimeline,
                     request_deserializer=aiperf__pb2.GetTimelineRequest.FromString,
                     response_serializer=aiperf__pb2.Timeline.SerializeToString,
+            ),
+            'ListRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuns,
+                    request_deserializer=aiperf__pb2.ListRunsRequest.FromString,
+                    response_serializer=aiperf__pb2.ListRunsResponse.SerializeToString,
+            ),
+            'ListWorkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkers,
+                    request_deserializer=aiperf__pb2.ListWorkersRequest.FromString,
+                    response_serializer=aiperf__pb2.ListWorkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -642,6 +676,60 @@ class ControlService:
             '/aiperf.v1.ControlService/GetTimeline',
             aiperf__pb2.GetTimelineRequest.SerializeToString,
             aiperf__pb2.Timeline.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aiperf.v1.ControlService/ListRuns',
+            aiperf__pb2.ListRunsRequest.SerializeToString,
+            aiperf__pb2.ListRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aiperf.v1.ControlService/ListWorkers',
+            aiperf__pb2.ListWorkersRequest.SerializeToString,
+            aiperf__pb2.ListWorkersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -77,7 +77,7 @@ MAX_RUN_DURATION_S = 30 * 86400.0
 MAX_INTERVAL_S = 3600.0         # report and resource intervals
 MAX_MODELS = 10**7
 MAX_WORKERS = 100_000           # min_workers of a run
-MAX_PAGE = 100_000              # ListModels / GetHistory limit
+MAX_PAGE = 100_000              # ListModels / GetHistory / ListRuns / ListWorkers limit
 MAX_OFFSET = 2**31 - 1
 MAX_TIMELINE_POINTS = 1_000_000
 MAX_TIMELINE_BUCKETS = 100_000
@@ -118,8 +118,8 @@ LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_INTERVAL_S", "report and resource intervals of a run"),
     ("MAX_MODELS", "a run's max_models"),
     ("MAX_WORKERS", "a run's min_workers"),
-    ("MAX_PAGE", "limit of ListModels and GetHistory"),
-    ("MAX_OFFSET", "offset of ListModels"),
+    ("MAX_PAGE", "limit of ListModels, GetHistory, ListRuns and ListWorkers"),
+    ("MAX_OFFSET", "offset of ListModels, ListRuns and ListWorkers"),
     ("MAX_TIMELINE_POINTS", "max_points of GetTimeline"),
     ("MAX_TIMELINE_BUCKETS", "buckets of GetTimeline"),
 )
@@ -430,6 +430,11 @@ RULES: dict[Any, dict[str, Rule]] = {
     pb.GetTimelineRequest: {
         "run_id": _ID_OR_0, "max_points": Integer(0, MAX_TIMELINE_POINTS),
         "buckets": Integer(0, MAX_TIMELINE_BUCKETS),
+    },
+    pb.ListRunsRequest: {"limit": Integer(0, MAX_PAGE), "offset": Integer(0, MAX_OFFSET)},
+    pb.ListWorkersRequest: {
+        "state": Enum(pb.WorkerState), "run_id": _ID_OR_0, "limit": Integer(0, MAX_PAGE),
+        "offset": Integer(0, MAX_OFFSET),
     },
 }
 

@@ -75,7 +75,9 @@ from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api.bounds import MAX_REASON_CHARS, clip_text
 from aiperf.api.calls import CREDENTIAL_METADATA, DEFAULT_TIMEOUT_S, ApiError, api_error, with_retries
-from aiperf.api.enums import API_VERSION, FINISHED_MODEL_STATES, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES
+from aiperf.api.enums import (
+    API_VERSION, FINISHED_MODEL_STATES, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES, WORKER_STATE_VALUES,
+)
 from aiperf.api.stream import WorkerStream
 from aiperf.hyperparameters import Hyperparameters
 
@@ -456,3 +458,18 @@ class ControlClient(_Client):
         """FLOPS(t), best accuracy and resource means over the run (see aiperf.timeline)."""
         req = pb.GetTimelineRequest(run_id=run_id, max_points=max_points, buckets=buckets)
         return self._call("GetTimeline", self._stub.GetTimeline, req, retry=True)
+
+    def list_runs(self, limit: int = 0, offset: int = 0) -> pb.ListRunsResponse:
+        """Every run, newest first (limit 0: the master's default page of 100)."""
+        req = pb.ListRunsRequest(limit=limit, offset=offset)
+        return self._call("ListRuns", self._stub.ListRuns, req, retry=True)
+
+    def list_workers(self, state: str | None = None, run_id: int = 0, limit: int = 0,
+                     offset: int = 0) -> pb.ListWorkersResponse:
+        """Registered workers (run_id: only those that took part in that run), live state and
+        current model; `state` "alive" or "lost" filters."""
+        if state is not None and state not in WORKER_STATE_VALUES:
+            raise ValueError(f"unknown worker state {state!r}")
+        req = pb.ListWorkersRequest(state=WORKER_STATE_VALUES[state] if state else pb.WORKER_STATE_UNSPECIFIED,
+                                    run_id=run_id, limit=limit, offset=offset)
+        return self._call("ListWorkers", self._stub.ListWorkers, req, retry=True)
