@@ -186,7 +186,7 @@ def report_cmd(
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror}")
     print(f"wrote {out} (run {board['run_id']}, {board['state']}, score {format_flops(board['score'])}"
-          f"{', provisional' if board['provisional'] else ''})")
+          f"{', final' if board.get('final') else ', provisional' if board['provisional'] else ''})")
 
 
 def register(app: typer.Typer) -> None:

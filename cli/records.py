@@ -111,6 +111,8 @@ def scoreboard_to_dict(sb: pb.Scoreboard) -> dict[str, Any]:
         "flops": sb.flops,
         "score": sb.score,
         "provisional": sb.provisional,
+        # over (finished or aborted): nothing changes the score any more, reached minimum time or not
+        "final": sb.run.state in (pb.RUN_FINISHED, pb.RUN_ABORTED),
         "score_time_s": sb.score_time_s,
         "regulated_score": sb.regulated_score,
         "valid_flops": sb.valid_flops,

@@ -19,7 +19,9 @@ from aiperf.profiles import OFFICIAL
 from aiperf.scoring import model_rank_key
 from cli.format import format_flops
 from cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
-from cli.tables import accuracy_text, downtime_text, efficiency_text, elapsed_text, run_title, score_label
+from cli.tables import (
+    accuracy_text, downtime_text, efficiency_text, elapsed_text, run_title, score_label, stop_text,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from aiperf.api.client import ControlClient
@@ -58,7 +60,7 @@ def flops_chart(board: dict[str, Any], points: Sequence[dict[str, Any]]) -> str:
     ax.plot(t, [p["flops"] for p in points], color="tab:blue", label="FLOPS(t)")
     ax.axvline(board["min_running_time_s"] / 60, color="gray", linestyle="--", label="minimum running time")
     if board["score"] > 0:
-        label = "score (provisional)" if board["provisional"] else "score"
+        label = "score (final)" if board.get("final") else "score (provisional)" if board["provisional"] else "score"
         ax.plot([board["score_time_s"] / 60], [board["score"]], "o", color="tab:red", label=label)
     ax.set_ylabel("FLOPS")
     ax.legend(loc="best")
@@ -113,8 +115,10 @@ def _validity(board: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _summary(b: dict[str, Any]) -> list[tuple[str, str]]:
+    stopped = stop_text(b)
     return [
         (score_label(b), format_flops(b["score"])),
+        *([("Stopped", stopped)] if stopped is not None else []),
         ("Regulated score", format_flops(b["regulated_score"])),
         ("Valid FLOPS", format_flops(b["valid_flops"])),
         ("Error", f"{b['error']:.4f}"),

@@ -23,8 +23,20 @@ def run_title(d: dict[str, Any]) -> str:
 
 
 def score_label(d: dict[str, Any]) -> str:
-    """'Score', or 'Score (provisional)' while the run may still change it."""
+    """'Score (final)' once the run is over, 'Score (provisional)' while it runs short of its
+    minimum running time (the score may still change), else 'Score'."""
+    if d.get("final"):
+        return "Score (final)"
     return "Score (provisional)" if d["provisional"] else "Score"
+
+
+def stop_text(d: dict[str, Any]) -> str | None:
+    """'deadline reached, after 1:00:00' of a stopped run dict; None while it has not stopped."""
+    if d["stopped_at"] is None and d["state"] in ("pending", "running"):
+        return None
+    after = f", after {format_duration(d['stopped_at'] - d['started_at'])}" if d["stopped_at"] and d["started_at"] \
+        else ""
+    return f"{d['state']}: {d['stop_reason'] or 'no reason given'}{after}"
 
 
 def efficiency_text(d: dict[str, Any]) -> str:
@@ -91,6 +103,9 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
         ("Images", f"{d['images_trained']:,} trained, {d['images_validated']:,} validated"),
         ("Seed / precision", f"{d['seed']} / {d['precision']}"),
     ]
+    stopped = stop_text(d)
+    if stopped is not None:
+        rows.insert(1, ("Stopped", stopped))
     for key, value in rows:
         table.add_row(key, value)
     for w in d["hardware"]:
@@ -175,6 +190,7 @@ def progress_table(sb: "pb.Scoreboard") -> "Table":
     """The demo's live view of a scoreboard message."""
     from rich.table import Table
 
+    from aiperf.api.aiperf_pb2 import RUN_ABORTED, RUN_FINISHED
     from aiperf.api.enums import RUN_STATES
 
     t = Table(title="AIPerf smoke run (unofficial)", show_header=False)
@@ -183,5 +199,6 @@ def progress_table(sb: "pb.Scoreboard") -> "Table":
     t.add_row("models done", str(sb.models_done))
     t.add_row("FLOPS", f"{sb.flops:.3e}")
     t.add_row("best accuracy", f"{sb.best_accuracy:.3f}")
-    t.add_row("score", f"{sb.score:.3e}{' (provisional)' if sb.provisional else ''}")
+    over = sb.run.state in (RUN_FINISHED, RUN_ABORTED)
+    t.add_row("score", f"{sb.score:.3e}{' (final)' if over else ' (provisional)' if sb.provisional else ''}")
     return t

@@ -123,3 +123,17 @@ def test_list_calls_page_and_refuse_unknown_filters(cluster):
     with pytest.raises(ApiError) as exc:
         c._call("ListWorkers", c._stub.ListWorkers, pb.ListWorkersRequest(state=7))
     assert exc.value.code == grpc.StatusCode.INVALID_ARGUMENT and "state" in exc.value.details
+
+
+def test_scoreboard_of_a_stopped_run_is_final_with_its_stop_reason(cluster, capsys):
+    _, _, c = cluster
+    run_id = c.start_run(3600, profile="official").config.run_id
+    rc, out, _ = run(capsys, "scoreboard")
+    assert rc == 0 and "Score (provisional)" in out and "Stopped" not in out
+    c.stop_run(run_id, abort=True, reason="power cut in rack 4")
+    rc, out, _ = run(capsys, "scoreboard", "--run", str(run_id))
+    assert rc == 0 and "Score (final)" in out and "provisional" not in out
+    assert "aborted: power cut in rack 4" in out
+    rc, out, _ = run(capsys, "scoreboard", "--json")
+    d = json.loads(out)
+    assert d["final"] is True and d["stop_reason"] == "power cut in rack 4"
