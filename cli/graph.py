@@ -14,7 +14,7 @@ from aiperf.flops import KINDS, count_flops
 from aiperf.graph import Graph, GraphError
 from cli.options import fail, require_command
 from cli.values import CLASSES, GRAPH_CHANNELS, INPUT_SIZE, MORPH_STEPS, PARAMS, SEED, WIDTH, LAYERS
-from cli.values import float_option, int_option
+from cli.values import KernelSize, float_option, int_option
 
 graph_app = typer.Typer(help="Build, inspect, count and morph architecture graphs.")
 graph_app.callback(invoke_without_command=True)(require_command)
@@ -101,7 +101,7 @@ def morph_cmd(
     source: str = typer.Argument(..., metavar="FILE|-"),
     seed: int = int_option(..., "--seed", span=SEED, help="Random seed: the same arguments give the same child."),
     steps: int = int_option(1, "--steps", span=MORPH_STEPS, help="Number of random morphism operations."),
-    kernel_size: int = typer.Option(3, help="Kernel size of inserted convolutions (3, 5 or 7)."),
+    kernel: KernelSize = typer.Option("3", "--kernel-size", help="Kernel size of inserted convolutions."),
     max_layers: Optional[int] = int_option(None, "--max-layers", span=LAYERS, help="Refuse children with more "
                                            "layers."),
     max_params: Optional[int] = int_option(None, "--max-params", span=PARAMS, help="Refuse children with more "
@@ -110,8 +110,7 @@ def morph_cmd(
     """Print the child after STEPS random morphism operations."""
     from aiperf.morphism import Limits, MorphismError, random_morph
 
-    if kernel_size not in (3, 5, 7):
-        fail(f"--kernel-size must be 3, 5 or 7, got {kernel_size}")
+    kernel_size = int(kernel.value)
     graph = read_graph(source)
     defaults = Limits()
     limits = Limits(max_layers=max_layers or defaults.max_layers,

@@ -22,7 +22,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}  # inherited by every subcomma
 app = typer.Typer(
     name="aiperf",
     help="AIPerf: AutoML benchmark for AI-HPC clusters.",
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     context_settings=CONTEXT,
 )
@@ -61,6 +61,37 @@ for _commands in (graph, master, control, export, worker, demo):  # the order `a
     _commands.register(app)
 
 
+def _hide_flag_types(command: Any) -> None:
+    """No type column for a flag anywhere under `command`: typer's help would print `<bool>`
+    next to every --flag/--no-flag, which takes no value."""
+    for param in command.params:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    make_help = command.get_help_option  # -h/--help is made per context, not kept in params
+
+    def get_help_option(ctx: Any) -> Any:
+        option = make_help(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = get_help_option
+    for sub in getattr(command, "commands", {}).values():
+        _hide_flag_types(sub)
+
+
+_COMMAND: Any = None
+
+
+def command() -> Any:
+    """The click command of `app`, built once, flags without a type in the help."""
+    global _COMMAND
+    if _COMMAND is None:
+        _COMMAND = typer.main.get_command(app)
+        _hide_flag_types(_COMMAND)
+    return _COMMAND
+
+
 def one_line(message: str) -> str:
     """`message` on one line: every run of white space (newlines included) becomes one space."""
     return " ".join(message.split())
@@ -69,12 +100,15 @@ def one_line(message: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit code (cli.options.ExitCode)."""
     try:
-        rv: Any = app(args=argv, standalone_mode=False, prog_name="aiperf")
+        # prog_name: completion reads _AIPERF_COMPLETE whether started as `aiperf` or `python -m cli`
+        rv: Any = command()(args=argv, standalone_mode=False, prog_name="aiperf")
     except UsageError as exc:
         print(f"aiperf: error: {one_line(str(exc))}", file=sys.stderr)
         return int(exc.code)
     except typer.Exit as exc:
         return exc.exit_code
+    except SystemExit as exc:  # typer's --install-completion / --show-completion end with sys.exit(0)
+        return exc.code if isinstance(exc.code, int) else int(ExitCode.OK)
     except (typer.Abort, KeyboardInterrupt):
         print("aiperf: aborted", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)

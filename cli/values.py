@@ -24,6 +24,7 @@ import typer
 from aiperf.api import bounds
 from aiperf.api.enums import MODEL_STATE_NAMES, PRECISIONS, PROFILES, WORKER_STATES
 from aiperf.profiles import DATASET_KINDS
+from aiperf.profiles import PROFILES as RUN_PROFILES
 from cli.format import MAX_DURATION_S
 
 INT64_MAX = 2**63 - 1
@@ -89,3 +90,5 @@ ModelState = _choices("ModelState", MODEL_STATE_NAMES)
 WorkerState = _choices("WorkerState", WORKER_STATES.values())
 DatasetFormat = _choices("DatasetFormat", DATASET_KINDS)
 LogLevel = _choices("LogLevel", ("debug", "info", "warning", "error"))
+# `graph morph --kernel-size`: the kernels the profiles search (3, 5, 7)
+KernelSize = _choices("KernelSize", sorted({str(k) for p in RUN_PROFILES.values() for k in p.kernel_sizes}, key=int))

@@ -83,7 +83,7 @@ def test_morph_is_reproducible_and_records_lineage():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--seed", "1", "--kernel-size", "4"], "--kernel-size must be 3, 5 or 7"),
+    (["--seed", "1", "--kernel-size", "4"], "'4' is not one of '3', '5', '7'"),
     (["--seed", "1", "--steps", "0"], "Invalid value for '--steps'"),
     (["--seed", "1", "--max-layers", "10"], "layers"),
 ])
