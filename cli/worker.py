@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional, TypeVar
 import typer
 
 from cli.options import ExitCode, fail, fail_api, master_address, read_tls_ca, read_token_file
-from cli.values import CPUS, PROCESSES, DatasetFormat, LogLevel, int_option
+from cli.values import CPUS, PORT, PROCESSES, DatasetFormat, LogLevel, int_option
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -135,6 +135,10 @@ def worker_cmd(
                                    "and id back after a restart."),
     log_level: LogLevel = typer.Option("info", case_sensitive=False, help="Log level (debug also shows "
                                        "TensorFlow's C++ logs)."),
+    health_port: Optional[int] = int_option(None, "--health-port", span=PORT, envvar="AIPERF_WORKER_HEALTH_PORT",
+                                            help="Serve GET /healthz on this port (all interfaces) for a "
+                                                 "liveness probe: 200 while the heartbeat loop turns, else 503 "
+                                                 "(default: not served)."),
 ) -> None:
     """Run a worker: register with the master and train children while a run is running."""
     if not master:
@@ -147,11 +151,11 @@ def worker_cmd(
     _run_agent(master, token, name, dataset, kind, root, log_level.value, tls=tls, xla=xla,
                generator_processes=generator_processes, input_pipeline_cpus=input_pipeline_cpus,
                exit_when_run_ends=exit_when_done, measure_peak=measure_peak,
-               state_dir=state_dir.expanduser())
+               state_dir=state_dir.expanduser(), health_port=health_port)
 
 
 def _run_agent(master: str, token: str, name: Optional[str], dataset: Optional[str], kind: Optional[str],
-               root: Optional[bytes], log_level: str, **config: Any) -> None:
+               root: Optional[bytes], log_level: str, health_port: Optional[int] = None, **config: Any) -> None:
     """Run the agent until the run ends or a signal stops it; the master's refusal: one line,
     with its exit code (3: unreachable, 4: refused)."""
     from aiperf.api.client import ApiError
@@ -163,17 +167,34 @@ def _run_agent(master: str, token: str, name: Optional[str], dataset: Optional[s
                               dataset_path=dataset, root_certificates=root, **config))
 
     def on_signal(signum: int, _frame: Any) -> None:
-        log.info("event=signal signal=%d: stopping within a batch, then the last report", signum)
-        agent.stop()
+        name = signal.Signals(signum).name
+        log.info("event=signal signal=%s: stopping within a batch, then the last report", name)
+        agent.stop(reason=name)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    health = _health_server(agent, health_port)
     try:
         agent.run()
     except ApiError as exc:
         fail_api(master, exc, "worker token")
     except DatasetError as exc:  # e.g. an official run on a worker started without --dataset
         fail(str(exc), ExitCode.BAD_INPUT)
+    finally:
+        if health is not None:
+            health.stop()
+
+
+def _health_server(agent: Any, port: Optional[int]) -> Any:
+    """worker/health.py's /healthz on `port` (None: not served); a taken port: one line, exit 2."""
+    if port is None:
+        return None
+    from worker.health import HealthServer
+
+    try:
+        return HealthServer(agent.health_state, port).start()
+    except OSError as exc:
+        fail(f"cannot serve the health endpoint on port {port}: {exc.strerror or exc}")
 
 
 def register(app: typer.Typer) -> None:

@@ -184,6 +184,22 @@ def test_worker_grace_period_covers_its_stop_and_last_report() -> None:
     assert _worker_grace_s() >= flush_s + 30
 
 
+def test_worker_liveness_probe_reaches_its_health_endpoint() -> None:
+    from worker.health import HEALTH_PATH
+
+    worker = yaml.safe_load((K8S / "base" / "worker.yaml").read_text())
+    (container,) = pod_spec(worker)["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert int(env["AIPERF_WORKER_HEALTH_PORT"]) == ports["health"]  # what `aiperf worker` serves on
+    probe = container["livenessProbe"]
+    assert probe["httpGet"] == {"path": HEALTH_PATH, "port": "health"}
+    # the worker answers 503 after 60 s without a heartbeat-loop turn; the kubelet restarts it only
+    # after failing longer than that, so one slow turn does not restart it
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= 60
+    assert probe["timeoutSeconds"] < probe["periodSeconds"]
+
+
 @needs_kubectl
 @pytest.mark.parametrize("target", GPU_DEPLOYMENTS)
 def test_workers_are_never_restarted_by_a_rollout_and_have_bounded_resources(target: str) -> None:

@@ -193,6 +193,9 @@ class Agent:
         self._stop = threading.Event()
         self._run_lock = threading.Lock()
         self._current_model = 0
+        self._heartbeat_tick: float | None = None  # time.monotonic() of the heartbeat loop's last turn
+        self._stop_reason = ""
+        self._stop_requested_at = 0.0
         self._history: dict[int, pb.Model] = {}
         self._graphs: dict[int, Graph] = {}  # parsed once per model
         self._datasets: dict[tuple, Any] = {}
@@ -200,9 +203,21 @@ class Agent:
         self.rounds_done = 0
 
     # -- public -------------------------------------------------------------
-    def stop(self) -> None:
-        """Ask the agent to stop: the epoch in flight is reported up to its last report."""
+    def stop(self, reason: str = "") -> None:
+        """Ask the agent to stop: the epoch in flight is reported up to its last report;
+        `run()` logs what it did once it has (event=stopped)."""
+        if not self._stop.is_set():
+            self._stop_reason, self._stop_requested_at = reason, time.monotonic()
         self._stop.set()
+
+    def health_state(self) -> dict[str, Any]:
+        """What worker/health.py serves: heartbeat loop age (None before it started), worker,
+        model in training, draining after a stop request."""
+        tick = self._heartbeat_tick
+        return {"worker_id": self.worker_id or None, "model_id": self._current_model or None,
+                "heartbeat_age_s": None if tick is None else round(time.monotonic() - tick, 3),
+                "heartbeat_interval_s": self.heartbeat_interval_s, "stopping": self._stop.is_set(),
+                "rounds_done": self.rounds_done}
 
     def run(self) -> None:
         self._register()
@@ -221,6 +236,9 @@ class Agent:
             hb.join(timeout=self.heartbeat_interval_s + 1)
             self.stream.close()
             self.client.close()
+            if self._stop_reason:  # what a signal's grace period got: the log line an operator reads
+                log.info("event=stopped reason=%s drain_s=%.1f rounds=%d", self._stop_reason,
+                         time.monotonic() - self._stop_requested_at, self.rounds_done)
 
     # -- registration and heartbeat ---------------------------------------
     def _register(self) -> None:
@@ -261,7 +279,9 @@ class Agent:
                  self.config.name, len(inv.accelerators))
 
     def _heartbeat_loop(self) -> None:
+        self._heartbeat_tick = time.monotonic()
         while not self._stop.wait(self.heartbeat_interval_s):
+            self._heartbeat_tick = time.monotonic()  # the loop turns: healthy, master answering or not
             try:
                 hb = self.stream.heartbeat(self.worker_id, self._current_model)
             except ApiError as exc:
