@@ -1,18 +1,90 @@
 """Prometheus metrics of the master, in a registry of its own (so several
-in-process masters, as in tests, do not collide)."""
+in-process masters, as in tests, do not collide).
+
+Counters and the current run's FLOPS are updated as things happen (reports,
+ticks). Each run's score, accuracy, elapsed time and validity are computed when
+Prometheus scrapes (`RunCollector`), from the same scoring as the scoreboard:
+a score is a maximum over the run's whole time line, which no per-report update
+could keep without redoing that work on every report.
+"""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import Callable, Iterator
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
     CollectorRegistry, Counter, Gauge, PlatformCollector, ProcessCollector, start_http_server,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from aiperf.api.enums import MODEL_STATE_NAMES
 
 log = logging.getLogger(__name__)
+
+
+RUN_LABELS = ["run_id", "profile"]
+
+
+@dataclass(frozen=True)
+class RunGauges:
+    """One run's figures at scrape time (master/scrape.py computes them)."""
+
+    run_id: int
+    profile: str
+    elapsed_s: float
+    score: float
+    regulated_score: float
+    valid_flops: float
+    best_accuracy: float | None
+    valid: bool
+    provisional: bool
+
+
+class RunCollector(Collector):
+    """aiperf_run_score, _regulated_score, _valid_flops, _best_accuracy, _elapsed_seconds,
+    _valid, _provisional per run (labels run_id, profile), computed by `source` at each
+    scrape. A failing source (the database is down: aiperf_database_errors counts it)
+    yields the families without samples: the scrape itself must still answer."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], list[RunGauges]] = list
+
+    def describe(self) -> list[Metric]:
+        return []  # registering must not call collect (it would read the database)
+
+    def collect(self) -> Iterator[Metric]:
+        def family(name: str, doc: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, labels=RUN_LABELS)
+
+        fams = {
+            "score": family("aiperf_run_score", "Score of the run: max FLOPS(t) after the minimum running time "
+                                                "(FLOPS(now) while provisional)"),
+            "regulated_score": family("aiperf_run_regulated_score", "Regulated score: -ln(error) x score"),
+            "valid_flops": family("aiperf_run_valid_flops", "Valid FLOPS: score x (accuracy / target)^5"),
+            "best_accuracy": family("aiperf_run_best_accuracy", "Best validation accuracy observed in the run"),
+            "elapsed_s": family("aiperf_run_elapsed_seconds", "Seconds since the run started (its clock; frozen "
+                                                              "at its stop)"),
+            "valid": family("aiperf_run_valid", "1 while the run meets every validity rule, else 0"),
+            "provisional": family("aiperf_run_provisional", "1 until the run has run its minimum time"),
+        }
+        try:
+            runs = self.source()
+        except Exception:  # noqa: BLE001 - a scrape answers even when the database does not
+            log.exception("event=run_metrics_failed")
+            runs = []
+        for r in runs:
+            labels = [str(r.run_id), r.profile]
+            for key in ("score", "regulated_score", "valid_flops", "elapsed_s"):
+                fams[key].add_metric(labels, getattr(r, key))
+            if r.best_accuracy is not None:
+                fams["best_accuracy"].add_metric(labels, r.best_accuracy)
+            fams["valid"].add_metric(labels, 1.0 if r.valid else 0.0)
+            fams["provisional"].add_metric(labels, 1.0 if r.provisional else 0.0)
+        yield from fams.values()
 
 
 class MasterMetrics:
@@ -35,12 +107,12 @@ class MasterMetrics:
         )
         self.current_flops = Gauge("aiperf_current_flops", "FLOPS(now) of the current run", registry=self.registry)
         self.run_state = Gauge("aiperf_run_running", "1 while the current run is running", registry=self.registry)
+        self.database_errors = Counter(
+            "aiperf_database_errors", "Errors the database driver raised (connection lost, timeout, ...)",
+            registry=self.registry,
+        )
         # Per run, labelled so a dashboard can tell runs and profiles apart; only the
         # current run's series exist (a new run clears the previous one's).
-        self.run_elapsed = Gauge(
-            "aiperf_run_elapsed_seconds", "Seconds since the current run started (its clock)",
-            ["run_id", "profile"], registry=self.registry,
-        )
         self.run_flops = Gauge(
             "aiperf_run_flops", "FLOPS(now) of the current run", ["run_id", "profile"], registry=self.registry,
         )
@@ -52,6 +124,8 @@ class MasterMetrics:
         # CPU, memory, open files of the master process (process_*, python_info).
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
+        self.runs = RunCollector()
+        self.registry.register(self.runs)
         self._server: WSGIServer | None = None
         for state in MODEL_STATE_NAMES:
             self.models.labels(state=state).set(0)
@@ -60,12 +134,15 @@ class MasterMetrics:
         """The current run's clock and operations; FLOPS = ops / elapsed (0 before any time passed)."""
         labels = (str(run_id), profile)
         if labels != self._run_labels:
-            for gauge in (self.run_elapsed, self.run_flops, self.run_ops):
+            for gauge in (self.run_flops, self.run_ops):
                 gauge.clear()
             self._run_labels = labels
-        self.run_elapsed.labels(*labels).set(max(0.0, elapsed_s))
         self.run_ops.labels(*labels).set(ops)
         self.run_flops.labels(*labels).set(ops / elapsed_s if elapsed_s > 0 else 0.0)
+
+    def watch_runs(self, source: Callable[[], list[RunGauges]]) -> None:
+        """Compute the per-run gauges with `source` at each scrape."""
+        self.runs.source = source
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> int:
         """Start the HTTP endpoint (port 0: any free port); returns the port."""

@@ -29,6 +29,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.bounds import MAX_REQUEST_BYTES
 from aiperf.api.client import MAX_MESSAGE_BYTES
+from master import scrape
 from master.auth import TokenInterceptor, Tokens, load_tokens
 from master.dburl import mask_url
 from master.metrics import MasterMetrics
@@ -156,6 +157,7 @@ def serve(
     store = SqlStore(db_url or default_db_url(data_dir))
     master = Master(store, heartbeat_interval_s=heartbeat_interval_s, stop_grace_s=stop_grace_s,
                     clock=clock, metrics=MasterMetrics())
+    scrape.watch(master, store.engine)  # run gauges at scrape time, database errors counted
     pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="aiperf-rpc")
     address = f"{host}:{port}"
     try:

@@ -1041,7 +1041,8 @@ def test_monitoring_objects_are_well_formed_and_use_only_exported_metrics() -> N
     rule = find(objs, "PrometheusRule", "aiperf")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert {"AIPerfMasterDown", "AIPerfWorkerLost", "AIPerfNoProgress", "AIPerfFlopsMismatch"} <= set(alerts)
+    assert {"AIPerfMasterDown", "AIPerfWorkerLost", "AIPerfNoProgress", "AIPerfFlopsMismatch", "AIPerfDatabaseErrors",
+            "AIPerfRunInvalid"} <= set(alerts)
     for name, alert in alerts.items():
         assert set(alert) <= {"alert", "expr", "for", "labels", "annotations"}, name
         assert alert["labels"]["severity"] in {"warning", "critical"} and alert["annotations"]["summary"]

@@ -1,0 +1,91 @@
+"""The master's per-run gauges computed at scrape time (master/metrics.py
+RunCollector, master/scrape.py) and its database-error counter, scraped from a
+real master's /metrics over HTTP, on a real SQLite file."""
+
+from __future__ import annotations
+
+import sqlite3
+import urllib.request
+
+import grpc
+import pytest
+
+from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
+from aiperf.flops import count_flops
+
+HP = {"batch_size": 32, "kernel_size": 3}
+
+
+class FakeClock:
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def scrape(port: int) -> dict[str, float]:
+    """{series with labels: value} of the master's /metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def test_run_gauges_are_computed_at_each_scrape(master_server, small_graph, tmp_path):
+    clock = FakeClock()
+    h = master_server(metrics_port=0, clock=clock, tick_s=3600.0)
+    w = WorkerClient(h.address, h.worker_token, retries=0)
+    c = ControlClient(h.address, h.admin_token, retries=0)
+    wid = w.register("n1", "n1", [Accelerator("Tesla V100", 32 << 30, 0.0)]).worker_id
+    run_id = c.start_run(600, profile="smoke").config.run_id
+    labels = f'{{profile="smoke",run_id="{run_id}"}}'
+    first = scrape(h.metrics_port)
+    assert first[f"aiperf_run_elapsed_seconds{labels}"] == 0.0
+    assert first[f"aiperf_run_provisional{labels}"] == 1.0 and first[f"aiperf_run_valid{labels}"] == 0.0
+    assert f"aiperf_run_best_accuracy{labels}" not in first  # no accuracy observed yet
+
+    fc = count_flops(small_graph)
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    clock.t += 30
+    w.report_progress(wid, mid, 1, 1000, 100, 1, fc.ops(1000, 100), val_accuracy=0.62)
+    clock.t += 10  # no tick in between: the scrape itself computes
+    now = scrape(h.metrics_port)
+    board = c.scoreboard(run_id)
+    assert now[f"aiperf_run_elapsed_seconds{labels}"] == pytest.approx(40.0)
+    assert now[f"aiperf_run_best_accuracy{labels}"] == pytest.approx(0.62)
+    assert now[f"aiperf_run_score{labels}"] == pytest.approx(board.score) and board.score > 0
+    assert now[f"aiperf_run_regulated_score{labels}"] == pytest.approx(board.regulated_score)
+    assert now[f"aiperf_run_valid_flops{labels}"] == pytest.approx(board.valid_flops)
+
+    # a stopped run keeps its final figures on the dashboard (the latest run is scraped)
+    c.stop_run(run_id, abort=True, reason="done here")
+    clock.t += 100
+    after = scrape(h.metrics_port)
+    assert after[f"aiperf_run_elapsed_seconds{labels}"] == pytest.approx(40.0)  # frozen at the stop
+    assert after["aiperf_database_errors_total"] == 0.0
+    w.close()
+    c.close()
+
+
+def test_database_errors_are_counted_and_the_scrape_still_answers(master_server, tmp_path):
+    db = tmp_path / "broken.db"
+    h = master_server(f"sqlite:///{db}", metrics_port=0)
+    c = ControlClient(h.address, h.admin_token, retries=0)
+    c.start_run(600, profile="smoke")
+    assert scrape(h.metrics_port)["aiperf_database_errors_total"] == 0.0
+    with sqlite3.connect(db) as other:  # the table vanishes under the master, as in a botched restore
+        other.execute("ALTER TABLE runs RENAME TO runs_gone")
+    with pytest.raises(ApiError) as exc:
+        c.run_status(1)
+    assert exc.value.code == grpc.StatusCode.INTERNAL
+    metrics = scrape(h.metrics_port)  # the run gauges fail to read: the scrape answers without them
+    assert metrics["aiperf_database_errors_total"] >= 1.0
+    # that scrape's own failed read is counted (after the counter was written out)
+    assert scrape(h.metrics_port)["aiperf_database_errors_total"] > metrics["aiperf_database_errors_total"]
+    assert not any(k.startswith("aiperf_run_score{") for k in metrics)
+    assert "process_resident_memory_bytes" in metrics
+    c.close()
