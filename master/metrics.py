@@ -111,6 +111,12 @@ class MasterMetrics:
             "aiperf_database_errors", "Errors the database driver raised (connection lost, timeout, ...)",
             registry=self.registry,
         )
+        # The unary calls answered, as go-grpc-prometheus names them (the Connect stream's
+        # messages are the reports and heartbeats counted above).
+        self.grpc_handled = Counter(
+            "aiperf_grpc_server_handled", "Unary gRPC calls answered, by service, method and status code",
+            ["grpc_service", "grpc_method", "grpc_code"], registry=self.registry,
+        )
         # Per run, labelled so a dashboard can tell runs and profiles apart; only the
         # current run's series exist (a new run clears the previous one's).
         self.run_flops = Gauge(

@@ -149,9 +149,12 @@ def rpc(fn: Callable[[Any, Any], T]) -> Callable[[Any, Any, grpc.aio.ServicerCon
     @functools.wraps(fn)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.pool, body, self, request)
+            reply = await asyncio.get_running_loop().run_in_executor(self.pool, body, self, request)
+            _handled(self, fn.__name__, "OK")
+            return reply
         except Exception as exc:  # noqa: BLE001 - every failure ends the call with a status code
             code, message = refusal(exc, fn.__name__)
+        _handled(self, fn.__name__, code.name)
         await _abort(context, code, message)
 
     return wrapper
@@ -168,12 +171,21 @@ def worker_rpc(fn: Callable[[Any, Any, str], T]) -> Callable[[Any, Any, grpc.aio
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
         credential = worker_credential(context.invocation_metadata())
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.pool, body, self, request, credential)
+            reply = await asyncio.get_running_loop().run_in_executor(self.pool, body, self, request, credential)
+            _handled(self, fn.__name__, "OK")
+            return reply
         except Exception as exc:  # noqa: BLE001 - every failure ends the call with a status code
             code, message = refusal(exc, fn.__name__)
+        _handled(self, fn.__name__, code.name)
         await _abort(context, code, message)
 
     return wrapper
+
+
+def _handled(servicer: Any, method: str, code: str) -> None:
+    """Count a finished unary call (aiperf_grpc_server_handled_total; the Connect stream's
+    messages are counted as the reports and heartbeats they carry)."""
+    servicer.m.metrics.grpc_handled.labels(servicer.SERVICE, method, code).inc()
 
 
 def worker_credential(metadata: Any) -> str:
@@ -191,6 +203,7 @@ async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, messa
 
 
 class WorkerServicer(pb_grpc.WorkerServiceServicer):
+    SERVICE = "aiperf.v1.WorkerService"
 
     def __init__(self, master: Master, pool: Executor) -> None:
         self.m = master
@@ -290,6 +303,7 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
 
 
 class ControlServicer(pb_grpc.ControlServiceServicer):
+    SERVICE = "aiperf.v1.ControlService"
     def __init__(self, master: Master, pool: Executor) -> None:
         self.m = master
         self.pool = pool

@@ -6,6 +6,7 @@ import threading
 
 import grpc
 import pytest
+import tenacity
 
 from aiperf.api.client import ApiError
 from worker.agent import Outbox, call_until_done, resource_samples
@@ -13,7 +14,7 @@ from worker.monitor import AcceleratorSample, ResourceSample
 
 
 def test_outbox_retries_transient_errors_in_order(monkeypatch):
-    monkeypatch.setattr("worker.agent.backoff_delays", lambda: iter([0.0] * 100))
+    monkeypatch.setattr("worker.agent.RETRY_WAIT", tenacity.wait_none())
     sent: list[int] = []
     failures = {"left": 3}
 
@@ -35,7 +36,7 @@ def test_outbox_retries_transient_errors_in_order(monkeypatch):
 
 
 def test_call_until_done_retries_transient_errors_only_while_not_stopping(monkeypatch):
-    monkeypatch.setattr("worker.agent.backoff_delays", lambda: iter([0.0] * 100))
+    monkeypatch.setattr("worker.agent.RETRY_WAIT", tenacity.wait_none())
     stopping = threading.Event()
     errors = [ApiError(grpc.StatusCode.UNAVAILABLE, "down"), ApiError(grpc.StatusCode.DEADLINE_EXCEEDED, "slow")]
     retries: list[str] = []
@@ -218,7 +219,7 @@ def test_the_agent_keeps_its_credential_and_gets_its_name_back(master_server, tm
         assert second.worker_id == first.worker_id and json.loads(path.read_text()) == kept
 
         # a worker whose state directory was lost waits until the master marks the old one lost
-        monkeypatch.setattr("worker.agent.backoff_delays", lambda: iter([0.05] * 10_000))
+        monkeypatch.setattr("worker.agent.RETRY_WAIT", tenacity.wait_fixed(0.05))
         agents.append(third := Agent(dataclasses.replace(cfg, state_dir=tmp_path / "fresh")))
         waiting = threading.Thread(target=third._register)
         with caplog.at_level("WARNING", logger="worker.agent"):

@@ -67,6 +67,11 @@ def test_run_gauges_are_computed_at_each_scrape(master_server, small_graph, tmp_
     after = scrape(h.metrics_port)
     assert after[f"aiperf_run_elapsed_seconds{labels}"] == pytest.approx(40.0)  # frozen at the stop
     assert after["aiperf_database_errors_total"] == 0.0
+    # the unary calls answered, by method and status code
+    handled = 'aiperf_grpc_server_handled_total{grpc_code="%s",grpc_method="%s",grpc_service="aiperf.v1.%s"}'
+    assert after[handled % ("OK", "StartRun", "ControlService")] == 1.0
+    assert after[handled % ("OK", "SubmitModel", "WorkerService")] == 1.0
+    assert after[handled % ("OK", "GetScoreboard", "ControlService")] == 1.0
     w.close()
     c.close()
 
@@ -88,4 +93,7 @@ def test_database_errors_are_counted_and_the_scrape_still_answers(master_server,
     assert scrape(h.metrics_port)["aiperf_database_errors_total"] > metrics["aiperf_database_errors_total"]
     assert not any(k.startswith("aiperf_run_score{") for k in metrics)
     assert "process_resident_memory_bytes" in metrics
+    handled = 'aiperf_grpc_server_handled_total{grpc_code="INTERNAL",grpc_method="GetRunStatus",' \
+              'grpc_service="aiperf.v1.ControlService"}'
+    assert metrics[handled] == 1.0
     c.close()

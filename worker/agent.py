@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
 import grpc
+import tenacity
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import Accelerator, ApiError, ResourceSample, WorkerClient, hyperparameters_dict
@@ -53,32 +54,27 @@ _TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EX
 # Keras mixed-precision policies for the run's precision.
 
 
-def backoff_delays(first: float = 0.5, cap: float = 10.0):
-    """0.5, 1, 2, 4, ... seconds, capped: waits between retries to the master."""
-    delay = first
-    while True:
-        yield delay
-        delay = min(delay * 2, cap)
+# Waits between retries to the master: 0.5, 1, 2, 4, 8, then 10 s (tests set it to none).
+RETRY_WAIT: tenacity.wait.wait_base = tenacity.wait_exponential(multiplier=0.5, max=10)
 
 
 def call_until_done(call: Callable[[], T], stopping: threading.Event,
                     on_retry: Callable[[ApiError, float], None],
                     also: frozenset[grpc.StatusCode] = frozenset()) -> T:
     """``call()``, again after each transient error or one in `also` (``on_retry(error, delay)``,
-    then `backoff_delays`).
+    then a `RETRY_WAIT` that `stopping` cuts short).
 
     A permanent error, or any error once `stopping` is set, propagates.
     """
-    delays = backoff_delays()
-    while True:
-        try:
-            return call()
-        except ApiError as exc:
-            if (exc.code not in _TRANSIENT and exc.code not in also) or stopping.is_set():
-                raise
-            delay = next(delays)
-            on_retry(exc, delay)
-            time.sleep(delay)
+    retryable = _TRANSIENT | also
+
+    def worth_retrying(exc: BaseException) -> bool:
+        return isinstance(exc, ApiError) and exc.code in retryable and not stopping.is_set()
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(worth_retrying), wait=RETRY_WAIT, sleep=stopping.wait, reraise=True,
+        before_sleep=lambda state: on_retry(state.outcome.exception(), state.next_action.sleep))
+    return retrying(call)
 
 
 class Outbox:
@@ -416,10 +412,11 @@ class Agent:
     def _snapshot(self) -> list[HistoryEntry] | None:
         """The run's history, fresh from the master (retried until it answers; None when
         the worker stops first), as the entries selection reads."""
-        delays = backoff_delays()
-        while not self._fetch_history():
-            if self._stop.wait(next(delays)):
-                return None
+        fetched = tenacity.Retrying(
+            retry=tenacity.retry_if_result(lambda done: not done), wait=RETRY_WAIT, sleep=self._stop.wait,
+            stop=lambda _state: self._stop.is_set(), retry_error_callback=lambda _state: False)
+        if not fetched(self._fetch_history):
+            return None
         return self._history_entries()
 
     def _fetch_history(self) -> bool:

@@ -6,10 +6,10 @@ Used by the typed clients (client.py) and the Connect stream (stream.py).
 from __future__ import annotations
 
 import logging
-import time
 from typing import Callable, TypeVar
 
 import grpc
+import tenacity
 
 T = TypeVar("T")
 
@@ -39,16 +39,19 @@ def api_error(exc: grpc.RpcError, method: str) -> ApiError:
 def with_retries(method: str, attempts: int, once: Callable[[], T], log: logging.Logger) -> T:
     """once(), again after transient failures (backoff 0.2 s doubling to 5 s), at most `attempts` times.
 
-    Retries are logged on the caller's `log` (the CLI silences the client's own logger)."""
-    delay = 0.2
-    for attempt in range(attempts):
-        try:
-            return once()
-        except ApiError as exc:
-            if exc.code in TRANSIENT_CODES and attempt + 1 < attempts:
-                log.warning("event=retry method=%s code=%s attempt=%d", method, exc.code.name, attempt + 1)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            raise
-    raise AssertionError("unreachable")
+    Retries are logged on the caller's `log` (the CLI silences the client's own logger).
+    tenacity rather than the channel's service-config retry policy: gRPC cannot retry
+    DEADLINE_EXCEEDED (the deadline bounds every attempt together), caps attempts at 5
+    and retries silently, where each retry here is logged."""
+
+    def transient(exc: BaseException) -> bool:
+        return isinstance(exc, ApiError) and exc.code in TRANSIENT_CODES
+
+    def logged(state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception()  # an ApiError: `transient` let it through
+        log.warning("event=retry method=%s code=%s attempt=%d", method, exc.code.name, state.attempt_number)
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(max(1, attempts)), wait=tenacity.wait_exponential(multiplier=0.2, max=5.0),
+        retry=tenacity.retry_if_exception(transient), before_sleep=logged, reraise=True)
+    return retrying(once)
