@@ -28,13 +28,27 @@ def _get(port: int, path: str = "/healthz") -> tuple[int, dict]:
         return exc.code, json.loads(body) if exc.headers.get("Content-Type") == "application/json" else {}
 
 
-@given(age=st.one_of(st.none(), st.floats(0, 1e6)), interval=st.floats(0.1, 3600), stale=st.floats(1, 3600))
-def test_healthy_while_the_loop_turned_within_the_larger_of_the_limit_and_three_beats(age, interval, stale):
-    state = {"heartbeat_age_s": age, "heartbeat_interval_s": interval}
-    assert is_healthy(state, stale) == (age is None or age <= max(stale, 3 * interval))
+@given(age=st.one_of(st.none(), st.floats(0, 1e6)), interval=st.floats(0.1, 3600), stale=st.floats(1, 3600),
+       stopping=st.booleans())
+def test_healthy_while_the_loop_turned_within_the_larger_of_the_limit_and_three_beats(age, interval, stale,
+                                                                                     stopping):
+    state = {"heartbeat_age_s": age, "heartbeat_interval_s": interval, "stopping": stopping}
+    assert is_healthy(state, stale) == (stopping or age is None or age <= max(stale, 3 * interval))
 
 
-def test_health_follows_the_heartbeat_loop_of_a_registered_agent(master_server, caplog):
+def test_a_wedged_heartbeat_loop_answers_503():
+    state = {"worker_id": 3, "heartbeat_age_s": 75.0, "heartbeat_interval_s": 5.0, "stopping": False}
+    health = HealthServer(lambda: state, port=0, host="127.0.0.1", stale_after_s=60.0).start()
+    try:
+        code, body = _get(health.port)
+        assert code == 503 and body["status"] == "stale" and body["worker_id"] == 3
+        state["heartbeat_age_s"] = 4.0
+        assert _get(health.port)[0] == 200
+    finally:
+        health.stop()
+
+
+def test_health_follows_the_heartbeat_loop_of_a_registered_agent(master_server):
     from worker.agent import Agent, AgentConfig
 
     h = master_server(heartbeat_interval_s=0.1)
@@ -51,12 +65,11 @@ def test_health_follows_the_heartbeat_loop_of_a_registered_agent(master_server, 
         assert code == 200 and body["worker_id"] == agent.worker_id and body["heartbeat_age_s"] < 0.5
         assert body["stopping"] is False
         assert _get(health.port, "/metrics")[0] == 404
-        with caplog.at_level(logging.INFO, logger="worker.agent"):
-            agent.stop(reason="SIGTERM")
-            beat.join(5)
-            time.sleep(0.7)  # the loop has not turned for longer than 0.5 s
-            code, body = _get(health.port)
-        assert code == 503 and body["status"] == "stale" and body["stopping"] is True
+        agent.stop(reason="SIGTERM")
+        beat.join(5)
+        time.sleep(0.7)  # the loop has ended: draining, still healthy (the grace period bounds it)
+        code, body = _get(health.port)
+        assert code == 200 and body["stopping"] is True
     finally:
         health.stop()
         agent.stream.close()

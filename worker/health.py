@@ -10,7 +10,7 @@ image's tools), and the same endpoint serves SLURM sites, which have no probes.
 Healthy means the agent's heartbeat loop is turning: it ticked within
 `stale_after_s` (whether or not the master answered: a master outage must not
 restart every worker), or the worker has not started it yet (measuring its
-accelerators, registering). The answer is a JSON object (status, worker id,
+accelerators, registering), or it is draining after SIGTERM. The answer is a JSON object (status, worker id,
 seconds since the last tick, the model in training, whether it is draining
 after SIGTERM); 200 when healthy, 503 when not.
 """
@@ -30,7 +30,11 @@ HEALTH_PATH = "/healthz"
 
 def is_healthy(state: dict[str, Any], stale_after_s: float) -> bool:
     """Healthy: the heartbeat loop has not started yet, or ticked within `stale_after_s`
-    (at least 3 heartbeat intervals: the master may set a long one)."""
+    (at least 3 heartbeat intervals: the master may set a long one), or the worker is
+    draining after a stop request (its loop has ended; the grace period bounds the drain,
+    and a probe must not kill it while it sends its last report)."""
+    if state.get("stopping"):
+        return True
     age = state.get("heartbeat_age_s")
     return age is None or age <= max(stale_after_s, 3 * state.get("heartbeat_interval_s", 0.0))
 
