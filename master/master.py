@@ -222,7 +222,7 @@ class Master:
         }
         new = NewRun(spec.profile, int(spec.seed), float(spec.duration_s), spec.precision, config, software_versions())
         now = self.clock()
-        with self._lock:
+        with self._tick_lock, self._lock:  # the tick would start the pending run between these two writes
             run = self.store.create_run(new, now, allow_concurrent=spec.allow_concurrent)
             if spec.min_workers == 0:
                 run = self.store.start_run(run.id, now)
