@@ -22,7 +22,8 @@ def _run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None)
     """`aiperf ARGS` started from bash (typer detects the shell from its parent process)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AIPERF_", "_AIPERF"))}
     line = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "cli", *args))
-    return subprocess.run(["bash", "-c", line], env={**base, "PYTHONPATH": str(ROOT), **(env or {})},
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.run(["bash", "-c", line], env={**base, "PYTHONPATH": path, **(env or {})},
                           capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
