@@ -103,7 +103,8 @@ def _current_status(ctl: Control, client: Any, run: int) -> dict[str, Any] | Non
 def _status_text(d: dict[str, Any]) -> Any:
     from rich.console import Group
 
-    head = status_line(d) if d["has_run"] else f"no run yet; {d['workers_alive']} workers alive"
+    alive = d["workers_alive"]
+    head = status_line(d) if d["has_run"] else f"no run yet; {alive} worker{'' if alive == 1 else 's'} alive"
     if not d["registered_workers"]:
         return head + "; no worker registered"
     table = workers_table(d["registered_workers"], d["workers_registered"], d["master_time"])
