@@ -146,7 +146,7 @@ class AgentConfig:
     xla: bool = False
     root_certificates: bytes | None = None
     tls: bool = False
-    measure_peak: bool = True  # each accelerator's GEMM rate, for the scoreboard's efficiency
+    measure_peak: bool = True  # each accelerator's (no accelerator: the CPU's) GEMM rate, for the efficiency
     state_dir: Path | None = None  # where the worker's credential is kept; None: not kept (tests)
 
 
@@ -187,6 +187,7 @@ class Agent:
         self.worker_id = 0
         self.inventory: Inventory | None = None  # taken at registration
         self.peaks: list[dict[str, float]] | None = None  # GEMM rate per accelerator and compute type
+        self.cpu_peaks: dict[str, float] = {}  # without accelerators: the CPU's GEMM rate per compute type
         self.heartbeat_interval_s = 5.0
         self._run: pb.RunInfo | None = None
         self._lost = threading.Event()  # the master gave up on our current model
@@ -231,6 +232,10 @@ class Agent:
                 from worker.gemm import measure_peaks
 
                 self.peaks = measure_peaks([f"/GPU:{i}" for i in range(len(inv.accelerators))])
+            elif self.config.measure_peak:
+                from worker.gemm import measure_cpu_peak
+
+                self.cpu_peaks = measure_cpu_peak()
         kept = self.credential_file.load() if self.credential_file is not None else ""
         # ALREADY_EXISTS: a live worker holds the name (this one's earlier life, when its state
         # directory was lost); the master frees the name once that worker is marked lost
@@ -240,7 +245,8 @@ class Agent:
                 accelerators=[Accelerator(a.model, a.memory_bytes, peak_flops_by_dtype=peaks)
                               for a, peaks in zip(inv.accelerators, self.peaks)],
                 cpus=inv.cpus, memory_bytes=inv.memory_bytes, software=inv.software,
-                credential=kept),  # "" : the client presents the one it got for the name, if any
+                credential=kept,  # "" : the client presents the one it got for the name, if any
+                cpu_peak_flops_by_dtype=self.cpu_peaks),
             self._stop,
             lambda exc, delay: log.warning("event=register_retry code=%s in=%.1fs detail=%s", exc.code.name, delay,
                                            exc.details),

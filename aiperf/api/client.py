@@ -238,12 +238,14 @@ class WorkerClient(_Client):
         memory_bytes: int = 0,
         software: Mapping[str, str] | None = None,
         credential: str = "",
+        cpu_peak_flops_by_dtype: Mapping[str, float] | None = None,
     ) -> pb.RegisterResponse:
         """Register (idempotent on `name` for the worker that holds its credential:
         a restarted worker gets its id back and its unfinished models are abandoned,
         listed in abandoned_model_ids). `credential`: the one an earlier register of
         this name returned (default: the one this client got for the name, if any).
-        The reply's credential is kept and sent with every later call for the worker."""
+        The reply's credential is kept and sent with every later call for the worker.
+        `cpu_peak_flops_by_dtype`: a worker without accelerators, its CPU's GEMM rates."""
         with self._lock:
             presented = credential or self._by_name.get(name, "")
         req = pb.RegisterRequest(
@@ -259,6 +261,7 @@ class WorkerClient(_Client):
             memory_bytes=int(memory_bytes),
             software=[pb.SoftwareVersion(name=k, version=v) for k, v in sorted((software or {}).items())],
             credential=presented,
+            cpu_peak_flops_by_dtype={k: float(v) for k, v in (cpu_peak_flops_by_dtype or {}).items()},
         )
         reply = self._call("Register", self._stub.Register, req, retry=True)
         with self._lock:
