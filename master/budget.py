@@ -94,9 +94,12 @@ class WorkerBudget:
                 return
         interval = max(0.0, now - start)
         if self.ceiling.from_peak:
-            claimed = ops / max(interval, 1e-9)
+            if interval < 0.05:  # its accepted reports already fill the time up to now
+                raise ImplausibleReport(
+                    f"worker {self.worker_id} claims {ops:.2g} ops with no time left (its reports so far fill "
+                    f"the time up to now), above its accepted peak {rate:.2g} ops/s")
             raise ImplausibleReport(
-                f"worker {self.worker_id} claims {claimed:.2g} ops/s over {interval:.1f} s, "
+                f"worker {self.worker_id} claims {ops / interval:.2g} ops/s over {interval:.1f} s, "
                 f"above its accepted peak {rate:.2g} ops/s")
         raise InvalidArgument(
             f"images_trained/images_validated: {ops:.3g} operations in {interval:.3g} s "

@@ -322,6 +322,8 @@ def scoreboard_message(sb: Scoreboard) -> pb.Scoreboard:
         master_software=software_messages(sb.run.software),
         min_running_time_s=sb.rules.min_running_time_s,
         score_time_s=r.score_time_s,
+        regulated_score_time_s=r.regulated_score_time_s,
+        valid_flops_time_s=r.valid_flops_time_s,
         images_trained=_uint64(sb.images_trained),
         images_validated=_uint64(sb.images_validated),
     )

@@ -443,7 +443,7 @@ class SqlStore(Store):
                 .order_by(RunWorkerRow.worker_id)
             ).all()
             return [RunWorker(_worker(w), rw.joined_at, dict(rw.inventory),
-                              dict(rw.dataset) if rw.dataset else None, int(rw.implausible_reports or 0))
+                              dict(rw.dataset) if rw.dataset is not None else None, int(rw.implausible_reports or 0))
                     for rw, w in rows]
 
     # ------------------------------------------------------------ models
