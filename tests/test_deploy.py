@@ -459,7 +459,7 @@ def test_jobs_run_the_control_commands_once(target: str) -> None:
         assert option_value(container["args"], "--min-workers") == "$(AIPERF_RUN_MIN_WORKERS)"
         assert option_value(container["args"], "--precision") == "$(AIPERF_RUN_PRECISION)"
         config = _job_config()
-        assert config["AIPERF_RUN_DURATION"] == "1h" and config["AIPERF_RUN_PRECISION"] == "fp32"
+        assert config["AIPERF_RUN_DURATION"] == "1h" and config["AIPERF_RUN_PRECISION"] == "mixed_fp16"
     else:
         assert container["args"] == ["scoreboard"]
     # By the CLI's exit codes: a master that is not up yet (3) is retried; bad input (2)

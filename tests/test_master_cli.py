@@ -221,8 +221,11 @@ def test_report_writes_a_self_contained_html_file(cli, capsys, tmp_path, small_g
     assert text.startswith(f"wrote {out} (run 1, running, score ")
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>") and "Invalid run" in page  # a 5-minute smoke run is never valid
-    assert page.count("<svg") == 4  # FLOPS, error, utilisation, memory
+    assert page.count("<svg") == 5  # score over time (Fig. 4), FLOPS, error, utilisation, memory
     assert "FLOPS(t)" in page and "n1" in page and small_graph.hash()[:12] in page
+    assert "Score over time (the paper&#x27;s Fig. 4)" in page or "Score over time (the paper's Fig. 4)" in page
+    assert "regulated score -ln(Error(t))·FLOPS(t)" in page
+    assert "Unofficial because</th><td>the smoke profile is never official" in page
     for external in ("<script", "<link", 'src="http', 'href="http'):  # nothing fetched from the web
         assert external not in page
 
