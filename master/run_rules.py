@@ -94,9 +94,16 @@ def worker_ceiling(store: Store, worker_id: int, run_id: int) -> Ceiling:
     """A worker's ceiling rate in a run: its accepted peak for the run's
     precision, from its registered inventory (what it joins the run with; a
     re-registration clears the cached ceiling); the constant when it has none.
+    A worker without accelerators is bounded by its CPUs' physical bound, not by
+    its measured rate: the rate is unverified (a liar names any rate up to that
+    bound), and a CPU shared with other jobs may measure low at start and train
+    faster later, so bounding by it would only refuse honest reports.
     One worker's row, not the run's list of workers: this runs on the report path."""
     run = store.get_run(run_id)
     worker = store.get_worker(worker_id)
+    if not worker.accelerators:
+        check = _cpu_check(worker.cpu, _run_dtype(run))
+        return ceiling_of(float(check["bound_flops"]) if check is not None else 0.0, 0)
     return ceiling_of(worker_peak(run, worker.accelerators, worker.cpu), len(worker.accelerators))
 
 
