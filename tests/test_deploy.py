@@ -677,7 +677,8 @@ def test_deployed_commands_serve_health_metrics_and_control_runs(tmp_path: Path)
         assert "active" in again.stderr and failure_action(start_job, "start", again.returncode) == "FailJob"
         board = job("jobs/scoreboard")
         assert board.returncode == 0, board.stderr
-        assert "run 1 (official)" in board.stdout and "Valid" in board.stdout
+        # the headline names the precision: the base config's official mixed_fp16, with XLA
+        assert "run 1 (official, mixed_fp16, XLA)" in board.stdout and "Valid" in board.stdout
     finally:
         proc.terminate()
         try:

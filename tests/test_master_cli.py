@@ -51,10 +51,12 @@ def test_start_status_scoreboard_stop(cli, capsys):
     started = json.loads(out)
     assert started["state"] == "running" and started["profile"] == "official" and started["seed"] == 5
     assert started["duration_s"] == 3600
+    assert started["precision"] == "mixed_fp16" and started["xla"] is True  # the official defaults
 
     rc, out, _ = run(capsys, "status", "--json")
     st = json.loads(out)
     assert rc == 0 and st["run_id"] == started["run_id"] and st["state"] == "running"
+    assert st["official"] is True and st["unofficial_reasons"] == []
     rc, out, _ = run(capsys, "status")
     assert rc == 0 and f"run {started['run_id']} running" in out
 
@@ -64,6 +66,7 @@ def test_start_status_scoreboard_stop(cli, capsys):
     assert sb["provisional"] is True and sb["valid"] is False and sb["workers"] == 0
     rc, out, _ = run(capsys, "scoreboard", "--run", str(started["run_id"]))
     assert rc == 0 and "Score (provisional)" in out and "Regulated score" in out and "Valid FLOPS" in out
+    assert "official, mixed_fp16, XLA)" in out  # the precision is in the headline
 
     rc, out, err = run(capsys, "start", "--duration", "1h")  # refused by the master: exit 4
     assert rc == 4 and "still active" in err and len(err.strip().splitlines()) == 1
@@ -238,3 +241,19 @@ def test_report_errors_are_one_line_with_their_exit_code(cli, capsys, argv, code
     assert run(capsys, "start", "--duration", "5m", "--profile", "smoke")[0] == 0
     rc, out, err = run(capsys, *argv)
     assert rc == code and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_overrides_make_an_official_run_unofficial_with_reasons(cli, capsys):
+    rc, out, err = run(capsys, "start", "--duration", "1h", "--precision", "fp32", "--no-xla",
+                       "--warmup-rounds", "2", "--max-epochs", "3", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["xla"] is False
+    rc, out, _ = run(capsys, "scoreboard", "--json")
+    sb = json.loads(out)
+    assert sb["official"] is False and sb["unofficial_reasons"] == [
+        "--warmup-rounds 2 (official: 5)", "--max-epochs 3 (official: no cap)",
+        "precision fp32 (official: mixed_fp16 or mixed_bf16)", "XLA off (official: on)"]
+    rc, out, _ = run(capsys, "status")
+    assert rc == 0 and "unofficial: --warmup-rounds 2 (official: 5)" in " ".join(out.split())
+    rc, out, _ = run(capsys, "scoreboard")
+    assert "(official, unofficial, fp32)" in out and "Official" in out
