@@ -67,10 +67,10 @@ def _listing(dataset: Dataset) -> Iterator[bytes]:
         return
     train, validation = dataset._train[0], dataset._validation[0]
     if train.dtype.kind in "US":  # image paths (imagenet-folder)
-        root = dataset.spec.path or ""
+        prefix = os.path.join(dataset.spec.path or "", "")  # the listing's paths start with it
         for split, paths in (("train", train), ("validation", validation)):
-            for p in paths:
-                yield f"{split} {os.path.relpath(str(p), root)}\n".encode()
+            for p in map(str, paths):
+                yield f"{split} {p[len(prefix):] if p.startswith(prefix) else p}\n".encode()
         return
     for split, arrays in (("train", dataset._train), ("validation", dataset._validation)):
         for a in arrays:
