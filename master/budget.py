@@ -17,7 +17,8 @@ datasheet; a worker without accelerators: its CPU's rate, capped at a physical
 bound: master/run_rules.worker_peak): no training step multiplies faster
 than the same chip's dense GEMM. A report over it is refused with
 FailedPrecondition (`ImplausibleReport`) and counted per run and worker
-in the store (run_workers.implausible_reports). A worker with no
+(`WorkerBudgets.refused`, stored by the master in batches in
+run_workers.implausible_reports). A worker with no
 accepted peak at all is bounded by `MAX_OPS_PER_S_PER_ACCELERATOR` × its
 registered accelerators (at least one), from aiperf/api/bounds.py, which is
 also the upper bound of any peak (InvalidArgument above it).
@@ -117,6 +118,20 @@ class WorkerBudgets:
         self._start = start
         self._lock = threading.Lock()
         self._budgets: dict[tuple[int, int], WorkerBudget] = {}
+        self._refused: dict[tuple[int, int], int] = {}  # (run, worker) -> refusals not stored yet
+
+    def refused(self, worker_id: int, run_id: int, n: int = 1) -> None:
+        """Count a refused report, in memory: the master stores the counts in batches
+        (`take_refused`), so that a flood of refused reports costs no database write each."""
+        with self._lock:
+            key = (run_id, worker_id)
+            self._refused[key] = self._refused.get(key, 0) + n
+
+    def take_refused(self) -> dict[tuple[int, int], int]:
+        """The refusals counted since the last call, {(run, worker): n}, forgotten here."""
+        with self._lock:
+            taken, self._refused = self._refused, {}
+        return taken
 
     def registered(self, worker_id: int) -> None:
         """Forget a (re-)registered worker's budgets: its peaks may have changed (the

@@ -161,8 +161,19 @@ class Master:
         self._advance_runs(now)  # a deadline passed while the master was down: closed before serving
 
     def close(self) -> None:
-        """Stop the progress writer (reports are refused afterwards)."""
+        """Stop the progress writer (reports are refused afterwards); store the refusals counted."""
         self._writer.close()
+        self._store_refusals()
+
+    def _store_refusals(self) -> None:
+        """Store the implausible reports counted in memory since the last time (off the event loop)."""
+        taken = self.budgets.take_refused()
+        try:
+            self.store.add_implausible_reports(taken, self.clock())
+        except Exception:
+            for (run_id, worker_id), n in taken.items():  # kept for the next try: never lost to a failed write
+                self.budgets.refused(worker_id, run_id, n)
+            raise
 
     # ------------------------------------------------------------ runs
     def current_run(self) -> RunRecord | None:
@@ -241,6 +252,7 @@ class Master:
                 self._flush_heartbeats()
             self._detect_lost(now)
             self._advance_runs(now)
+            self._store_refusals()
             self._update_metrics()
 
     def _flush_heartbeats(self) -> None:
@@ -512,7 +524,7 @@ class Master:
         try:
             self.budgets.get(r.worker_id, entry.run_id).claim(master_flops, now, since=entry.created_at)
         except ImplausibleReport:
-            self.store.add_implausible_report(entry.run_id, r.worker_id, now)
+            self.budgets.refused(r.worker_id, entry.run_id)
             self.metrics.implausible_reports.inc()
             raise
         item = ProgressInput(
@@ -616,6 +628,7 @@ class Master:
     def scoreboard(self, run_id: int) -> Scoreboard:
         """The run's score (0: the current or latest run) and everything printed with it."""
         run = self.resolve_run(run_id)
+        self._store_refusals()  # the counts of refused reports, exact
         joined = self.store.run_workers(run.id)
         result = self.score(run, joined)
         ranked = self.store.ranked_done_ids(run.id)

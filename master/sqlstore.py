@@ -423,10 +423,13 @@ class SqlStore(Store):
         with self._write() as s:
             self._joined_row(s, run_id, worker_id, now)[0].dataset = dict(dataset)
 
-    def add_implausible_report(self, run_id: int, worker_id: int, now: float) -> None:
+    def add_implausible_reports(self, counts: dict[tuple[int, int], int], now: float) -> None:
+        if not counts:
+            return
         with self._write() as s:
-            row = self._joined_row(s, run_id, worker_id, now)[0]
-            row.implausible_reports = (row.implausible_reports or 0) + 1
+            for (run_id, worker_id), n in sorted(counts.items()):
+                row = self._joined_row(s, run_id, worker_id, now)[0]
+                row.implausible_reports = (row.implausible_reports or 0) + n
 
     def worker_run_ops(self, run_id: int, worker_id: int) -> int:
         with self._read() as s:

@@ -319,8 +319,8 @@ class Store(abc.ABC):
         """Record the dataset the worker trains on in the run (joining it if it had not)."""
 
     @abc.abstractmethod
-    def add_implausible_report(self, run_id: int, worker_id: int, now: float) -> None:
-        """Count one of the worker's reports refused as implausible (joining it to the run if needed)."""
+    def add_implausible_reports(self, counts: dict[tuple[int, int], int], now: float) -> None:
+        """Add to each (run, worker)'s count of reports refused as implausible (joining it to the run if needed)."""
 
     @abc.abstractmethod
     def worker_run_ops(self, run_id: int, worker_id: int) -> int:
