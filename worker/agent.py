@@ -489,7 +489,7 @@ class Agent:
                                       warmup_rounds=ctx.warmup_rounds, parent=inherited)
 
     def _submit(self, graph: Graph, parent_id: int, round_index: int, hyper: dict[str, int],
-                dataset: dict[str, Any]) -> int | None:
+                dataset: dict[str, Any] | None = None) -> int | None:
         """The model id the master gives the child; None after a transient error (the round is skipped).
 
         Raises `_RunClosed` when the run accepts no more models.
