@@ -11,7 +11,9 @@ ratio, whether the run stays valid, and the calls refused.
 
     PYTHONPATH=$PWD python benchmarks/forgery_bench.py [--json]
 
-Ends with RESULT lines. Accuracy is not audited by these rules (the accuracy
+`two_models_at_peak` reports the peak's worth of work on two models at once:
+with one budget per worker (master/budget.py) it reaches the peak once, not
+twice. Ends with RESULT lines. Accuracy is not audited by these rules (the accuracy
 lie's valid-FLOPS ratio is printed as it is), and a lie that stays within the
 worker's accepted peak is physically possible, so it is bounded, not refused.
 """
