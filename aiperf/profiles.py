@@ -37,6 +37,7 @@ from typing import Any, Mapping
 from aiperf.graph import Graph
 from aiperf.hyperparameters import HyperparameterError, Hyperparameters, check_batch_size, check_kernel_size
 from aiperf.morphism import MorphSpace
+from aiperf.precision import PRECISIONS
 from aiperf.resnet import resnet50
 
 DATASET_KINDS = ("imagenet-tfrecord", "imagenet-folder", "cifar10", "digits")
@@ -106,6 +107,10 @@ class Profile:
     min_running_time_s: float = 3600.0
     max_error: float = MAX_ERROR
     target_accuracy: float = IMAGENET_TOP1_TARGET  # valid FLOPS = FLOPS·(acc/target)^5
+    # A run's defaults (StartRun without them): the original AIPerf trained with mixed
+    # precision (FP16, loss scaling) and XLA; an official run keeps them (aiperf/official.py).
+    precision: str = "mixed_fp16"
+    xla: bool = True
 
     def __post_init__(self) -> None:
         if self.dataset not in DATASET_KINDS:
@@ -138,6 +143,10 @@ class Profile:
                                  f"got {self.batch_per_gib!r}")
         if self.warmup_rounds < 0:
             raise ValueError(f"profile {self.name!r}: warmup_rounds must be >= 0")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"profile {self.name!r}: unknown precision {self.precision!r}")
+        if not isinstance(self.xla, bool):
+            raise ValueError(f"profile {self.name!r}: xla must be true or false, got {self.xla!r}")
         if not 0.0 < self.target_accuracy <= 1.0:  # also refuses NaN
             raise ValueError(f"profile {self.name!r}: target_accuracy must be in (0, 1], got {self.target_accuracy!r}")
 
@@ -250,6 +259,8 @@ SMOKE = Profile(
     min_duration_s=1.0,
     min_running_time_s=120.0,
     target_accuracy=SMOKE_TOP1_TARGET,
+    precision="fp32",  # laptop and CI CPUs: 16-bit types are emulated there, slower than fp32
+    xla=False,
 )
 
 PROFILES: dict[str, Profile] = {"official": OFFICIAL, "smoke": SMOKE}

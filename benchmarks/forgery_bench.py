@@ -11,7 +11,9 @@ ratio, whether the run stays valid, and the calls refused.
 
     PYTHONPATH=$PWD python benchmarks/forgery_bench.py [--json]
 
-Ends with RESULT lines. Accuracy is not audited by these rules (the accuracy
+`two_models_at_peak` reports the peak's worth of work on two models at once:
+with one budget per worker (master/budget.py) it reaches the peak once, not
+twice. Ends with RESULT lines. Accuracy is not audited by these rules (the accuracy
 lie's valid-FLOPS ratio is printed as it is), and a lie that stays within the
 worker's accepted peak is physically possible, so it is bounded, not refused.
 """
@@ -67,6 +69,8 @@ class Lie:
     accuracy: float = 0.80
     kernel: int = 3                      # kernel claimed at submission
     graph: str = "smoke"                 # "smoke" or "512"
+    models: int = 1                      # models reported on at once (one trains; the rest are fiction)
+    utilisation: float = UTILISATION     # the share of the peak claimed per model
     refused: list[str] = field(default_factory=list)
 
 
@@ -99,27 +103,18 @@ def _run(lie: Lie, graphs: dict[str, Graph], tmp: Path) -> dict[str, Any]:
         graph = graphs[lie.graph]
         claimed_ops = count_flops(with_inserted_kernel(graph, lie.kernel))
         try:
-            mid = w.submit_model(wid, graph.to_json(), graph.hash(), 0, 1,
-                                 {"batch_size": 32, "kernel_size": lie.kernel}).model_id
+            mids = [w.submit_model(wid, graph.to_json(), graph.hash(), 0, r,
+                                   {"batch_size": 32, "kernel_size": lie.kernel}, queue=r > 1).model_id
+                    for r in range(1, lie.models + 1)]
         except ApiError as exc:
             lie.refused.append(f"SubmitModel: {exc.details}")
-            mid = 0
+            mids = []
         # what the worker trains, at the rate an honest run reaches on the claimed peak
-        images_per_step = int(UTILISATION * min(lie.peak, PEAK) * STEP_S / honest_ops.train)
+        images_per_step = int(lie.utilisation * min(lie.peak, PEAK) * STEP_S / honest_ops.train)
         for seq in range(1, int(DURATION_S / STEP_S) + 1):
             clock.t = t0 + seq * STEP_S
-            if not mid:
-                continue
-            n = int(lie.images_per_s * STEP_S) if lie.images_per_s else int(images_per_step * lie.image_factor)
-            # a consistent liar sends the count the master will make (else the run is invalid at once)
-            own = int(lie.worker_ops) if lie.worker_ops is not None else claimed_ops.ops(n, 0)
-            if lie.peak > PEAK:  # a liar about its peak reports at the rate of the peak it claimed
-                n = int(UTILISATION * lie.peak * STEP_S / honest_ops.train)
-                own = honest_ops.ops(n, 0)
-            try:
-                w.report_progress(wid, mid, seq, n, 0, 1, min(own, 2**63 - 1), val_accuracy=lie.accuracy)
-            except ApiError as exc:
-                lie.refused.append(f"ReportProgress: {exc.details}")
+            for mid in mids:
+                _report(w, lie, wid, mid, seq, images_per_step, honest_ops, claimed_ops)
         clock.t = t0 + DURATION_S + STEP_S
         sb = c.scoreboard()
         return {"score": sb.score, "valid_flops": sb.valid_flops, "valid": sb.valid,
@@ -128,6 +123,20 @@ def _run(lie: Lie, graphs: dict[str, Graph], tmp: Path) -> dict[str, Any]:
     finally:
         h.stop(grace_s=0)
 
+
+def _report(w: WorkerClient, lie: Lie, wid: int, mid: int, seq: int, images_per_step: int,
+            honest_ops: Any, claimed_ops: Any) -> None:
+    """One report of the liar on one model (a refusal is recorded, and the liar goes on)."""
+    n = int(lie.images_per_s * STEP_S) if lie.images_per_s else int(images_per_step * lie.image_factor)
+    # a consistent liar sends the count the master will make (else the run is invalid at once)
+    own = int(lie.worker_ops) if lie.worker_ops is not None else claimed_ops.ops(n, 0)
+    if lie.peak > PEAK:  # a liar about its peak reports at the rate of the peak it claimed
+        n = int(UTILISATION * lie.peak * STEP_S / honest_ops.train)
+        own = honest_ops.ops(n, 0)
+    try:
+        w.report_progress(wid, mid, seq, n, 0, 1, min(own, 2**63 - 1), val_accuracy=lie.accuracy)
+    except ApiError as exc:
+        lie.refused.append(f"ReportProgress: {exc.details}")
 
 LIES = (
     Lie("images_x1e6", "reports 10^6 x the images it trained", image_factor=1e6),
@@ -138,6 +147,9 @@ LIES = (
     Lie("graph_512x512", "submits a 512x512 graph in the 32x32 smoke run", graph="512"),
     Lie("peak_1e18", "registers a peak of 1e18 for one H100, reports at that rate", peak=1e18),
     Lie("peak_5e15_capped", "registers 5e15 for one H100 (within the request bound)", peak=5e15),
+    # Before the per-worker budget each model had its own interval: two models at the
+    # full peak each scored twice the peak.
+    Lie("two_models_at_peak", "reports the peak's worth of work on two models at once", models=2, utilisation=1.0),
 )
 
 

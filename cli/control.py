@@ -42,8 +42,11 @@ def start_cmd(
                                  "at most 30d)."),
     profile: Profile = typer.Option("official", "--profile", help="Run profile."),
     seed: int = int_option(0, "--seed", span=SEED, help="Run seed."),
-    precision: Precision = typer.Option("fp32", "--precision", help="Training precision (fp8/int8 make the "
-                                        "run invalid)."),
+    precision: Optional[Precision] = typer.Option(
+        None, "--precision", help="Training precision (default: the profile's, official mixed_fp16, smoke fp32; "
+        "official runs: mixed_fp16 or mixed_bf16, others make the run unofficial; fp8/int8 make it invalid)."),
+    xla: Optional[bool] = typer.Option(None, "--xla/--no-xla", help="Workers compile training steps with XLA "
+                                       "(default: the profile's, official on, smoke off; official runs: on)."),
     max_models: int = int_option(0, "--max-models", span=COUNT, help="Stop accepting models after this many "
                                  "(0: no limit)."),
     max_rounds: int = int_option(0, "--max-rounds", span=COUNT, help="Rounds per worker (0: no limit)."),
@@ -61,13 +64,15 @@ def start_cmd(
         seconds = parse_duration(duration)
     except ValueError as exc:
         fail(str(exc))
-    run = ctl.call(ctl.client().start_run, seconds, profile=profile.value, seed=seed, precision=precision.value,
+    run = ctl.call(ctl.client().start_run, seconds, profile=profile.value, seed=seed,
+                   precision=precision.value if precision else "", xla=xla,
                    max_models=max_models, max_rounds_per_worker=max_rounds, max_epochs_per_round=max_epochs,
                    warmup_rounds=warmup_rounds, min_workers=min_workers, allow_concurrent=allow_concurrent,
                    deterministic=deterministic)
     d = run_info_to_dict(run)
     ctl.show(d, lambda: f"run {d['run_id']} {d['state']}: profile {d['profile']}, duration "
-                        f"{format_duration(d['duration_s'])}, seed {d['seed']}, precision {d['precision']}"
+                        f"{format_duration(d['duration_s'])}, seed {d['seed']}, precision {d['precision']}, "
+                        f"XLA {'on' if d['xla'] else 'off'}"
                         f"{', deterministic' if d['deterministic'] else ''}")
 
 

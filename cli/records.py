@@ -29,6 +29,7 @@ def run_info_to_dict(run: pb.RunInfo) -> dict[str, Any]:
         "warmup_rounds": c.warmup_rounds,
         "min_workers": c.min_workers,
         "deterministic": c.deterministic,
+        "xla": c.xla,
         "min_running_time_s": c.min_running_time_s,
         "report_interval_s": c.report_interval_s,
         "resource_interval_s": c.resource_interval_s,
@@ -70,8 +71,14 @@ def worker_info_to_dict(w: pb.WorkerInfo) -> dict[str, Any]:
             for a in w.accelerators
         ],
         "cpus": w.cpus,
+        "cpu_peak_flops": dict(w.cpu_peak_flops_by_dtype) or None,
         "memory_bytes": w.memory_bytes,
         "software": {s.name: s.version for s in w.software},
+        "dataset": {"kind": w.dataset.kind, "train_images": w.dataset.train_images,
+                    "validation_images": w.dataset.validation_images, "num_classes": w.dataset.num_classes,
+                    "image_size": w.dataset.image_size, "fingerprint": w.dataset.fingerprint}
+        if w.has_dataset else None,
+        "implausible_reports": w.implausible_reports,
     }
 
 
@@ -98,6 +105,8 @@ def run_status_to_dict(st: pb.RunStatus) -> dict[str, Any]:
         "workers": st.workers_joined,
         "models": _model_counts_dict(st.models),
         "api_version": st.api_version,
+        "official": st.official,
+        "unofficial_reasons": list(st.unofficial_reasons),
     })
     return d
 
@@ -107,6 +116,7 @@ def scoreboard_to_dict(sb: pb.Scoreboard) -> dict[str, Any]:
     d = run_info_to_dict(sb.run)
     d.update({
         "official": sb.official,
+        "unofficial_reasons": list(sb.unofficial_reasons),
         "elapsed_s": sb.elapsed_s,
         "flops": sb.flops,
         "score": sb.score,
@@ -114,6 +124,8 @@ def scoreboard_to_dict(sb: pb.Scoreboard) -> dict[str, Any]:
         # over (finished or aborted): nothing changes the score any more, reached minimum time or not
         "final": sb.run.state in (pb.RUN_FINISHED, pb.RUN_ABORTED),
         "score_time_s": sb.score_time_s,
+        "regulated_score_time_s": sb.regulated_score_time_s,
+        "valid_flops_time_s": sb.valid_flops_time_s,
         "regulated_score": sb.regulated_score,
         "valid_flops": sb.valid_flops,
         "error": sb.error,

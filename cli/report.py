@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from aiperf.profiles import OFFICIAL
 from aiperf.scoring import model_rank_key
+from aiperf.timeline import CurvePoint, score_curve
 from cli.format import format_flops
 from cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
 from cli.tables import (
@@ -67,6 +68,28 @@ def flops_chart(board: dict[str, Any], points: Sequence[dict[str, Any]]) -> str:
     return _svg(fig)
 
 
+def score_chart(board: dict[str, Any], points: Sequence[dict[str, Any]]) -> str:
+    """FLOPS(t), the regulated score -ln(Error(t))·FLOPS(t) and valid FLOPS over time, each
+    with its reported maximum marked: the AIPerf paper's Fig. 4 (aiperf.timeline.score_curve)."""
+    curve = score_curve([CurvePoint(p["elapsed_s"], int(p["ops"]), p["flops"], p["best_accuracy"]) for p in points],
+                        board["target_accuracy"])
+    fig, ax = _figure("Score over time (the paper's Fig. 4)")
+    t = [s.elapsed_s / 60 for s in curve]
+    series = (("flops", "score", "score_time_s", "tab:blue", "FLOPS(t)"),
+              ("regulated_score", "regulated_score", "regulated_score_time_s", "tab:red",
+               "regulated score -ln(Error(t))·FLOPS(t)"),
+              ("valid_flops", "valid_flops", "valid_flops_time_s", "tab:green",
+               f"valid FLOPS, FLOPS(t)·(acc(t)/{board['target_accuracy']:g})^5"))
+    for attr, key, time_key, color, label in series:
+        ax.plot(t, [getattr(s, attr) for s in curve], color=color, label=label)
+        if board[key] > 0:
+            ax.plot([board[time_key] / 60], [board[key]], "o", color=color)
+    ax.axvline(board["min_running_time_s"] / 60, color="gray", linestyle="--", label="minimum running time")
+    ax.set_ylabel("FLOPS")
+    ax.legend(loc="best", fontsize="small")
+    return _svg(fig)
+
+
 def error_chart(points: Sequence[dict[str, Any]]) -> str:
     fig, ax = _figure("Error(t) = 1 - best validation accuracy")
     known = [p for p in points if p["best_accuracy"] is not None]
@@ -111,7 +134,9 @@ def _rows(rows: Sequence[tuple[str, str]]) -> str:
 
 def _validity(board: dict[str, Any]) -> list[tuple[str, str]]:
     reasons = [r.strip() for r in (board["invalid_reason"] or "").split(";") if r.strip()]
-    return [("Valid", "yes" if board["valid"] else "no")] + [("Failed check", r) for r in reasons]
+    return ([("Valid", "yes" if board["valid"] else "no")] + [("Failed check", r) for r in reasons]
+            + [("Official", "yes" if board["official"] else "no")]
+            + [("Unofficial because", r) for r in board["unofficial_reasons"]])
 
 
 def _summary(b: dict[str, Any]) -> list[tuple[str, str]]:
@@ -131,7 +156,8 @@ def _summary(b: dict[str, Any]) -> list[tuple[str, str]]:
         ("Images", f"{b['images_trained']:,} trained, {b['images_validated']:,} validated"),
         ("Models", ", ".join(f"{v} {k}" for k, v in b["models"].items() if v) or "none"),
         ("Workers / accelerators", f"{b['workers']} / {b['accelerators']}"),
-        ("Profile / precision / seed", f"{b['profile']} / {b['precision']} / {b['seed']}"),
+        ("Profile / precision / XLA / seed", f"{b['profile']} / {b['precision']} / "
+                                              f"{'on' if b['xla'] else 'off'} / {b['seed']}"),
     ]
 
 
@@ -139,7 +165,11 @@ def _hardware(b: dict[str, Any]) -> list[tuple[str, str]]:
     return [
         (f"Worker {w['worker_id']} ({w['host']})",
          (", ".join(f"{a['model']} ({a['memory_bytes'] / 2**30:.0f} GiB)" for a in w["accelerators"])
-          or "no accelerator") + f"; {w['cpus']} CPUs, {w['memory_bytes'] / 2**30:.0f} GiB")
+          or "no accelerator") + f"; {w['cpus']} CPUs, {w['memory_bytes'] / 2**30:.0f} GiB"
+         + (f"; dataset {w['dataset']['kind']}, {w['dataset']['train_images']:,} training / "
+            f"{w['dataset']['validation_images']:,} validation images, fingerprint {w['dataset']['fingerprint']}"
+            if w["dataset"] else "")
+         + (f"; {w['implausible_reports']} reports refused as implausible" if w["implausible_reports"] else ""))
         for w in b["hardware"]
     ] + [("Master software", ", ".join(f"{k} {v}" for k, v in b["software"].items()))]
 
@@ -156,7 +186,7 @@ def _model_rows(models: Sequence[dict[str, Any]]) -> str:
 
 def _charts(board: dict[str, Any], timeline: dict[str, Any]) -> str:
     points, resources = timeline["points"], timeline["resources"]
-    charts = [flops_chart(board, points), error_chart(points)] if points else []
+    charts = [score_chart(board, points), flops_chart(board, points), error_chart(points)] if points else []
     if resources:
         charts += [utilisation_chart(resources), memory_chart(resources)]
     return "".join(f"<figure>{c}</figure>" for c in charts) or "<p>No progress reported yet.</p>"

@@ -18,8 +18,15 @@ MODEL_COLUMNS = ("id", "parent", "worker", "round", "state", "batch", "kernel", 
 
 
 def run_title(d: dict[str, Any]) -> str:
-    """'AIPerf run 3 (official) - running' of a scoreboard dict."""
-    return f"AIPerf run {d['run_id']} ({d['profile']}{'' if d['official'] else ', unofficial'}) - {d['state']}"
+    """'AIPerf run 3 (official, mixed_fp16, XLA) - running' of a scoreboard dict: the precision
+    is in the headline, since it changes the score several-fold on tensor-core accelerators."""
+    return (f"AIPerf run {d['run_id']} ({d['profile']}{'' if d['official'] else ', unofficial'}, {d['precision']}"
+            f"{', XLA' if d.get('xla') else ''}) - {d['state']}")
+
+
+def official_text(d: dict[str, Any]) -> str:
+    """'yes', or 'no: reason; reason' of a scoreboard or status dict."""
+    return "yes" if d["official"] else "no: " + "; ".join(d["unofficial_reasons"])
 
 
 def score_label(d: dict[str, Any]) -> str:
@@ -75,7 +82,8 @@ def status_line(d: dict[str, Any]) -> str:
     return (f"run {d['run_id']} {d['state']} ({d['profile']}, seed {d['seed']}): elapsed "
             f"{format_duration(d['elapsed_s'])}{remaining}; workers alive {d['workers_alive']}, "
             f"taken part {d['workers']}; models: {models}"
-            + (f"; master down {downtime_text(d)}" if d["outages"] else ""))
+            + (f"; master down {downtime_text(d)}" if d["outages"] else "")
+            + ("" if d.get("official", True) else f"; unofficial: {'; '.join(d['unofficial_reasons'])}"))
 
 
 def scoreboard_table(d: dict[str, Any]) -> "Table":
@@ -93,6 +101,7 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
         ("FLOPS now", format_flops(d["flops"])),
         ("Error", f"{d['error']:.4f}{best}"),
         ("Valid", "yes" if d["valid"] else f"no: {d['invalid_reason']}"),
+        ("Official", official_text(d)),
         ("Efficiency", efficiency_text(d)),
         ("Elapsed", elapsed_text(d)),
         ("Master downtime", downtime_text(d)),
@@ -110,8 +119,12 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
         table.add_row(key, value)
     for w in d["hardware"]:
         accs = ", ".join(a["model"] for a in w["accelerators"]) or "no accelerator"
+        data = w["dataset"]
         table.add_row(f"Worker {w['worker_id']}", f"{w['host']}: {accs}; {w['cpus']} CPUs, "
-                      f"{w['memory_bytes'] / 2**30:.0f} GiB")
+                      f"{w['memory_bytes'] / 2**30:.0f} GiB"
+                      + (f"; dataset {data['kind']} {data['train_images']:,}/{data['validation_images']:,} "
+                         f"({data['fingerprint'][:12]})" if data and data["kind"] else "")
+                      + (f"; {w['implausible_reports']} reports refused" if w["implausible_reports"] else ""))
     table.add_row("Master software", ", ".join(f"{k} {v}" for k, v in d["software"].items() if k != "platform"))
     return table
 

@@ -127,7 +127,6 @@ def worker_cmd(
     exit_when_done: bool = typer.Option(False, help="Exit when the run ends instead of waiting for the next."),
     measure_peak: bool = typer.Option(True, help="Measure each accelerator's dense GEMM rate at start (a few "
                                       "seconds each), so the scoreboard can show efficiency."),
-    xla: bool = typer.Option(False, help="Compile training steps with XLA."),
     tls_ca: Optional[Path] = typer.Option(None, envvar="AIPERF_TLS_CA", help="CA certificate of the master's TLS."),
     tls: bool = typer.Option(False, help="Use TLS with the system's root certificates."),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, envvar="AIPERF_WORKER_STATE_DIR",
@@ -148,7 +147,7 @@ def worker_cmd(
     _require_tensorflow()
     kind = dataset_format.value if dataset_format else None
     _check_dataset(dataset, kind, log_level.value)
-    _run_agent(master, token, name, dataset, kind, root, log_level.value, tls=tls, xla=xla,
+    _run_agent(master, token, name, dataset, kind, root, log_level.value, tls=tls,
                generator_processes=generator_processes, input_pipeline_cpus=input_pipeline_cpus,
                exit_when_run_ends=exit_when_done, measure_peak=measure_peak,
                state_dir=state_dir.expanduser(), health_port=health_port)

@@ -48,6 +48,7 @@ from master.store import (
     ModelRecord,
     ProgressResult,
     RunRecord,
+    RunWorker,
     WorkerInput,
     WorkerRecord,
 )
@@ -59,8 +60,8 @@ def run_spec(req: pb.StartRunRequest) -> RunSpec:
     profile = PROFILES.get(req.profile or pb.PROFILE_SMOKE)
     if profile is None:
         raise InvalidArgument(f"unknown profile {req.profile}")
-    precision = PRECISIONS.get(req.precision or pb.PRECISION_FP32)
-    if precision is None:
+    precision = PRECISIONS.get(req.precision, "") if req.precision else ""  # "": the profile's
+    if req.precision and not precision:
         raise InvalidArgument(f"unknown precision {req.precision}")
     return RunSpec(
         duration_s=req.duration_s, profile=profile, seed=int(req.seed), precision=precision,
@@ -69,6 +70,7 @@ def run_spec(req: pb.StartRunRequest) -> RunSpec:
         warmup_rounds=int(req.warmup_rounds), min_workers=int(req.min_workers),
         allow_concurrent=req.allow_concurrent, report_interval_s=req.report_interval_s,
         resource_interval_s=req.resource_interval_s, deterministic=req.deterministic,
+        xla={pb.TOGGLE_ON: True, pb.TOGGLE_OFF: False}.get(req.xla),
     )
 
 
@@ -86,6 +88,8 @@ def worker_input(req: pb.RegisterRequest) -> WorkerInput:
         cpus=int(req.cpus),
         memory_bytes=int(req.memory_bytes),
         software={s.name: s.version for s in req.software},
+        cpu={"peak_flops_by_dtype": {k: float(v) for k, v in sorted(req.cpu_peak_flops_by_dtype.items())}}
+        if req.cpu_peak_flops_by_dtype else {},
     )
 
 
@@ -94,8 +98,13 @@ def model_submission(req: pb.SubmitModelRequest) -> ModelSubmission:
     return ModelSubmission(
         worker_id=req.worker_id, run_id=req.run_id, graph_json=req.graph_json, graph_hash=req.graph_hash,
         parent_id=req.parent_id, round=req.round, batch_size=hp.batch_size, kernel_size=hp.kernel_size,
-        queue=req.queue,
+        queue=req.queue, dataset=dataset_dict(req.dataset) if req.has_dataset else None,
     )
+
+
+def dataset_dict(d: pb.DatasetInfo) -> dict[str, Any]:
+    return {"kind": d.kind, "train_images": int(d.train_images), "validation_images": int(d.validation_images),
+            "num_classes": int(d.num_classes), "image_size": int(d.image_size), "fingerprint": d.fingerprint}
 
 
 def progress_report(r: pb.ProgressReport) -> ProgressReport:
@@ -177,6 +186,7 @@ def run_info(run: RunRecord) -> pb.RunInfo:
             resource_interval_s=float(c.get("resource_interval_s", DEFAULT_RESOURCE_INTERVAL_S)),
             min_workers=int(c.get("min_workers", 0)),
             deterministic=bool(c.get("deterministic", False)),
+            xla=bool(c.get("xla", False)),
         ),
         state=RUN_STATE_VALUES[run.state],
         created_at=run.created_at,
@@ -203,13 +213,31 @@ def model_message(m: ModelRecord, include_graph: bool = True) -> pb.Model:
     )
 
 
+def dataset_message(d: dict[str, Any]) -> pb.DatasetInfo:
+    return pb.DatasetInfo(kind=str(d.get("kind", "")), train_images=int(d.get("train_images", 0)),
+                          validation_images=int(d.get("validation_images", 0)),
+                          num_classes=int(d.get("num_classes", 0)), image_size=int(d.get("image_size", 0)),
+                          fingerprint=str(d.get("fingerprint", "")))
+
+
+def run_worker_message(rw: RunWorker) -> pb.WorkerInfo:
+    """A worker of a run: its hardware when it joined, its dataset and its refused reports."""
+    msg = worker_message(rw.worker, rw.inventory)
+    msg.implausible_reports = rw.implausible_reports
+    if rw.dataset is not None:
+        msg.has_dataset = True
+        msg.dataset.CopyFrom(dataset_message(rw.dataset))
+    return msg
+
+
 def worker_message(w: WorkerRecord, inventory: dict[str, Any] | None = None) -> pb.WorkerInfo:
     """The worker, with its hardware as in `inventory` (when it joined a run) or as registered."""
     inv = inventory or {
         "host": w.host, "accelerators": w.accelerators, "cpus": w.cpus,
-        "memory_bytes": w.memory_bytes, "software": w.software,
+        "memory_bytes": w.memory_bytes, "software": w.software, "cpu": w.cpu,
     }
     return pb.WorkerInfo(
+        cpu_peak_flops_by_dtype=inv.get("cpu", {}).get("peak_flops_by_dtype", {}),
         worker_id=w.id, name=w.name, host=inv.get("host", w.host),
         accelerators=[
             pb.Accelerator(model=a.get("model", ""), memory_bytes=int(a.get("memory_bytes", 0)),
@@ -283,6 +311,7 @@ def run_status_message(st: RunStatus) -> pb.RunStatus:
     return pb.RunStatus(
         run=run_info(st.run), master_time=st.master_time, elapsed_s=st.elapsed_s, workers_alive=st.workers_alive,
         workers_joined=st.workers_joined, models=model_counts(st.model_counts), api_version=API_VERSION,
+        official=not st.unofficial_reasons, unofficial_reasons=list(st.unofficial_reasons),
     )
 
 
@@ -301,7 +330,7 @@ def scoreboard_message(sb: Scoreboard) -> pb.Scoreboard:
         target_accuracy=sb.rules.target_accuracy,
         valid=r.valid,
         invalid_reason=r.invalid_reason,
-        official=sb.rules.official,
+        official=sb.rules.official and not sb.unofficial_reasons,
         efficiency=r.efficiency or 0.0,
         peak_flops=sb.peak_flops or 0.0,
         peak_verdict=sb.peak_verdict,
@@ -316,10 +345,13 @@ def scoreboard_message(sb: Scoreboard) -> pb.Scoreboard:
         models=model_counts(sb.model_counts),
         models_done=sb.models_done,
         best_model_id=sb.best_model_id or 0,
-        inventory=[worker_message(rw.worker, rw.inventory) for rw in sb.workers],
+        inventory=[run_worker_message(rw) for rw in sb.workers],
+        unofficial_reasons=list(sb.unofficial_reasons),
         master_software=software_messages(sb.run.software),
         min_running_time_s=sb.rules.min_running_time_s,
         score_time_s=r.score_time_s,
+        regulated_score_time_s=r.regulated_score_time_s,
+        valid_flops_time_s=r.valid_flops_time_s,
         images_trained=_uint64(sb.images_trained),
         images_validated=_uint64(sb.images_validated),
     )

@@ -9,6 +9,7 @@ as parts of the replies.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiperf import scoring, timeline
 from master.store import ModelRecord, RunRecord, RunWorker, WorkerRecord
@@ -37,7 +38,7 @@ class RunSpec:
     duration_s: float
     profile: str = "smoke"
     seed: int = 0
-    precision: str = "fp32"
+    precision: str = ""  # "": the profile's (official: mixed_fp16; smoke: fp32)
     limits: Limits = field(default_factory=Limits)
     warmup_rounds: int = 0
     min_workers: int = 0
@@ -45,6 +46,7 @@ class RunSpec:
     report_interval_s: float = 0.0
     resource_interval_s: float = 0.0
     deterministic: bool = False
+    xla: bool | None = None  # None: the profile's (official: on; smoke: off)
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class ModelSubmission:
     batch_size: int
     kernel_size: int
     queue: bool = False  # True: queued until its first report
+    dataset: dict[str, Any] | None = None  # the dataset it trains on (DatasetInfo's fields); None: not reported
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,7 @@ class RunStatus:
     workers_alive: int
     workers_joined: int
     model_counts: dict[str, int]  # state -> models of the run
+    unofficial_reasons: tuple[str, ...] = ()  # why the run is not official (master/officiality.py)
 
 
 @dataclass(frozen=True)
@@ -188,13 +192,14 @@ class Scoreboard:
     peak_flops: float | None       # sum of the accelerators' accepted peaks; None when the efficiency is unknown
     peak_verdict: str              # run_rules.peak_verdict: "checked", "capped", "unverified peak" or ""
     flops_mismatch_reports: int
-    implausible_reports: int       # reports refused above the worker's accepted peak (since the master started)
+    implausible_reports: int       # reports refused above the workers' accepted peaks in this run (stored)
     workers: list[RunWorker]       # the workers that took part, with their inventory when they joined
     workers_alive: int
     model_counts: dict[str, int]
     best_model_id: int | None
     images_trained: int
     images_validated: int
+    unofficial_reasons: tuple[str, ...] = ()  # why the run is not official (master/officiality.py)
 
     @property
     def accelerators(self) -> int:

@@ -48,11 +48,7 @@ from aiperf.api.enums import (
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
 from aiperf.hyperparameters import HyperparameterError, Hyperparameters
-from aiperf.precision import PRECISIONS
 from master.domain import (
-    DEFAULT_REPORT_INTERVAL_S,
-    DEFAULT_RESOURCE_INTERVAL_S,
-    DEFAULT_WARMUP_ROUNDS,
     History,
     HyperparameterObservation,
     ModelFinish,
@@ -67,13 +63,14 @@ from master.domain import (
     Scoreboard,
 )
 from master.budget import ModelFlops as _ModelFlops
-from master.budget import ImplausibleReport, OpsCeilings
+from master.budget import ImplausibleReport, WorkerBudgets
 from master.heartbeats import Heartbeats
 from master.identity import WorkerCredentials, credential_hash
 from master.metrics import MasterMetrics
 from master.progress import ProgressWriter
+from master.officiality import run_config, unofficial_reasons
 from master.run_rules import (accelerator_peaks, check_accelerators, check_graph_fits, parse_graph, peak_verdict,
-                              rules_of, with_checked_peaks, worker_ceiling)
+                              rules_of, with_checked_peaks, worker_ceiling, worker_start)
 from master.store import (
     FailedPrecondition,
     InvalidArgument,
@@ -145,7 +142,8 @@ class Master:
         self._lock = threading.RLock()
         self._tick_lock = threading.Lock()
         self._flops: collections.OrderedDict[int, _ModelFlops] = collections.OrderedDict()
-        self.ceilings = OpsCeilings(lambda w, r: worker_ceiling(store, w, r))
+        self.budgets = WorkerBudgets(lambda w, r: worker_ceiling(store, w, r), lambda w, r: worker_start(store, w, r))
+        self._datasets: dict[tuple[int, int], dict] = {}  # (run, worker) -> the dataset recorded
         self._joined: set[tuple[int, int]] = set()
         self._run_ops: dict[int, int] = {}
         now = clock()
@@ -163,8 +161,19 @@ class Master:
         self._advance_runs(now)  # a deadline passed while the master was down: closed before serving
 
     def close(self) -> None:
-        """Stop the progress writer (reports are refused afterwards)."""
+        """Stop the progress writer (reports are refused afterwards); store the refusals counted."""
         self._writer.close()
+        self._store_refusals()
+
+    def _store_refusals(self) -> None:
+        """Store the implausible reports counted in memory since the last time (off the event loop)."""
+        taken = self.budgets.take_refused()
+        try:
+            self.store.add_implausible_reports(taken, self.clock())
+        except Exception:
+            for (run_id, worker_id), n in taken.items():  # kept for the next try: never lost to a failed write
+                self.budgets.refused(worker_id, run_id, n)
+            raise
 
     # ------------------------------------------------------------ runs
     def current_run(self) -> RunRecord | None:
@@ -188,39 +197,8 @@ class Master:
         return run
 
     def start_run(self, spec: RunSpec) -> RunRecord:
-        rules = scoring.PROFILES.get(spec.profile)
-        if rules is None:
-            raise InvalidArgument(f"unknown profile {spec.profile}")
-        if spec.precision not in PRECISIONS:
-            raise InvalidArgument(f"unknown precision {spec.precision}")
-        if not math.isfinite(spec.duration_s) or spec.duration_s <= 0:
-            raise InvalidArgument(f"duration must be positive, got {spec.duration_s:g} s")
-        if spec.duration_s < rules.min_duration_s:
-            raise InvalidArgument(
-                f"the {spec.profile} profile needs a duration of at least {rules.min_duration_s:.0f} s, "
-                f"got {spec.duration_s:g} s"
-            )
-        for name in ("report_interval_s", "resource_interval_s"):
-            v = getattr(spec, name)
-            if not math.isfinite(v) or v < 0:
-                raise InvalidArgument(f"{name} must be >= 0")
-        config = {
-            "limits": {
-                "max_models": spec.limits.max_models,
-                "max_rounds_per_worker": spec.limits.max_rounds_per_worker,
-                "max_epochs_per_round": spec.limits.max_epochs_per_round,
-            },
-            "warmup_rounds": spec.warmup_rounds or DEFAULT_WARMUP_ROUNDS,
-            "min_workers": spec.min_workers,
-            "deterministic": bool(spec.deterministic),
-            "report_interval_s": spec.report_interval_s or DEFAULT_REPORT_INTERVAL_S,
-            "resource_interval_s": spec.resource_interval_s or DEFAULT_RESOURCE_INTERVAL_S,
-            "min_running_time_s": rules.min_running_time_s,
-            "max_error": rules.max_error,
-            "target_accuracy": rules.target_accuracy,
-            "official": rules.official,
-        }
-        new = NewRun(spec.profile, int(spec.seed), float(spec.duration_s), spec.precision, config, software_versions())
+        precision, config = run_config(spec)
+        new = NewRun(spec.profile, int(spec.seed), float(spec.duration_s), precision, config, software_versions())
         now = self.clock()
         with self._tick_lock, self._lock:  # the tick would start the pending run between these two writes
             run = self.store.create_run(new, now, allow_concurrent=spec.allow_concurrent)
@@ -274,6 +252,7 @@ class Master:
                 self._flush_heartbeats()
             self._detect_lost(now)
             self._advance_runs(now)
+            self._store_refusals()
             self._update_metrics()
 
     def _flush_heartbeats(self) -> None:
@@ -406,7 +385,7 @@ class Master:
             worker, abandoned = self.store.register_worker(info, now, digest)
             self._credentials.set(worker.id, digest)
         self._forget_models(abandoned)
-        self.ceilings.registered(worker.id)
+        self.budgets.registered(worker.id)
         self._heartbeats.registered(worker.id, now)
         self._join(self.current_run(), worker.id)
         log.info("event=worker_registered worker_id=%d name=%s host=%s accelerators=%d abandoned=%s "
@@ -463,11 +442,7 @@ class Master:
                 self._flops.move_to_end(model_id)
                 return hit
         m = self.store.get_model(model_id)
-        # not in memory (a restarted master): the work reported so far occupies the
-        # worker from the model's submission on
-        done = m.flops_per_train_image * m.images_trained + m.flops_per_eval_image * m.images_validated
-        entry = _ModelFlops(m.run_id, m.worker_id, m.flops_per_train_image, m.flops_per_eval_image,
-                            busy_until=m.created_at + done / self.ceilings.get(m.worker_id, m.run_id).rate)
+        entry = _ModelFlops(m.run_id, m.worker_id, m.flops_per_train_image, m.flops_per_eval_image, m.created_at)
         self._remember(model_id, entry)
         return entry
 
@@ -476,6 +451,13 @@ class Master:
             self._flops[model_id] = entry
             while len(self._flops) > FLOP_CACHE_SIZE:
                 self._flops.popitem(last=False)
+
+    def _record_dataset(self, run_id: int, worker_id: int, dataset: dict) -> None:
+        """Record the dataset a submission names ({}: none), when it is not the one recorded."""
+        if self._datasets.get((run_id, worker_id)) != dataset:
+            self.store.record_dataset(run_id, worker_id, dataset, self.clock())
+            with self._lock:
+                self._datasets[(run_id, worker_id)] = dataset
 
     def _forget_models(self, model_ids: list[int]) -> None:
         with self._lock:
@@ -511,8 +493,9 @@ class Master:
         )
         model = self.store.add_model(new, self.clock(), max_models=int(limits.get("max_models", 0)))
         self._remember(model.id, _ModelFlops(run.id, sub.worker_id, model.flops_per_train_image,
-                                             model.flops_per_eval_image, busy_until=model.created_at))
+                                             model.flops_per_eval_image, model.created_at))
         self._join(run, sub.worker_id)
+        self._record_dataset(run.id, sub.worker_id, sub.dataset or {})
         log.info("event=model_submitted model_id=%d run_id=%d worker_id=%d parent_id=%s round=%d hash=%s "
                  "batch_size=%d kernel_size=%d flops_train=%d",
                  model.id, run.id, sub.worker_id, model.parent_id, model.round, actual[:12],
@@ -542,9 +525,9 @@ class Master:
                                   f"exceed the bound of {bounds.MAX_OPS_PER_REPORT:.3g}")
         now = self.clock()
         try:
-            entry.claim(master_flops, now, self.ceilings.get(r.worker_id, entry.run_id))
+            self.budgets.get(r.worker_id, entry.run_id).claim(master_flops, now, since=entry.created_at)
         except ImplausibleReport:
-            self.ceilings.refused(entry.run_id)
+            self.budgets.refused(r.worker_id, entry.run_id)
             self.metrics.implausible_reports.inc()
             raise
         item = ProgressInput(
@@ -638,14 +621,17 @@ class Master:
     def run_status(self, run_id: int) -> RunStatus:
         """The run (0: the current or latest one), its workers and model counts."""
         run = self.resolve_run(run_id)
+        joined = self.store.run_workers(run.id)
         return RunStatus(
             run=run, master_time=self.clock(), elapsed_s=self.elapsed_s(run), workers_alive=self.alive_count(),
-            workers_joined=len(self.store.run_workers(run.id)), model_counts=self.store.count_models(run.id),
+            workers_joined=len(joined), model_counts=self.store.count_models(run.id),
+            unofficial_reasons=unofficial_reasons(run, joined),
         )
 
     def scoreboard(self, run_id: int) -> Scoreboard:
         """The run's score (0: the current or latest run) and everything printed with it."""
         run = self.resolve_run(run_id)
+        self._store_refusals()  # the counts of refused reports, exact
         joined = self.store.run_workers(run.id)
         result = self.score(run, joined)
         ranked = self.store.ranked_done_ids(run.id)
@@ -653,7 +639,8 @@ class Master:
         return Scoreboard(
             run=run, result=result, rules=rules_of(run),
             peak_flops=sum(accelerator_peaks(run, joined)) if result.efficiency is not None else None,
-            peak_verdict=peak_verdict(run, joined), implausible_reports=self.ceilings.refused_count(run.id),
+            peak_verdict=peak_verdict(run, joined), implausible_reports=sum(rw.implausible_reports for rw in joined),
+            unofficial_reasons=unofficial_reasons(run, joined),
             flops_mismatch_reports=self.store.flops_mismatch_count(run.id),
             workers=joined, workers_alive=sum(1 for rw in joined if self.is_alive(rw.worker.id)),
             model_counts=self.store.count_models(run.id), best_model_id=ranked[0] if ranked else None,

@@ -61,6 +61,9 @@ class WorkerRow(Base):
     # SHA-256 (hex) of the worker's credential, never the credential itself; NULL
     # for a worker registered before credentials (migration 0003).
     credential_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # A worker without accelerators: its CPU's measured GEMM rates and their checks
+    # (migration 0004; NULL: none measured).
+    cpu: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class RunWorkerRow(Base):
@@ -72,6 +75,10 @@ class RunWorkerRow(Base):
     worker_id: Mapped[int] = mapped_column(ForeignKey("workers.id"), primary_key=True)
     joined_at: Mapped[float] = mapped_column(Float)
     inventory: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # The dataset the worker reported for this run (DatasetInfo's fields; NULL: none)
+    # and its reports refused as implausible (migration 0004).
+    dataset: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    implausible_reports: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class ModelRow(Base):

@@ -47,29 +47,46 @@ def checked_rates(a: dict) -> dict[str, dict]:
             for dtype, rate in sorted(rates.items()) if rate > 0}
 
 
+def checked_cpu_rates(cpus: int, rates: dict[str, float]) -> dict[str, dict]:
+    """A CPU's measured rates checked against the physical bound of `cpus` logical
+    CPUs (aiperf/peaks.py check_cpu_peak): compute type -> the PeakCheck as a dict."""
+    return {dtype: peak_checks.check_cpu_peak(min(max(1, cpus), peak_checks.MAX_CPUS), dtype, rate).to_dict()
+            for dtype, rate in sorted(rates.items()) if rate > 0}
+
+
 def with_checked_peaks(info: WorkerInput) -> WorkerInput:
     """The worker with every accelerator's measured rates checked and the checks
     recorded in its inventory ("peak_checks"): efficiency and the sum of peaks use
-    the accepted rates, never the claimed ones."""
-    return replace(info, accelerators=[{**a, "peak_checks": checked_rates(a)} for a in info.accelerators])
+    the accepted rates, never the claimed ones. A worker without accelerators keeps
+    its CPU's rates, checked the same way; a worker with accelerators has no CPU peak."""
+    cpu_rates = dict(info.cpu.get("peak_flops_by_dtype", {})) if not info.accelerators else {}
+    cpu = {"peak_flops_by_dtype": cpu_rates, "peak_checks": checked_cpu_rates(info.cpus, cpu_rates)} if cpu_rates else {}
+    return replace(info, accelerators=[{**a, "peak_checks": checked_rates(a)} for a in info.accelerators], cpu=cpu)
+
+
+def _cpu_check(cpu: dict, dtype: str | None) -> dict | None:
+    return cpu.get("peak_checks", {}).get(dtype) if dtype is not None else None
+
+
+def _worker_checks(accelerators: list[dict], cpu: dict, dtype: str | None) -> list[dict | None]:
+    """The check behind each peak of one worker: one per accelerator, or its CPU's when it has none."""
+    if accelerators:
+        return [_check_of(a, dtype) for a in accelerators]
+    return [_cpu_check(cpu, dtype)] if cpu else []
 
 
 def accelerator_peaks(run: RunRecord, joined: list[RunWorker]) -> list[float]:
-    """The accepted GEMM peak of every accelerator that took part, for the run's
-    precision (0: unknown): the measured rate, capped at its datasheet bound."""
+    """The accepted GEMM peak of every accelerator that took part (a worker without
+    accelerators: its CPU), for the run's precision (0: unknown): the measured rate,
+    capped at its datasheet (or physical) bound."""
     dtype = _run_dtype(run)
-    out = []
-    for rw in joined:
-        for a in rw.inventory.get("accelerators", []):
-            check = _check_of(a, dtype)
-            out.append(float(check["accepted_flops"]) if check is not None else 0.0)
-    return out
+    return [float(c["accepted_flops"]) if c is not None else 0.0 for rw in joined
+            for c in _worker_checks(rw.inventory.get("accelerators", []), rw.inventory.get("cpu", {}), dtype)]
 
 
-def worker_peak(run: RunRecord, accelerators: list[dict]) -> float:
+def worker_peak(run: RunRecord, accelerators: list[dict], cpu: dict | None = None) -> float:
     """The sum of a worker's accepted peaks for the run's precision (0: none known)."""
-    dtype = _run_dtype(run)
-    checks = [_check_of(a, dtype) for a in accelerators]
+    checks = _worker_checks(accelerators, cpu or {}, _run_dtype(run))
     return sum(float(c["accepted_flops"]) for c in checks if c is not None)
 
 
@@ -77,10 +94,26 @@ def worker_ceiling(store: Store, worker_id: int, run_id: int) -> Ceiling:
     """A worker's ceiling rate in a run: its accepted peak for the run's
     precision, from its registered inventory (what it joins the run with; a
     re-registration clears the cached ceiling); the constant when it has none.
+    A worker without accelerators is bounded by its CPUs' physical bound, not by
+    its measured rate: the rate is unverified (a liar names any rate up to that
+    bound), and a CPU shared with other jobs may measure low at start and train
+    faster later, so bounding by it would only refuse honest reports.
     One worker's row, not the run's list of workers: this runs on the report path."""
     run = store.get_run(run_id)
-    accelerators = store.get_worker(worker_id).accelerators
-    return ceiling_of(worker_peak(run, accelerators), len(accelerators))
+    worker = store.get_worker(worker_id)
+    if not worker.accelerators:
+        check = _cpu_check(worker.cpu, _run_dtype(run))
+        return ceiling_of(float(check["bound_flops"]) if check is not None else 0.0, 0)
+    return ceiling_of(worker_peak(run, worker.accelerators, worker.cpu), len(worker.accelerators))
+
+
+def worker_start(store: Store, worker_id: int, run_id: int) -> tuple[float, int]:
+    """When a worker could start working in a run, max(its registration, the run's
+    start), and the operations of its reports in the run so far (its budget's start)."""
+    run = store.get_run(run_id)
+    worker = store.get_worker(worker_id)
+    started = run.started_at if run.started_at is not None else run.created_at
+    return max(worker.registered_at, started), store.worker_run_ops(run_id, worker_id)
 
 
 UNVERIFIED_PEAK = "unverified peak"
@@ -92,8 +125,9 @@ def peak_verdict(run: RunRecord, joined: list[RunWorker]) -> str:
     claimed more than its datasheet allows, "checked" when all were checked, ""
     when no peak is known."""
     dtype = _run_dtype(run)
-    verdicts = {c["verdict"] for rw in joined for a in rw.inventory.get("accelerators", [])
-                if (c := _check_of(a, dtype)) is not None}
+    verdicts = {c["verdict"] for rw in joined
+                for c in _worker_checks(rw.inventory.get("accelerators", []), rw.inventory.get("cpu", {}), dtype)
+                if c is not None}
     if not verdicts:
         return ""
     if verdicts & {peak_checks.UNVERIFIED, peak_checks.UNVERIFIED_CPU}:
@@ -129,6 +163,10 @@ def check_accelerators(info: WorkerInput) -> None:
                                       f"(expected one of {', '.join(GEMM_DTYPES)})")
             if not math.isfinite(value) or value < 0:
                 raise InvalidArgument(f"accelerator peak_flops_by_dtype[{dtype!r}] must be >= 0")
+    for dtype, value in info.cpu.get("peak_flops_by_dtype", {}).items():
+        if dtype not in GEMM_DTYPES or not math.isfinite(value) or value < 0:
+            raise InvalidArgument(f"cpu_peak_flops_by_dtype[{dtype!r}]: a known compute type "
+                                  f"({', '.join(GEMM_DTYPES)}) with a rate >= 0")
 
 
 def check_graph_fits(run: RunRecord, graph: Graph, kernel_size: int) -> None:

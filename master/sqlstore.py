@@ -149,7 +149,7 @@ def _worker(w: WorkerRow) -> WorkerRecord:
     return WorkerRecord(
         id=w.id, name=w.name, host=w.host, accelerators=list(w.accelerators), cpus=w.cpus,
         memory_bytes=w.memory_bytes, software=dict(w.software), state=w.state,
-        registered_at=w.registered_at, last_heartbeat=w.last_heartbeat,
+        registered_at=w.registered_at, last_heartbeat=w.last_heartbeat, cpu=dict(w.cpu or {}),
     )
 
 
@@ -351,6 +351,7 @@ class SqlStore(Store):
             row.cpus = info.cpus
             row.memory_bytes = info.memory_bytes
             row.software = dict(info.software)
+            row.cpu = dict(info.cpu) or None
             row.state = "alive"
             row.last_heartbeat = now
             if credential_hash is not None:
@@ -410,18 +411,43 @@ class SqlStore(Store):
 
     def join_run(self, run_id: int, worker_id: int, now: float) -> bool:
         with self._write() as s:
-            if s.get(RunWorkerRow, (run_id, worker_id)) is not None:
-                return False
-            self._get_run(s, run_id)
-            w = s.get(WorkerRow, worker_id)
-            if w is None:
-                raise NotFound(f"worker {worker_id} not found")
-            inventory = {
-                "host": w.host, "accelerators": list(w.accelerators), "cpus": w.cpus,
-                "memory_bytes": w.memory_bytes, "software": dict(w.software),
-            }
-            s.add(RunWorkerRow(run_id=run_id, worker_id=worker_id, joined_at=now, inventory=inventory))
-            return True
+            return self._joined_row(s, run_id, worker_id, now)[1]
+
+    def _joined_row(self, s: Session, run_id: int, worker_id: int, now: float) -> tuple[RunWorkerRow, bool]:
+        """The worker's row in the run, created (with its inventory now) when missing."""
+        row = s.get(RunWorkerRow, (run_id, worker_id))
+        if row is not None:
+            return row, False
+        self._get_run(s, run_id)
+        w = s.get(WorkerRow, worker_id)
+        if w is None:
+            raise NotFound(f"worker {worker_id} not found")
+        inventory = {
+            "host": w.host, "accelerators": list(w.accelerators), "cpus": w.cpus,
+            "memory_bytes": w.memory_bytes, "software": dict(w.software), "cpu": dict(w.cpu or {}),
+        }
+        row = RunWorkerRow(run_id=run_id, worker_id=worker_id, joined_at=now, inventory=inventory,
+                           implausible_reports=0)
+        s.add(row)
+        return row, True
+
+    def record_dataset(self, run_id: int, worker_id: int, dataset: dict[str, Any], now: float) -> None:
+        with self._write() as s:
+            self._joined_row(s, run_id, worker_id, now)[0].dataset = dict(dataset)
+
+    def add_implausible_reports(self, counts: dict[tuple[int, int], int], now: float) -> None:
+        if not counts:
+            return
+        with self._write() as s:
+            for (run_id, worker_id), n in sorted(counts.items()):
+                row = self._joined_row(s, run_id, worker_id, now)[0]
+                row.implausible_reports = (row.implausible_reports or 0) + n
+
+    def worker_run_ops(self, run_id: int, worker_id: int) -> int:
+        with self._read() as s:
+            ops = s.scalars(select(ProgressRow.master_flops).where(
+                ProgressRow.run_id == run_id, ProgressRow.worker_id == worker_id))
+            return sum(int(v) for v in ops)  # in Python: SQLite's SUM fails on overflow
 
     def run_workers(self, run_id: int) -> list[RunWorker]:
         with self._read() as s:
@@ -431,7 +457,9 @@ class SqlStore(Store):
                 .where(RunWorkerRow.run_id == run_id)
                 .order_by(RunWorkerRow.worker_id)
             ).all()
-            return [RunWorker(_worker(w), rw.joined_at, dict(rw.inventory)) for rw, w in rows]
+            return [RunWorker(_worker(w), rw.joined_at, dict(rw.inventory),
+                              dict(rw.dataset) if rw.dataset is not None else None, int(rw.implausible_reports or 0))
+                    for rw, w in rows]
 
     # ------------------------------------------------------------ models
     def add_model(self, new: NewModel, now: float, max_models: int = 0) -> ModelRecord:

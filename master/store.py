@@ -120,6 +120,9 @@ class WorkerInput:
     cpus: int
     memory_bytes: int
     software: dict[str, str]
+    # A worker without accelerators: its CPU's measured GEMM rates and their checks
+    # ({"peak_flops_by_dtype": {...}, "peak_checks": {...}}); {} when none was measured.
+    cpu: dict[str, Any] = field(default_factory=dict, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,8 @@ class RunWorker:
     worker: WorkerRecord
     joined_at: float
     inventory: dict[str, Any]
+    dataset: dict[str, Any] | None = None  # the dataset it reported (DatasetInfo's fields); None: none
+    implausible_reports: int = 0           # its reports refused above its accepted peak in this run
 
 
 @dataclass(frozen=True)
@@ -316,6 +321,18 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def run_workers(self, run_id: int) -> list[RunWorker]: ...
+
+    @abc.abstractmethod
+    def record_dataset(self, run_id: int, worker_id: int, dataset: dict[str, Any], now: float) -> None:
+        """Record the dataset the worker trains on in the run (joining it if it had not)."""
+
+    @abc.abstractmethod
+    def add_implausible_reports(self, counts: dict[tuple[int, int], int], now: float) -> None:
+        """Add to each (run, worker)'s count of reports refused as implausible (joining it to the run if needed)."""
+
+    @abc.abstractmethod
+    def worker_run_ops(self, run_id: int, worker_id: int) -> int:
+        """The master-counted operations of all the worker's reports in the run."""
 
     # ---------------------------------------------------------------- models
     @abc.abstractmethod

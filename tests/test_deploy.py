@@ -475,7 +475,7 @@ def test_jobs_run_the_control_commands_once(target: str) -> None:
         assert option_value(container["args"], "--min-workers") == "$(AIPERF_RUN_MIN_WORKERS)"
         assert option_value(container["args"], "--precision") == "$(AIPERF_RUN_PRECISION)"
         config = _job_config()
-        assert config["AIPERF_RUN_DURATION"] == "1h" and config["AIPERF_RUN_PRECISION"] == "fp32"
+        assert config["AIPERF_RUN_DURATION"] == "1h" and config["AIPERF_RUN_PRECISION"] == "mixed_fp16"
     else:
         assert container["args"] == ["scoreboard"]
     # By the CLI's exit codes: a master that is not up yet (3) is retried; bad input (2)
@@ -693,7 +693,8 @@ def test_deployed_commands_serve_health_metrics_and_control_runs(tmp_path: Path)
         assert "active" in again.stderr and failure_action(start_job, "start", again.returncode) == "FailJob"
         board = job("jobs/scoreboard")
         assert board.returncode == 0, board.stderr
-        assert "run 1 (official)" in board.stdout and "Valid" in board.stdout
+        # the headline names the precision: the base config's official mixed_fp16, with XLA
+        assert "run 1 (official, mixed_fp16, XLA)" in board.stdout and "Valid" in board.stdout
     finally:
         proc.terminate()
         try:

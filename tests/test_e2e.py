@@ -192,6 +192,14 @@ def test_smoke_run_end_to_end(cluster):
         store.close()
     assert samples and all(0.0 <= s.cpu_util <= 1.0 and s.memory_used > 0 for s in samples
                            if s.accelerator_index == -1)
+    # A worker without accelerators measured its CPU at start: the run shows an efficiency
+    # (SPEC section 7), and no honest report was refused; its dataset report is recorded.
+    assert board["efficiency"] and board["peak_verdict"] == "unverified peak" and sb.implausible_reports == 0
+    (node,) = board["hardware"]
+    assert node["cpu_peak_flops"]["float32"] == pytest.approx(board["peak_flops"])
+    assert node["dataset"]["kind"] == "digits" and len(node["dataset"]["fingerprint"]) == 64
+    assert (node["dataset"]["train_images"], node["dataset"]["validation_images"]) == (1437, 360)
+    assert board["unofficial_reasons"] == ["the smoke profile is never official"]
     # The readable table shows the same run.
     table = cluster.cli("scoreboard")
     assert table.returncode == 0 and "smoke" in table.stdout

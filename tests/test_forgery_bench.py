@@ -24,7 +24,7 @@ def _bench_module():
 
 def test_refused_lies_gain_nothing_and_no_lie_beats_its_peak():
     bench = _bench_module()
-    res = bench.run_all(bench.COVERED + ("peak_5e15_capped", "kernel_7_for_3"))
+    res = bench.run_all(bench.COVERED + ("peak_5e15_capped", "kernel_7_for_3", "two_models_at_peak"))
     assert res["honest"]["score"] > 0 and res["honest"]["peak_verdict"] == "checked"
     for name in bench.COVERED:
         assert res[name]["ratio"] <= 1.0, (name, res[name])
@@ -34,6 +34,8 @@ def test_refused_lies_gain_nothing_and_no_lie_beats_its_peak():
     capped = res["peak_5e15_capped"]
     assert capped["peak_verdict"] == "capped" and capped["peak_flops"] == 494.5e12 * 1.05
     assert capped["implausible_reports"] > 0 and "above its accepted peak" in capped["refused"][0]
+    # one budget per worker: a second model's reports share the first one's time
+    assert res["two_models_at_peak"]["implausible_reports"] > 0
     for name, r in res.items():
         if r["peak_flops"]:
             assert r["score"] <= r["peak_flops"] * slack, (name, r)

@@ -51,10 +51,12 @@ def test_start_status_scoreboard_stop(cli, capsys):
     started = json.loads(out)
     assert started["state"] == "running" and started["profile"] == "official" and started["seed"] == 5
     assert started["duration_s"] == 3600
+    assert started["precision"] == "mixed_fp16" and started["xla"] is True  # the official defaults
 
     rc, out, _ = run(capsys, "status", "--json")
     st = json.loads(out)
     assert rc == 0 and st["run_id"] == started["run_id"] and st["state"] == "running"
+    assert st["official"] is True and st["unofficial_reasons"] == []
     rc, out, _ = run(capsys, "status")
     assert rc == 0 and f"run {started['run_id']} running" in out
 
@@ -64,6 +66,7 @@ def test_start_status_scoreboard_stop(cli, capsys):
     assert sb["provisional"] is True and sb["valid"] is False and sb["workers"] == 0
     rc, out, _ = run(capsys, "scoreboard", "--run", str(started["run_id"]))
     assert rc == 0 and "Score (provisional)" in out and "Regulated score" in out and "Valid FLOPS" in out
+    assert "official, mixed_fp16, XLA)" in out  # the precision is in the headline
 
     rc, out, err = run(capsys, "start", "--duration", "1h")  # refused by the master: exit 4
     assert rc == 4 and "still active" in err and len(err.strip().splitlines()) == 1
@@ -222,8 +225,11 @@ def test_report_writes_a_self_contained_html_file(cli, capsys, tmp_path, small_g
     assert text.startswith(f"wrote {out} (run 1, running, score ")
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>") and "Invalid run" in page  # a 5-minute smoke run is never valid
-    assert page.count("<svg") == 4  # FLOPS, error, utilisation, memory
+    assert page.count("<svg") == 5  # score over time (Fig. 4), FLOPS, error, utilisation, memory
     assert "FLOPS(t)" in page and "n1" in page and small_graph.hash()[:12] in page
+    assert "Score over time (the paper&#x27;s Fig. 4)" in page or "Score over time (the paper's Fig. 4)" in page
+    assert "regulated score -ln(Error(t))·FLOPS(t)" in page
+    assert "Unofficial because</th><td>the smoke profile is never official" in page
     for external in ("<script", "<link", 'src="http', 'href="http'):  # nothing fetched from the web
         assert external not in page
 
@@ -236,3 +242,19 @@ def test_report_errors_are_one_line_with_their_exit_code(cli, capsys, argv, code
     assert run(capsys, "start", "--duration", "5m", "--profile", "smoke")[0] == 0
     rc, out, err = run(capsys, *argv)
     assert rc == code and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_overrides_make_an_official_run_unofficial_with_reasons(cli, capsys):
+    rc, out, err = run(capsys, "start", "--duration", "1h", "--precision", "fp32", "--no-xla",
+                       "--warmup-rounds", "2", "--max-epochs", "3", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["xla"] is False
+    rc, out, _ = run(capsys, "scoreboard", "--json")
+    sb = json.loads(out)
+    assert sb["official"] is False and sb["unofficial_reasons"] == [
+        "--warmup-rounds 2 (official: 5)", "--max-epochs 3 (official: no cap)",
+        "precision fp32 (official: mixed_fp16 or mixed_bf16)", "XLA off (official: on)"]
+    rc, out, _ = run(capsys, "status")
+    assert rc == 0 and "unofficial: --warmup-rounds 2 (official: 5)" in " ".join(out.split())
+    rc, out, _ = run(capsys, "scoreboard")
+    assert "(official, unofficial, fp32)" in out and "Official" in out

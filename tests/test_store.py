@@ -304,3 +304,33 @@ def test_join_run_records_the_inventory_once(store: SqlStore):
     [rw] = store.run_workers(run_id)
     assert rw.worker.id == w and rw.joined_at == 110.0
     assert rw.inventory["accelerators"][0]["model"] == "V100" and rw.inventory["software"] == {"tensorflow": "2.21"}
+
+
+def test_migration_0004_keeps_run_workers_with_no_dataset_and_no_refusals(db_url: str):
+    from alembic import command
+
+    from master.sqlstore import _alembic_config
+
+    engine = make_engine(db_url)
+    with engine.begin() as conn:  # a database of the previous release: a run with a worker in it
+        cfg = _alembic_config()
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0003")
+        conn.execute(text("INSERT INTO workers (name, host, accelerators, cpus, memory_bytes, software, state, "
+                          "registered_at, last_heartbeat) VALUES ('old', 'old', '[]', 1, 1, '{}', 'alive', 1, 1)"))
+    engine.dispose()
+    s = SqlStore(db_url)
+    try:
+        assert s.previous_revision == "0003"
+        run_id = _run(s)
+        old = s.worker_by_name("old")
+        assert old is not None and old.cpu == {}
+        s.join_run(run_id, old.id, 2.0)
+        (rw,) = s.run_workers(run_id)
+        assert rw.dataset is None and rw.implausible_reports == 0
+        s.add_implausible_reports({(run_id, old.id): 2}, 3.0)
+        s.record_dataset(run_id, old.id, {"kind": "digits", "train_images": 1437}, 3.0)
+        (rw,) = s.run_workers(run_id)
+        assert rw.implausible_reports == 2 and rw.dataset == {"kind": "digits", "train_images": 1437}
+    finally:
+        s.close()

@@ -40,6 +40,7 @@ from aiperf.profiles import Profile, get_profile
 from aiperf.hyperparameters import HyperparameterError, Hyperparameters
 from aiperf.search import HistoryEntry, derive_seed, worker_seed
 from worker.credentials import CredentialFile
+from worker.data.fingerprint import checked_dataset
 from worker.inventory import Inventory, inventory
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -139,10 +140,9 @@ class AgentConfig:
     generator_processes: int | None = None  # None: CPUs minus input-pipeline CPUs
     input_pipeline_cpus: int = 1
     exit_when_run_ends: bool = False
-    xla: bool = False
     root_certificates: bytes | None = None
     tls: bool = False
-    measure_peak: bool = True  # each accelerator's GEMM rate, for the scoreboard's efficiency
+    measure_peak: bool = True  # each accelerator's (no accelerator: the CPU's) GEMM rate, for the efficiency
     state_dir: Path | None = None  # where the worker's credential is kept; None: not kept (tests)
 
 
@@ -160,6 +160,8 @@ class RunContext:
     max_epochs_per_round: int
     max_rounds: int
     deterministic: bool = False  # TensorFlow op determinism and a seeded process for every round
+    xla: bool = False  # the run's setting: compile the training steps with XLA
+    dataset: dict[str, Any] = field(default_factory=dict)  # what this worker reports of its dataset
 
 
 # A model cut before its first validation (the worker or its run stopped) is closed as
@@ -183,6 +185,7 @@ class Agent:
         self.worker_id = 0
         self.inventory: Inventory | None = None  # taken at registration
         self.peaks: list[dict[str, float]] | None = None  # GEMM rate per accelerator and compute type
+        self.cpu_peaks: dict[str, float] = {}  # without accelerators: the CPU's GEMM rate per compute type
         self.heartbeat_interval_s = 5.0
         self._run: pb.RunInfo | None = None
         self._lost = threading.Event()  # the master gave up on our current model
@@ -245,6 +248,10 @@ class Agent:
                 from worker.gemm import measure_peaks
 
                 self.peaks = measure_peaks([f"/GPU:{i}" for i in range(len(inv.accelerators))])
+            elif self.config.measure_peak:
+                from worker.gemm import measure_cpu_peak
+
+                self.cpu_peaks = measure_cpu_peak()
         kept = self.credential_file.load() if self.credential_file is not None else ""
         # ALREADY_EXISTS: a live worker holds the name (this one's earlier life, when its state
         # directory was lost); the master frees the name once that worker is marked lost
@@ -254,7 +261,8 @@ class Agent:
                 accelerators=[Accelerator(a.model, a.memory_bytes, peak_flops_by_dtype=peaks)
                               for a, peaks in zip(inv.accelerators, self.peaks)],
                 cpus=inv.cpus, memory_bytes=inv.memory_bytes, software=inv.software,
-                credential=kept),  # "" : the client presents the one it got for the name, if any
+                credential=kept,  # "" : the client presents the one it got for the name, if any
+                cpu_peak_flops_by_dtype=self.cpu_peaks),
             self._stop,
             lambda exc, delay: log.warning("event=register_retry code=%s in=%.1fs detail=%s", exc.code.name, delay,
                                            exc.details),
@@ -336,7 +344,7 @@ class Agent:
             resource_interval_s=float(cfg.resource_interval_s) or 30.0,
             max_epochs_per_round=int(cfg.limits.max_epochs_per_round),
             max_rounds=int(cfg.limits.max_rounds_per_worker),
-            deterministic=bool(cfg.deterministic),
+            deterministic=bool(cfg.deterministic), xla=bool(cfg.xla),
         )
 
     def _dataset(self, ctx: RunContext):
@@ -356,6 +364,7 @@ class Agent:
         ctx = self._context(run)
         set_determinism(ctx.deterministic)
         dataset = self._dataset(ctx)
+        ctx.dataset = checked_dataset(ctx.profile, dataset)
         outbox = Outbox()
         seed = worker_seed(ctx.seed, self.worker_id)
         base = ctx.profile.base_graph()
@@ -466,7 +475,7 @@ class Agent:
         graph = candidate.graph
         parent_id = candidate.parent_model_id or self._model_with_hash(graph.meta.get("parent"))
         hyper, source = self._hyperparameters(ctx, round_index, parent_id)
-        model_id = self._submit(graph, parent_id, round_index, hyper)
+        model_id = self._submit(graph, parent_id, round_index, hyper, ctx.dataset)
         if model_id is None:
             return
         self._current_model = model_id
@@ -496,7 +505,8 @@ class Agent:
                                       seed=derive_seed(ctx.seed, "hpo", self.worker_id, round_index),
                                       warmup_rounds=ctx.warmup_rounds, parent=inherited)
 
-    def _submit(self, graph: Graph, parent_id: int, round_index: int, hyper: dict[str, int]) -> int | None:
+    def _submit(self, graph: Graph, parent_id: int, round_index: int, hyper: dict[str, int],
+                dataset: dict[str, Any] | None = None) -> int | None:
         """The model id the master gives the child; None after a transient error (the round is skipped).
 
         Raises `_RunClosed` when the run accepts no more models.
@@ -504,7 +514,7 @@ class Agent:
         try:
             sub = self.client.submit_model(self.worker_id, graph.to_json(), graph.hash(),
                                            parent_id=parent_id, round=round_index,
-                                           hyperparameters=hyper)
+                                           hyperparameters=hyper, dataset=dataset)
         except ApiError as exc:
             if exc.code in _TRANSIENT:
                 log.warning("event=submit_failed error=%s", exc)
@@ -545,7 +555,7 @@ class Agent:
         return train_model(graph, hyper, dataset, ctx.profile, round_index,
                            on_progress=on_progress, should_stop=should_stop,
                            precision=ctx.precision,
-                           xla=self.config.xla, progress_interval_s=ctx.report_interval_s,
+                           xla=ctx.xla, progress_interval_s=ctx.report_interval_s,
                            seed=seed, epochs=epochs)
 
     def _finish(self, outbox: Outbox, model_id: int, round_index: int, result: TrainResult) -> None:

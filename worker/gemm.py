@@ -52,6 +52,27 @@ def gemm_flops(device: str, dtype: str, n: int = 8192, seconds: float = 0.5, tri
     return best
 
 
+# The CPU measurement: float32 only (the compute type of the CPU's runs; 16-bit
+# types are emulated on most CPUs), small matrices and short windows so that a
+# worker starts within about a second (the demo must stay a few minutes); the
+# best of CPU_TRIALS windows, so that a passing load spike lowers no rate.
+CPU_DTYPE = "float32"
+CPU_N = 1024
+CPU_SECONDS = 0.2
+CPU_TRIALS = 3
+
+
+def measure_cpu_peak(n: int = CPU_N, seconds: float = CPU_SECONDS, trials: int = CPU_TRIALS) -> dict[str, float]:
+    """A worker without accelerators: its CPU's float32 GEMM rate ({} when it cannot be measured)."""
+    try:
+        rate = gemm_flops("/CPU:0", CPU_DTYPE, n=n, seconds=seconds, trials=trials)
+    except Exception as exc:  # noqa: BLE001 - no rate is "peak unknown", never a failed start
+        log.warning("event=cpu_gemm_peak_failed error=%s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return {}
+    log.info("event=gemm_peak device=/CPU:0 dtype=%s flops=%.3e", CPU_DTYPE, rate)
+    return {CPU_DTYPE: rate}
+
+
 def measure_peaks(devices: Sequence[str], n: int = 8192, seconds: float = 0.5) -> list[dict[str, float]]:
     """For each device, its GEMM rate per compute type it supports (a type the
     device or TensorFlow cannot multiply is left out)."""

@@ -52,6 +52,12 @@ class Precision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PRECISION_BF16: _ClassVar[Precision]
     PRECISION_FP8: _ClassVar[Precision]
     PRECISION_INT8: _ClassVar[Precision]
+
+class Toggle(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOGGLE_UNSPECIFIED: _ClassVar[Toggle]
+    TOGGLE_ON: _ClassVar[Toggle]
+    TOGGLE_OFF: _ClassVar[Toggle]
 API_VERSION_UNSPECIFIED: ApiVersion
 API_VERSION_1: ApiVersion
 RUN_STATE_UNSPECIFIED: RunState
@@ -80,6 +86,9 @@ PRECISION_FP16: Precision
 PRECISION_BF16: Precision
 PRECISION_FP8: Precision
 PRECISION_INT8: Precision
+TOGGLE_UNSPECIFIED: Toggle
+TOGGLE_ON: Toggle
+TOGGLE_OFF: Toggle
 
 class Limits(_message.Message):
     __slots__ = ("max_models", "max_rounds_per_worker", "max_epochs_per_round")
@@ -92,7 +101,7 @@ class Limits(_message.Message):
     def __init__(self, max_models: _Optional[int] = ..., max_rounds_per_worker: _Optional[int] = ..., max_epochs_per_round: _Optional[int] = ...) -> None: ...
 
 class RunConfig(_message.Message):
-    __slots__ = ("run_id", "profile", "seed", "duration_s", "precision", "limits", "warmup_rounds", "min_running_time_s", "report_interval_s", "resource_interval_s", "min_workers", "deterministic")
+    __slots__ = ("run_id", "profile", "seed", "duration_s", "precision", "limits", "warmup_rounds", "min_running_time_s", "report_interval_s", "resource_interval_s", "min_workers", "deterministic", "xla")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +114,7 @@ class RunConfig(_message.Message):
     RESOURCE_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     MIN_WORKERS_FIELD_NUMBER: _ClassVar[int]
     DETERMINISTIC_FIELD_NUMBER: _ClassVar[int]
+    XLA_FIELD_NUMBER: _ClassVar[int]
     run_id: int
     profile: Profile
     seed: int
@@ -117,7 +127,8 @@ class RunConfig(_message.Message):
     resource_interval_s: float
     min_workers: int
     deterministic: bool
-    def __init__(self, run_id: _Optional[int] = ..., profile: _Optional[_Union[Profile, str]] = ..., seed: _Optional[int] = ..., duration_s: _Optional[float] = ..., precision: _Optional[_Union[Precision, str]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., warmup_rounds: _Optional[int] = ..., min_running_time_s: _Optional[float] = ..., report_interval_s: _Optional[float] = ..., resource_interval_s: _Optional[float] = ..., min_workers: _Optional[int] = ..., deterministic: _Optional[bool] = ...) -> None: ...
+    xla: bool
+    def __init__(self, run_id: _Optional[int] = ..., profile: _Optional[_Union[Profile, str]] = ..., seed: _Optional[int] = ..., duration_s: _Optional[float] = ..., precision: _Optional[_Union[Precision, str]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., warmup_rounds: _Optional[int] = ..., min_running_time_s: _Optional[float] = ..., report_interval_s: _Optional[float] = ..., resource_interval_s: _Optional[float] = ..., min_workers: _Optional[int] = ..., deterministic: _Optional[bool] = ..., xla: _Optional[bool] = ...) -> None: ...
 
 class Outage(_message.Message):
     __slots__ = ("start", "end")
@@ -176,6 +187,22 @@ class Accelerator(_message.Message):
     peak_flops_by_dtype: _containers.ScalarMap[str, float]
     def __init__(self, model: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., peak_flops: _Optional[float] = ..., peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
+class DatasetInfo(_message.Message):
+    __slots__ = ("kind", "train_images", "validation_images", "num_classes", "image_size", "fingerprint")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    train_images: int
+    validation_images: int
+    num_classes: int
+    image_size: int
+    fingerprint: str
+    def __init__(self, kind: _Optional[str] = ..., train_images: _Optional[int] = ..., validation_images: _Optional[int] = ..., num_classes: _Optional[int] = ..., image_size: _Optional[int] = ..., fingerprint: _Optional[str] = ...) -> None: ...
+
 class SoftwareVersion(_message.Message):
     __slots__ = ("name", "version")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -185,7 +212,14 @@ class SoftwareVersion(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "state", "registered_at", "last_heartbeat", "current_model_id", "current_run_id")
+    __slots__ = ("worker_id", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "state", "registered_at", "last_heartbeat", "current_model_id", "current_run_id", "cpu_peak_flops_by_dtype", "dataset", "has_dataset", "implausible_reports")
+    class CpuPeakFlopsByDtypeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
@@ -198,6 +232,10 @@ class WorkerInfo(_message.Message):
     LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     CURRENT_MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     CURRENT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CPU_PEAK_FLOPS_BY_DTYPE_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    HAS_DATASET_FIELD_NUMBER: _ClassVar[int]
+    IMPLAUSIBLE_REPORTS_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     name: str
     host: str
@@ -210,7 +248,11 @@ class WorkerInfo(_message.Message):
     last_heartbeat: float
     current_model_id: int
     current_run_id: int
-    def __init__(self, worker_id: _Optional[int] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., state: _Optional[_Union[WorkerState, str]] = ..., registered_at: _Optional[float] = ..., last_heartbeat: _Optional[float] = ..., current_model_id: _Optional[int] = ..., current_run_id: _Optional[int] = ...) -> None: ...
+    cpu_peak_flops_by_dtype: _containers.ScalarMap[str, float]
+    dataset: DatasetInfo
+    has_dataset: bool
+    implausible_reports: int
+    def __init__(self, worker_id: _Optional[int] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., state: _Optional[_Union[WorkerState, str]] = ..., registered_at: _Optional[float] = ..., last_heartbeat: _Optional[float] = ..., current_model_id: _Optional[int] = ..., current_run_id: _Optional[int] = ..., cpu_peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ..., dataset: _Optional[_Union[DatasetInfo, _Mapping]] = ..., has_dataset: _Optional[bool] = ..., implausible_reports: _Optional[int] = ...) -> None: ...
 
 class Model(_message.Message):
     __slots__ = ("model_id", "run_id", "parent_id", "worker_id", "round", "graph_json", "graph_hash", "hyperparameters", "state", "best_accuracy", "predicted_accuracy", "has_accuracy", "created_at", "finished_at", "reason", "flops_per_train_image", "flops_per_eval_image", "images_trained", "images_validated", "epochs")
@@ -257,7 +299,14 @@ class Model(_message.Message):
     def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., parent_id: _Optional[int] = ..., worker_id: _Optional[int] = ..., round: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., created_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., reason: _Optional[str] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., epochs: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("api_version", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "credential")
+    __slots__ = ("api_version", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "credential", "cpu_peak_flops_by_dtype")
+    class CpuPeakFlopsByDtypeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     API_VERSION_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
@@ -266,6 +315,7 @@ class RegisterRequest(_message.Message):
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     SOFTWARE_FIELD_NUMBER: _ClassVar[int]
     CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    CPU_PEAK_FLOPS_BY_DTYPE_FIELD_NUMBER: _ClassVar[int]
     api_version: ApiVersion
     name: str
     host: str
@@ -274,7 +324,8 @@ class RegisterRequest(_message.Message):
     memory_bytes: int
     software: _containers.RepeatedCompositeFieldContainer[SoftwareVersion]
     credential: str
-    def __init__(self, api_version: _Optional[_Union[ApiVersion, str]] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., credential: _Optional[str] = ...) -> None: ...
+    cpu_peak_flops_by_dtype: _containers.ScalarMap[str, float]
+    def __init__(self, api_version: _Optional[_Union[ApiVersion, str]] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., credential: _Optional[str] = ..., cpu_peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("worker_id", "heartbeat_interval_s", "has_run", "run", "master_time", "api_version", "abandoned_model_ids", "credential")
@@ -341,7 +392,7 @@ class GetHistoryResponse(_message.Message):
     def __init__(self, run_id: _Optional[int] = ..., models: _Optional[_Iterable[_Union[Model, _Mapping]]] = ..., ranked_model_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SubmitModelRequest(_message.Message):
-    __slots__ = ("worker_id", "run_id", "graph_json", "graph_hash", "parent_id", "round", "hyperparameters", "queue")
+    __slots__ = ("worker_id", "run_id", "graph_json", "graph_hash", "parent_id", "round", "hyperparameters", "queue", "dataset", "has_dataset")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     GRAPH_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -350,6 +401,8 @@ class SubmitModelRequest(_message.Message):
     ROUND_FIELD_NUMBER: _ClassVar[int]
     HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    HAS_DATASET_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     run_id: int
     graph_json: str
@@ -358,7 +411,9 @@ class SubmitModelRequest(_message.Message):
     round: int
     hyperparameters: Hyperparameters
     queue: bool
-    def __init__(self, worker_id: _Optional[int] = ..., run_id: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., parent_id: _Optional[int] = ..., round: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., queue: _Optional[bool] = ...) -> None: ...
+    dataset: DatasetInfo
+    has_dataset: bool
+    def __init__(self, worker_id: _Optional[int] = ..., run_id: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., parent_id: _Optional[int] = ..., round: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., queue: _Optional[bool] = ..., dataset: _Optional[_Union[DatasetInfo, _Mapping]] = ..., has_dataset: _Optional[bool] = ...) -> None: ...
 
 class SubmitModelResponse(_message.Message):
     __slots__ = ("model_id", "state", "flops_per_train_image", "flops_per_eval_image")
@@ -525,7 +580,7 @@ class MasterMessage(_message.Message):
     def __init__(self, heartbeat: _Optional[_Union[HeartbeatResponse, _Mapping]] = ..., progress: _Optional[_Union[ProgressAck, _Mapping]] = ..., error: _Optional[_Union[MessageError, _Mapping]] = ...) -> None: ...
 
 class StartRunRequest(_message.Message):
-    __slots__ = ("duration_s", "profile", "seed", "limits", "precision", "warmup_rounds", "min_workers", "allow_concurrent", "report_interval_s", "resource_interval_s", "deterministic")
+    __slots__ = ("duration_s", "profile", "seed", "limits", "precision", "warmup_rounds", "min_workers", "allow_concurrent", "report_interval_s", "resource_interval_s", "deterministic", "xla")
     DURATION_S_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -537,6 +592,7 @@ class StartRunRequest(_message.Message):
     REPORT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     DETERMINISTIC_FIELD_NUMBER: _ClassVar[int]
+    XLA_FIELD_NUMBER: _ClassVar[int]
     duration_s: float
     profile: Profile
     seed: int
@@ -548,7 +604,8 @@ class StartRunRequest(_message.Message):
     report_interval_s: float
     resource_interval_s: float
     deterministic: bool
-    def __init__(self, duration_s: _Optional[float] = ..., profile: _Optional[_Union[Profile, str]] = ..., seed: _Optional[int] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., precision: _Optional[_Union[Precision, str]] = ..., warmup_rounds: _Optional[int] = ..., min_workers: _Optional[int] = ..., allow_concurrent: _Optional[bool] = ..., report_interval_s: _Optional[float] = ..., resource_interval_s: _Optional[float] = ..., deterministic: _Optional[bool] = ...) -> None: ...
+    xla: Toggle
+    def __init__(self, duration_s: _Optional[float] = ..., profile: _Optional[_Union[Profile, str]] = ..., seed: _Optional[int] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., precision: _Optional[_Union[Precision, str]] = ..., warmup_rounds: _Optional[int] = ..., min_workers: _Optional[int] = ..., allow_concurrent: _Optional[bool] = ..., report_interval_s: _Optional[float] = ..., resource_interval_s: _Optional[float] = ..., deterministic: _Optional[bool] = ..., xla: _Optional[_Union[Toggle, str]] = ...) -> None: ...
 
 class StartRunResponse(_message.Message):
     __slots__ = ("run",)
@@ -587,7 +644,7 @@ class ModelCount(_message.Message):
     def __init__(self, state: _Optional[_Union[ModelState, str]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class RunStatus(_message.Message):
-    __slots__ = ("run", "master_time", "elapsed_s", "workers_alive", "workers_joined", "models", "api_version")
+    __slots__ = ("run", "master_time", "elapsed_s", "workers_alive", "workers_joined", "models", "api_version", "official", "unofficial_reasons")
     RUN_FIELD_NUMBER: _ClassVar[int]
     MASTER_TIME_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
@@ -595,6 +652,8 @@ class RunStatus(_message.Message):
     WORKERS_JOINED_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
     API_VERSION_FIELD_NUMBER: _ClassVar[int]
+    OFFICIAL_FIELD_NUMBER: _ClassVar[int]
+    UNOFFICIAL_REASONS_FIELD_NUMBER: _ClassVar[int]
     run: RunInfo
     master_time: float
     elapsed_s: float
@@ -602,7 +661,9 @@ class RunStatus(_message.Message):
     workers_joined: int
     models: _containers.RepeatedCompositeFieldContainer[ModelCount]
     api_version: ApiVersion
-    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., master_time: _Optional[float] = ..., elapsed_s: _Optional[float] = ..., workers_alive: _Optional[int] = ..., workers_joined: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelCount, _Mapping]]] = ..., api_version: _Optional[_Union[ApiVersion, str]] = ...) -> None: ...
+    official: bool
+    unofficial_reasons: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., master_time: _Optional[float] = ..., elapsed_s: _Optional[float] = ..., workers_alive: _Optional[int] = ..., workers_joined: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelCount, _Mapping]]] = ..., api_version: _Optional[_Union[ApiVersion, str]] = ..., official: _Optional[bool] = ..., unofficial_reasons: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetScoreboardRequest(_message.Message):
     __slots__ = ("run_id",)
@@ -611,7 +672,7 @@ class GetScoreboardRequest(_message.Message):
     def __init__(self, run_id: _Optional[int] = ...) -> None: ...
 
 class Scoreboard(_message.Message):
-    __slots__ = ("run", "elapsed_s", "flops", "score", "provisional", "regulated_score", "valid_flops", "error", "best_accuracy", "target_accuracy", "valid", "invalid_reason", "official", "efficiency", "peak_flops", "total_ops", "worker_ops", "flops_mismatch_reports", "reports", "workers", "workers_alive", "accelerators", "models", "models_done", "best_model_id", "inventory", "master_software", "min_running_time_s", "score_time_s", "images_trained", "images_validated", "peak_verdict", "implausible_reports")
+    __slots__ = ("run", "elapsed_s", "flops", "score", "provisional", "regulated_score", "valid_flops", "error", "best_accuracy", "target_accuracy", "valid", "invalid_reason", "official", "efficiency", "peak_flops", "total_ops", "worker_ops", "flops_mismatch_reports", "reports", "workers", "workers_alive", "accelerators", "models", "models_done", "best_model_id", "inventory", "master_software", "min_running_time_s", "score_time_s", "images_trained", "images_validated", "peak_verdict", "implausible_reports", "unofficial_reasons", "regulated_score_time_s", "valid_flops_time_s")
     RUN_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
     FLOPS_FIELD_NUMBER: _ClassVar[int]
@@ -645,6 +706,9 @@ class Scoreboard(_message.Message):
     IMAGES_VALIDATED_FIELD_NUMBER: _ClassVar[int]
     PEAK_VERDICT_FIELD_NUMBER: _ClassVar[int]
     IMPLAUSIBLE_REPORTS_FIELD_NUMBER: _ClassVar[int]
+    UNOFFICIAL_REASONS_FIELD_NUMBER: _ClassVar[int]
+    REGULATED_SCORE_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    VALID_FLOPS_TIME_S_FIELD_NUMBER: _ClassVar[int]
     run: RunInfo
     elapsed_s: float
     flops: float
@@ -678,7 +742,10 @@ class Scoreboard(_message.Message):
     images_validated: int
     peak_verdict: str
     implausible_reports: int
-    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., flops: _Optional[float] = ..., score: _Optional[float] = ..., provisional: _Optional[bool] = ..., regulated_score: _Optional[float] = ..., valid_flops: _Optional[float] = ..., error: _Optional[float] = ..., best_accuracy: _Optional[float] = ..., target_accuracy: _Optional[float] = ..., valid: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., official: _Optional[bool] = ..., efficiency: _Optional[float] = ..., peak_flops: _Optional[float] = ..., total_ops: _Optional[float] = ..., worker_ops: _Optional[float] = ..., flops_mismatch_reports: _Optional[int] = ..., reports: _Optional[int] = ..., workers: _Optional[int] = ..., workers_alive: _Optional[int] = ..., accelerators: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelCount, _Mapping]]] = ..., models_done: _Optional[int] = ..., best_model_id: _Optional[int] = ..., inventory: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., master_software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., min_running_time_s: _Optional[float] = ..., score_time_s: _Optional[float] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., peak_verdict: _Optional[str] = ..., implausible_reports: _Optional[int] = ...) -> None: ...
+    unofficial_reasons: _containers.RepeatedScalarFieldContainer[str]
+    regulated_score_time_s: float
+    valid_flops_time_s: float
+    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., flops: _Optional[float] = ..., score: _Optional[float] = ..., provisional: _Optional[bool] = ..., regulated_score: _Optional[float] = ..., valid_flops: _Optional[float] = ..., error: _Optional[float] = ..., best_accuracy: _Optional[float] = ..., target_accuracy: _Optional[float] = ..., valid: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., official: _Optional[bool] = ..., efficiency: _Optional[float] = ..., peak_flops: _Optional[float] = ..., total_ops: _Optional[float] = ..., worker_ops: _Optional[float] = ..., flops_mismatch_reports: _Optional[int] = ..., reports: _Optional[int] = ..., workers: _Optional[int] = ..., workers_alive: _Optional[int] = ..., accelerators: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelCount, _Mapping]]] = ..., models_done: _Optional[int] = ..., best_model_id: _Optional[int] = ..., inventory: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., master_software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., min_running_time_s: _Optional[float] = ..., score_time_s: _Optional[float] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., peak_verdict: _Optional[str] = ..., implausible_reports: _Optional[int] = ..., unofficial_reasons: _Optional[_Iterable[str]] = ..., regulated_score_time_s: _Optional[float] = ..., valid_flops_time_s: _Optional[float] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ("run_id", "state", "limit", "offset", "include_graph")

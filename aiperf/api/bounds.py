@@ -58,6 +58,11 @@ MAX_OPS_PER_S_PER_ACCELERATOR = 1e16   # faster than any accelerator's dense fp1
 MAX_ACCELERATOR_MEMORY_BYTES = 2**44   # 16 TiB
 MAX_CPUS = 16384
 MAX_HOST_MEMORY_BYTES = 2**48          # 256 TiB
+# datasets
+MAX_DATASET_KIND_CHARS = 32
+MAX_DATASET_IMAGES = 2**40     # images in a split (ImageNet-1k: 1,281,167; ImageNet-21k: 14.2M)
+MAX_DATASET_CLASSES = 1 << 20  # classes of a dataset (ImageNet-21k: 21,841)
+MAX_IMAGE_SIZE = 1 << 16       # side of the network input in pixels
 MAX_DTYPES_PER_ACCELERATOR = len(GEMM_DTYPES)
 # models and reports
 MAX_GRAPH_JSON_CHARS = 1 << 20  # ResNet-50's graph is 17 kB
@@ -101,7 +106,11 @@ LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_ACCELERATOR_MEMORY_BYTES", "memory of one accelerator, and its memory used"),
     ("MAX_CPUS", "CPUs of a worker"),
     ("MAX_HOST_MEMORY_BYTES", "memory of a worker, and its memory used"),
-    ("MAX_DTYPES_PER_ACCELERATOR", "entries of peak_flops_by_dtype"),
+    ("MAX_DTYPES_PER_ACCELERATOR", "entries of peak_flops_by_dtype (and cpu_peak_flops_by_dtype)"),
+    ("MAX_DATASET_KIND_CHARS", "a dataset's kind name"),
+    ("MAX_DATASET_IMAGES", "images in a dataset's split"),
+    ("MAX_DATASET_CLASSES", "classes of a dataset"),
+    ("MAX_IMAGE_SIZE", "side of a dataset's network input"),
     ("MAX_GRAPH_JSON_CHARS", "graph JSON size"),
     ("MAX_GRAPH_JSON_DEPTH", "graph JSON nesting, checked before parsing"),
     ("MAX_GRAPH_LAYERS", "layers of a graph"),
@@ -335,6 +344,14 @@ RULES: dict[Any, dict[str, Rule]] = {
         "peak_flops_by_dtype": Mapping(MAX_DTYPES_PER_ACCELERATOR, Text(16),
                                        Real(0.0, MAX_OPS_PER_S_PER_ACCELERATOR)),
     },
+    pb.DatasetInfo: {
+        "kind": Text(MAX_DATASET_KIND_CHARS),
+        "train_images": Integer(0, MAX_DATASET_IMAGES),
+        "validation_images": Integer(0, MAX_DATASET_IMAGES),
+        "num_classes": Integer(0, MAX_DATASET_CLASSES),
+        "image_size": Integer(0, MAX_IMAGE_SIZE),
+        "fingerprint": Text(MAX_GRAPH_HASH_CHARS),
+    },
     pb.SoftwareVersion: {
         "name": Text(MAX_SOFTWARE_NAME_CHARS),
         "version": Text(MAX_SOFTWARE_VERSION_CHARS),
@@ -366,6 +383,8 @@ RULES: dict[Any, dict[str, Rule]] = {
         "memory_bytes": Integer(0, MAX_HOST_MEMORY_BYTES),
         "software": Repeated(MAX_SOFTWARE_ENTRIES, Nested(pb.SoftwareVersion)),
         "credential": Text(MAX_CREDENTIAL_CHARS),
+        "cpu_peak_flops_by_dtype": Mapping(MAX_DTYPES_PER_ACCELERATOR, Text(16),
+                                           Real(0.0, MAX_OPS_PER_S_PER_ACCELERATOR)),
     },
     pb.HeartbeatRequest: {"worker_id": _ID, "model_id": _ID_OR_0},
     pb.ProgressReport: {
@@ -392,6 +411,8 @@ RULES: dict[Any, dict[str, Rule]] = {
         "round": Integer(1, MAX_ROUND),
         "hyperparameters": Nested(pb.Hyperparameters),
         "queue": None,
+        "dataset": Nested(pb.DatasetInfo),
+        "has_dataset": None,
     },
     pb.GetHyperparameterHistoryRequest: {"worker_id": _ID, "run_id": _ID_OR_0},
     pb.FinishModelRequest: {
@@ -417,6 +438,7 @@ RULES: dict[Any, dict[str, Rule]] = {
         "min_workers": Integer(0, MAX_WORKERS),
         "allow_concurrent": None,
         "deterministic": None,  # a bool: nothing to bound
+        "xla": Enum(pb.Toggle),
         "report_interval_s": Real(0.0, MAX_INTERVAL_S),
         "resource_interval_s": Real(0.0, MAX_INTERVAL_S),
     },

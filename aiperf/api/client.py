@@ -240,12 +240,14 @@ class WorkerClient(_Client):
         memory_bytes: int = 0,
         software: Mapping[str, str] | None = None,
         credential: str = "",
+        cpu_peak_flops_by_dtype: Mapping[str, float] | None = None,
     ) -> pb.RegisterResponse:
         """Register (idempotent on `name` for the worker that holds its credential:
         a restarted worker gets its id back and its unfinished models are abandoned,
         listed in abandoned_model_ids). `credential`: the one an earlier register of
         this name returned (default: the one this client got for the name, if any).
-        The reply's credential is kept and sent with every later call for the worker."""
+        The reply's credential is kept and sent with every later call for the worker.
+        `cpu_peak_flops_by_dtype`: a worker without accelerators, its CPU's GEMM rates."""
         with self._lock:
             presented = credential or self._by_name.get(name, "")
         req = pb.RegisterRequest(
@@ -261,6 +263,7 @@ class WorkerClient(_Client):
             memory_bytes=int(memory_bytes),
             software=[pb.SoftwareVersion(name=k, version=v) for k, v in sorted((software or {}).items())],
             credential=presented,
+            cpu_peak_flops_by_dtype={k: float(v) for k, v in (cpu_peak_flops_by_dtype or {}).items()},
         )
         reply = self._call("Register", self._stub.Register, req, retry=True)
         with self._lock:
@@ -292,10 +295,12 @@ class WorkerClient(_Client):
         hyperparameters: Mapping[str, int] | pb.Hyperparameters,
         run_id: int = 0,
         queue: bool = False,
+        dataset: Mapping[str, Any] | None = None,
     ) -> pb.SubmitModelResponse:
         """Create the model the worker is about to train; returns its id (state
         training, or queued with queue=True) and the master's per-image FLOPs.
-        Not retried automatically: a retry could create a second model."""
+        Not retried automatically: a retry could create a second model. `dataset`:
+        what the worker trains on (DatasetInfo's fields), recorded for the run."""
         req = pb.SubmitModelRequest(
             worker_id=worker_id,
             run_id=run_id,
@@ -306,6 +311,9 @@ class WorkerClient(_Client):
             hyperparameters=hyperparameters_message(hyperparameters),
             queue=queue,
         )
+        if dataset is not None:
+            req.has_dataset = True
+            req.dataset.CopyFrom(pb.DatasetInfo(**dataset))
         return self._call("SubmitModel", self._stub.SubmitModel, req, metadata=self._worker_metadata(worker_id))
 
     def get_hyperparameter_history(self, worker_id: int, run_id: int = 0) -> pb.GetHyperparameterHistoryResponse:
@@ -398,7 +406,7 @@ class ControlClient(_Client):
         duration_s: float,
         profile: str = "smoke",
         seed: int = 0,
-        precision: str = "fp32",
+        precision: str = "",
         max_models: int = 0,
         max_rounds_per_worker: int = 0,
         max_epochs_per_round: int = 0,
@@ -408,16 +416,19 @@ class ControlClient(_Client):
         report_interval_s: float = 0.0,
         resource_interval_s: float = 0.0,
         deterministic: bool = False,
+        xla: bool | None = None,
     ) -> pb.RunInfo:
+        """Start a run. precision "" and xla None: the profile's (official:
+        mixed_fp16 with XLA; smoke: fp32 without); another value makes an official run unofficial."""
         if profile not in PROFILE_VALUES:
             raise ValueError(f"unknown profile {profile!r}")
-        if precision not in PRECISION_VALUES:
+        if precision and precision not in PRECISION_VALUES:
             raise ValueError(f"unknown precision {precision!r}")
         req = pb.StartRunRequest(
             duration_s=duration_s,
             profile=PROFILE_VALUES[profile],
             seed=seed,
-            precision=PRECISION_VALUES[precision],
+            precision=PRECISION_VALUES[precision] if precision else pb.PRECISION_UNSPECIFIED,
             limits=pb.Limits(
                 max_models=max_models,
                 max_rounds_per_worker=max_rounds_per_worker,
@@ -429,6 +440,7 @@ class ControlClient(_Client):
             report_interval_s=report_interval_s,
             resource_interval_s=resource_interval_s,
             deterministic=deterministic,
+            xla=pb.TOGGLE_UNSPECIFIED if xla is None else pb.TOGGLE_ON if xla else pb.TOGGLE_OFF,
         )
         return self._call("StartRun", self._stub.StartRun, req).run
 
