@@ -33,6 +33,7 @@ UINT64_MAX = 2**64 - 1
 # (lowest, highest) of each kind of option.
 RUN_ID = (0, bounds.MAX_ID)          # 0: the current (or most recent) run
 SEED = (0, bounds.MAX_SEED)
+KEEP = (0, bounds.MAX_KEEP_CHECKPOINTS)  # --keep-checkpoints; 0: the default
 COUNT = (0, UINT32_MAX)              # uint32 limits of a run; 0: no limit / the default
 LIMIT = (1, UINT32_MAX)              # --limit of a listing
 PORT = (0, 65535)                    # 0: any free port

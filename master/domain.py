@@ -45,6 +45,8 @@ class RunSpec:
     report_interval_s: float = 0.0
     resource_interval_s: float = 0.0
     deterministic: bool = False
+    inherit: bool = True       # children start from their parent's weights
+    keep_checkpoints: int = 0  # retention's top K; 0: DEFAULT_KEEP_CHECKPOINTS
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class ModelSubmission:
     batch_size: int
     kernel_size: int
     queue: bool = False  # True: queued until its first report
+    inherited_from: int = 0  # 0: from scratch; else parent_id
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class ModelFinish:
     reason: str = ""
     best_accuracy: float | None = None
     predicted_accuracy: float | None = None
+    checkpoint_uri: str = ""     # the model's weights in its worker's store; "" none
+    checkpoint_sha256: str = ""
 
 
 @dataclass(frozen=True)

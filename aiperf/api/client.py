@@ -290,9 +290,11 @@ class WorkerClient(_Client):
         hyperparameters: Mapping[str, int] | pb.Hyperparameters,
         run_id: int = 0,
         queue: bool = False,
+        inherited_from: int = 0,
     ) -> pb.SubmitModelResponse:
         """Create the model the worker is about to train; returns its id (state
         training, or queued with queue=True) and the master's per-image FLOPs.
+        inherited_from: parent_id when its weights were transferred into the child, else 0.
         Not retried automatically: a retry could create a second model."""
         req = pb.SubmitModelRequest(
             worker_id=worker_id,
@@ -303,6 +305,7 @@ class WorkerClient(_Client):
             round=round,
             hyperparameters=hyperparameters_message(hyperparameters),
             queue=queue,
+            inherited_from=inherited_from,
         )
         return self._call("SubmitModel", self._stub.SubmitModel, req, metadata=self._worker_metadata(worker_id))
 
@@ -345,9 +348,13 @@ class WorkerClient(_Client):
         best_accuracy: float | None = None,
         predicted_accuracy: float | None = None,
         reason: str = "",
+        checkpoint_uri: str = "",
+        checkpoint_sha256: str = "",
     ) -> pb.FinishModelResponse:
         """End a model: state "done" or "failed" (with reason). best_accuracy is
-        the best observed validation accuracy; predicted_accuracy ranks it.
+        the best observed validation accuracy; predicted_accuracy ranks it. A done
+        model's checkpoint (worker/checkpoints.py) goes with it; the reply lists the
+        worker's checkpoints retention lets go (delete_checkpoints).
         Idempotent: finishing again with the same state is accepted. The reason is
         made to fit the master's bound (MAX_REASON_CHARS, printable; aiperf.api.bounds)."""
         if state not in FINISHED_MODEL_STATES:
@@ -360,6 +367,8 @@ class WorkerClient(_Client):
             has_accuracy=best_accuracy is not None,
             best_accuracy=float(best_accuracy or 0.0),
             predicted_accuracy=float(predicted_accuracy or 0.0),
+            checkpoint_uri=checkpoint_uri,
+            checkpoint_sha256=checkpoint_sha256,
         )
         return self._call("FinishModel", self._stub.FinishModel, req, retry=True,
                           metadata=self._worker_metadata(worker_id))
@@ -406,6 +415,8 @@ class ControlClient(_Client):
         report_interval_s: float = 0.0,
         resource_interval_s: float = 0.0,
         deterministic: bool = False,
+        inherit: bool = True,
+        keep_checkpoints: int = 0,
     ) -> pb.RunInfo:
         if profile not in PROFILE_VALUES:
             raise ValueError(f"unknown profile {profile!r}")
@@ -427,6 +438,8 @@ class ControlClient(_Client):
             report_interval_s=report_interval_s,
             resource_interval_s=resource_interval_s,
             deterministic=deterministic,
+            no_inherit=not inherit,
+            keep_checkpoints=keep_checkpoints,
         )
         return self._call("StartRun", self._stub.StartRun, req).run
 
