@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -128,8 +129,10 @@ class Inheritance:
 
             model = build_weights_model(parent_graph, int(parent.hyperparameters.kernel_size))
             try:
-                model.load_weights(str(path))
-            except (ValueError, OSError) as exc:  # a file of another architecture, or not HDF5
+                with warnings.catch_warnings():  # Keras only warns about layers it could not match
+                    warnings.simplefilter("error", UserWarning)
+                    model.load_weights(str(path))
+            except (ValueError, OSError, UserWarning) as exc:  # a file of another architecture, or not HDF5
                 raise CheckpointError(f"checkpoint {parent.checkpoint_uri} does not fit model "
                                       f"{parent.model_id}: {exc}") from exc
             return layer_weights(model)
