@@ -315,3 +315,41 @@ def test_retention_hands_each_worker_its_own_checkpoints_to_delete(master_server
     models = {m.model_id: m for m in control.list_models().models}
     assert [mid for mid, m in sorted(models.items()) if m.checkpoint_deleted] == [m1, m2, m3, m5]
     assert models[m4].checkpoint_uri == u[3] and not models[m4].checkpoint_deleted
+
+
+# ---------------------------------------------------------------- migration 0004
+
+
+def test_migration_0004_round_trips_and_old_models_have_no_checkpoint(db_url: str):
+    from alembic import command
+
+    from master.sqlstore import SqlStore, _alembic_config, make_engine
+    from master.store import NewModel, NewRun, WorkerInput
+
+    s = SqlStore(db_url)
+    try:
+        run = s.start_run(s.create_run(NewRun("smoke", 1, 600.0, "fp32", {"limits": {}}, {}), 100.0).id, 100.0)
+        w, _ = s.register_worker(WorkerInput("n", "n", [], 1, 1, {}), 100.0)
+        new = NewModel(run.id, None, w.id, 1, "{}", "ab" * 32, 32, 3, "training", 30, 10)
+        a = s.add_model(new, 101.0).id
+        b = s.add_model(NewModel(run.id, a, w.id, 2, "{}", "cd" * 32, 32, 3, "training", 30, 10,
+                                 inherited_from=a), 102.0).id
+        s.finish_model(a, w.id, "done", "", 0.5, None, 103.0, "file:///c/model-1.weights.h5", "0" * 64)
+        assert (s.get_model(a).checkpoint_uri, s.get_model(b).inherited_from) == ("file:///c/model-1.weights.h5", a)
+    finally:
+        s.close()
+    engine = make_engine(db_url)
+    with engine.begin() as conn:  # back to the previous release, and forward again
+        cfg = _alembic_config()
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0003")
+        command.upgrade(cfg, "head")
+    engine.dispose()
+    s = SqlStore(db_url)
+    try:
+        old_a, old_b = s.get_model(a), s.get_model(b)
+        assert (old_a.checkpoint_uri, old_a.checkpoint_sha256, old_a.checkpoint_deleted) == ("", "", False)
+        assert old_b.inherited_from == 0  # trained from scratch, as every model before 0004 was
+        assert [m.has_checkpoint for m, _, _ in s.stored_checkpoints(run.id)] == [False, False]
+    finally:
+        s.close()

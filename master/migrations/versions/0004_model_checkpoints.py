@@ -21,17 +21,25 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('models', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('checkpoint_uri', sa.String(length=1024), nullable=True))
-        batch_op.add_column(sa.Column('checkpoint_sha256', sa.String(length=64), nullable=True))
-        batch_op.add_column(sa.Column('checkpoint_deleted', sa.Boolean(), nullable=False,
+    # plain ADD COLUMNs, in place on every dialect: a batch copy of the table would have to drop
+    # `models` on SQLite, which the foreign keys of progress rows and child models forbid
+    op.add_column('models', sa.Column('checkpoint_uri', sa.String(length=1024), nullable=True))
+    op.add_column('models', sa.Column('checkpoint_sha256', sa.String(length=64), nullable=True))
+    op.add_column('models', sa.Column('checkpoint_deleted', sa.Boolean(), nullable=False,
                                       server_default=sa.false()))
-        batch_op.add_column(sa.Column('inherited_from', sa.Integer(), nullable=True))
+    op.add_column('models', sa.Column('inherited_from', sa.Integer(), nullable=True))
+
+
+_COLUMNS = ('inherited_from', 'checkpoint_deleted', 'checkpoint_sha256', 'checkpoint_uri')
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == 'sqlite':
+        # SQLite drops a plain column in place (3.35+); a batch copy of the table would have to
+        # drop `models`, which the foreign keys of progress rows and child models forbid
+        for column in _COLUMNS:
+            op.execute(f'ALTER TABLE models DROP COLUMN {column}')
+        return
     with op.batch_alter_table('models', schema=None) as batch_op:
-        batch_op.drop_column('inherited_from')
-        batch_op.drop_column('checkpoint_deleted')
-        batch_op.drop_column('checkpoint_sha256')
-        batch_op.drop_column('checkpoint_uri')
+        for column in _COLUMNS:
+            batch_op.drop_column(column)
