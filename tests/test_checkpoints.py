@@ -353,3 +353,13 @@ def test_migration_0004_round_trips_and_old_models_have_no_checkpoint(db_url: st
         assert [m.has_checkpoint for m, _, _ in s.stored_checkpoints(run.id)] == [False, False]
     finally:
         s.close()
+
+
+def test_a_bad_checkpoints_url_stops_the_worker_with_one_line(capsys, monkeypatch, tmp_path):
+    from cli.main import main
+
+    monkeypatch.setitem(sys.modules, "fsspec", None)
+    rc = main(["worker", "--master", "127.0.0.1:9", "--token", "t", "--state-dir", str(tmp_path),
+               "--no-measure-peak", "--checkpoints", "s3://bucket/ckpt"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "aiperf[object-store]" in err, err
