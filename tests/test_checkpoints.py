@@ -363,3 +363,39 @@ def test_a_bad_checkpoints_url_stops_the_worker_with_one_line(capsys, monkeypatc
                "--no-measure-peak", "--checkpoints", "s3://bucket/ckpt"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "aiperf[object-store]" in err, err
+
+
+def test_the_worker_deletes_what_retention_lets_go_from_its_store(master_server, small_graph, tmp_path, caplog):
+    import logging
+
+    from aiperf.hyperparameters import Hyperparameters
+    from aiperf.morphism import deeper_at
+    from worker.agent import Agent, AgentConfig, Outbox
+    from worker.trainer import TrainResult
+
+    h = master_server()
+    control = ControlClient(h.address, h.admin_token)
+    run_id = control.start_run(600, profile="smoke", seed=1, keep_checkpoints=1).config.run_id
+    agent = Agent(AgentConfig(master=h.address, token=h.worker_token, name="keeper", measure_peak=False,
+                              checkpoints=str(tmp_path / "store")))
+    try:
+        agent._register()
+        ids = [agent._submit(g, 0, n + 1, Hyperparameters(32, 3))
+               for n, g in enumerate((small_graph, deeper_at(small_graph, "conv2_block1_out")))]
+        ckpts = [agent.inheritance.store.put(run_id, mid, _file(tmp_path / f"{mid}.weights.h5", b"w" * (mid + 1)))
+                 for mid in ids]
+        box = Outbox()
+        with caplog.at_level(logging.INFO, logger="worker.inheritance"):
+            for n, (mid, acc) in enumerate(zip(ids, (0.5, 0.6))):
+                agent._finish(box, mid, n + 1, TrainResult("done", (acc,), 1, 100, 10, 1, acc, acc), ckpts[n])
+            box.close()
+        files = {mid: Path(c.uri[len("file://"):]) for mid, c in zip(ids, ckpts)}
+        assert not files[ids[0]].exists() and files[ids[1]].exists()  # only the top 1 stays
+        assert f"event=checkpoint_deleted model={ids[0]}" in caplog.text
+        models = {m.model_id: m for m in control.list_models().models}
+        assert models[ids[0]].checkpoint_deleted and not models[ids[1]].checkpoint_deleted
+        assert models[ids[1]].checkpoint_sha256 == hashlib.sha256(b"w" * (ids[1] + 1)).hexdigest()
+    finally:
+        agent.stream.close()
+        agent.client.close()
+        agent.inheritance.close()
