@@ -80,6 +80,8 @@ def test_a_child_starts_at_its_parents_final_accuracy_end_to_end(master_server, 
     for child, r in children:
         assert child.inherited_from == child.parent_id and r["inherited"]
         parent, pr = by_id[child.parent_id]
+        print(f"child {child.model_id}: {r['before']:.6f} before its first step, parent {parent.model_id}'s "
+              f"final {pr['final']:.6f}")
         assert abs(r["before"] - pr["final"]) <= 1e-3, (child.model_id, r["before"], pr["final"])
         assert abs(pr["final"] - parent.best_accuracy) <= 1e-9  # one epoch: the final is the best
     first = models[0]
