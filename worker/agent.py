@@ -3,9 +3,12 @@
 A round: fetch the run's history (the round's snapshot: it numbers the round
 and is all the round's choices depend on, with the seeds), take the child the
 generator pool computes for (round, snapshot), choose hyperparameters (the
-parent's or the defaults during warm-up, TPE on the snapshot after), submit the
-child (the master gives its model id), train it while streaming progress,
-finish it; the next round's child is prepared meanwhile. Every call to the master that
+parent's or the defaults during warm-up, TPE on the snapshot after), give the
+child its parent's weights when the run inherits (worker/inheritance.py: from
+the parent's checkpoint; from scratch when it is unusable), submit the child
+(the master gives its model id), train it while streaming progress, store its
+weights in the checkpoint store and finish it with their URI (deleting what
+the master's retention lets go); the next round's child is prepared meanwhile. Every call to the master that
 carries results goes through `Outbox`, which sends in order and retries
 through master restarts and network drops, so no finished report is lost.
 
