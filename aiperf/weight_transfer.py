@@ -26,11 +26,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from aiperf.graph import INPUT, Graph, Layer, with_inserted_kernel
+from aiperf.graph import INPUT, INSERTED, Graph, Layer, with_inserted_kernel
 from aiperf.layers import KINDS
 from aiperf.layers.transfer import Origin, TransferContext, TransferError, Weights
 
-__all__ = ["TransferError", "Weights", "transfer_weights"]
+__all__ = ["TransferError", "Weights", "inherited_kernel_size", "transfer_weights"]
+
+
+def inherited_kernel_size(parent: Graph, parent_kernel: int, chosen: int) -> int:
+    """The kernel size of a child that inherits from `parent` trained at `parent_kernel`, when
+    the search chose `chosen`: never smaller than the parent's when the parent has inserted
+    convs. Zero-padding a kernel to a larger size is exact; centre-cropping it is not (a 7x7
+    inserted conv cropped to 3x3 moved the logits by 3.8), and the point of inheriting is
+    that the child starts from its parent's function (docs/spec.md, "Inheritance")."""
+    if any(l.tag == INSERTED and l.type == "conv" for l in parent.layers):
+        return max(chosen, parent_kernel)
+    return chosen
 
 
 def transfer_weights(parent: Graph, parent_weights: Weights, child: Graph, *,

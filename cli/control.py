@@ -1,6 +1,7 @@
 """Run control through the master's control API.
 
     aiperf start --duration 1h [--profile official|smoke] [--seed N] [--precision P] [--deterministic]
+                 [--no-inherit] [--keep-checkpoints K]
     aiperf stop [--run ID] [--abort]
     aiperf status [--run ID] [--json]
     aiperf runs [--limit N] [--json]
@@ -23,6 +24,7 @@ from typing import Any, Optional
 
 import typer
 
+from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS
 from cli.format import format_duration, format_flops, parse_duration
 from cli.options import Control, control_command, fail, fail_api
 from cli.records import (
@@ -30,7 +32,7 @@ from cli.records import (
 )
 from cli.report import fetch_report
 from cli.tables import models_table, runs_table, scoreboard_table, status_line, workers_table
-from cli.values import COUNT, LIMIT, PAGE, RUN_ID, SEED, ModelState, Precision, Profile, WorkerState, int_option
+from cli.values import COUNT, KEEP, LIMIT, PAGE, RUN_ID, SEED, ModelState, Precision, Profile, WorkerState, int_option
 
 RunOpt = int_option(0, "--run", span=RUN_ID, help="Run id (0: the current or most recent run).")
 
@@ -58,6 +60,12 @@ def start_cmd(
     deterministic: bool = typer.Option(False, "--deterministic",
                                        help="Reproducible run: TensorFlow op determinism and seeded rounds "
                                             "on the workers (slower; recorded in the run's configuration)."),
+    no_inherit: bool = typer.Option(False, "--no-inherit",
+                                    help="Children train from scratch instead of from their parent's weights "
+                                         "(recorded in the run's configuration and the scoreboard)."),
+    keep_checkpoints: int = int_option(0, "--keep-checkpoints", span=KEEP,
+                                       help=f"Checkpoints kept: the top this-many models plus the parents of "
+                                            f"models in training (0: {DEFAULT_KEEP_CHECKPOINTS})."),
 ) -> None:
     """Start a timed run."""
     try:
@@ -68,12 +76,13 @@ def start_cmd(
                    precision=precision.value if precision else "", xla=xla,
                    max_models=max_models, max_rounds_per_worker=max_rounds, max_epochs_per_round=max_epochs,
                    warmup_rounds=warmup_rounds, min_workers=min_workers, allow_concurrent=allow_concurrent,
-                   deterministic=deterministic)
+                   deterministic=deterministic, inherit=not no_inherit, keep_checkpoints=keep_checkpoints)
     d = run_info_to_dict(run)
     ctl.show(d, lambda: f"run {d['run_id']} {d['state']}: profile {d['profile']}, duration "
                         f"{format_duration(d['duration_s'])}, seed {d['seed']}, precision {d['precision']}, "
                         f"XLA {'on' if d['xla'] else 'off'}"
-                        f"{', deterministic' if d['deterministic'] else ''}")
+                        f"{', deterministic' if d['deterministic'] else ''}"
+                        f"{'' if d['inherit'] else ', no inheritance'}")
 
 
 @control_command()

@@ -2,7 +2,8 @@
 
 A master on SQLite in this process, one worker as a child process (`python -m
 cli worker`), a smoke run on the built-in dataset; live progress, then the
-scoreboard and the HTML report.
+scoreboard and the HTML report. The worker keeps its checkpoints in --dir
+(``checkpoints/``), where the children of the run inherit from them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def demo_cmd(
     deterministic: bool = typer.Option(False, "--deterministic",
                                        help="Reproducible run: TensorFlow op determinism and seeded rounds "
                                             "(slower; recorded in the run's configuration)."),
+    no_inherit: bool = typer.Option(False, "--no-inherit",
+                                    help="Children train from scratch instead of from their parent's weights."),
 ) -> None:
     """Run the benchmark end to end on this machine: master on SQLite, one local worker,
     a smoke run on the built-in dataset; shows progress, then prints the scoreboard."""
@@ -65,13 +68,13 @@ def demo_cmd(
         fail(str(exc))
     env = dict(os.environ, AIPERF_MASTER=handle.address, AIPERF_TOKEN=handle.worker_token,
                AIPERF_WORKER_NAME="demo-worker", AIPERF_WORKER_STATE_DIR=str(workdir / "worker-state"),
-               PYTHONUNBUFFERED="1")
+               AIPERF_CHECKPOINTS=str(workdir / "checkpoints"), PYTHONUNBUFFERED="1")
     worker_log = open(workdir / "worker.log", "w")
     worker = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--exit-when-done"],
                               env=env, stdout=worker_log, stderr=subprocess.STDOUT)
     control = ControlClient(handle.address, handle.admin_token)
     try:
-        _run(console, control, workdir, minutes, seed, worker, deterministic)
+        _run(console, control, workdir, minutes, seed, worker, deterministic, inherit=not no_inherit)
     except ApiError as exc:  # e.g. the seed refused by the master
         fail_api(handle.address, exc, "admin token")
     except KeyboardInterrupt:
@@ -82,7 +85,8 @@ def demo_cmd(
         worker_log.close()
         control.close()
         handle.stop()
-    console.print(f"logs: {workdir / 'master.log'}, {workdir / 'worker.log'}; database: {workdir / 'master.db'}")
+    console.print(f"logs: {workdir / 'master.log'}, {workdir / 'worker.log'}; database: {workdir / 'master.db'}; "
+                  f"checkpoints: {workdir / 'checkpoints'}")
     if worker.returncode not in (0, -signal.SIGTERM):
         # the worker's own kind of failure (2, 3, 4) carries over; a crash is a bug
         known = {int(c) for c in (ExitCode.BAD_INPUT, ExitCode.UNAVAILABLE, ExitCode.REFUSED)}
@@ -91,10 +95,10 @@ def demo_cmd(
 
 
 def _run(console: "Console", control: "ControlClient", workdir: Path, minutes: float, seed: int,
-         worker: subprocess.Popen[Any], deterministic: bool = False) -> None:
+         worker: subprocess.Popen[Any], deterministic: bool = False, inherit: bool = True) -> None:
     """Start the smoke run, watch it to its end, print the scoreboard and write the report."""
     run = control.start_run(duration_s=minutes * 60, profile="smoke", seed=seed, min_workers=1,
-                            deterministic=deterministic)
+                            deterministic=deterministic, inherit=inherit)
     _watch(console, control, run.config.run_id, worker)
     console.print()
     board, page = fetch_report(control, run.config.run_id)

@@ -39,7 +39,8 @@ BOARD_FIELDS = ("run_id", "state", "profile", "precision", "seed", "duration_s",
                 "images_validated", "total_ops")
 MODEL_FIELDS = ("model_id", "parent_id", "worker_id", "round", "state", "best_accuracy", "predicted_accuracy",
                 "batch_size", "kernel_size", "epochs", "images_trained", "images_validated",
-                "flops_per_train_image", "flops_per_eval_image", "created_at", "finished_at", "graph_hash", "reason")
+                "flops_per_train_image", "flops_per_eval_image", "created_at", "finished_at", "graph_hash", "reason",
+                "inherited_from", "checkpoint_uri", "checkpoint_sha256")
 POINT_FIELDS = ("elapsed_s", "ops", "flops", "best_accuracy")
 
 
@@ -59,7 +60,10 @@ def fetch_export(client: Any, run: int) -> dict[str, Any]:
 
 def _model_row(m: dict[str, Any]) -> dict[str, Any]:
     hp = m["hyperparameters"] or {}
-    return {k: (hp.get(k) if k in ("batch_size", "kernel_size") else m.get(k)) for k in MODEL_FIELDS}
+    ckpt = m.get("checkpoint") or {}
+    row = {k: (hp.get(k) if k in ("batch_size", "kernel_size") else m.get(k)) for k in MODEL_FIELDS}
+    row.update(checkpoint_uri=ckpt.get("uri"), checkpoint_sha256=ckpt.get("sha256"))
+    return row
 
 
 def to_csv(data: dict[str, Any], table: str) -> str:

@@ -30,6 +30,8 @@ def run_info_to_dict(run: pb.RunInfo) -> dict[str, Any]:
         "min_workers": c.min_workers,
         "deterministic": c.deterministic,
         "xla": c.xla,
+        "inherit": c.inherit,
+        "keep_checkpoints": c.keep_checkpoints or None,
         "min_running_time_s": c.min_running_time_s,
         "report_interval_s": c.report_interval_s,
         "resource_interval_s": c.resource_interval_s,
@@ -193,6 +195,10 @@ def model_to_dict(m: pb.Model) -> dict[str, Any]:
         "images_trained": m.images_trained,
         "images_validated": m.images_validated,
         "epochs": m.epochs,
+        # where its weights are (None: none stored); deleted: retention let them go
+        "checkpoint": ({"uri": m.checkpoint_uri, "sha256": m.checkpoint_sha256, "deleted": m.checkpoint_deleted}
+                       if m.checkpoint_uri else None),
+        "inherited_from": m.inherited_from or None,  # None: trained from scratch
     }
     if m.graph_json:
         d["graph_json"] = m.graph_json

@@ -111,6 +111,8 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
          + "".join(f", {v} {k}" for k, v in d["models"].items() if k != "done" and v)),
         ("Images", f"{d['images_trained']:,} trained, {d['images_validated']:,} validated"),
         ("Seed / precision", f"{d['seed']} / {d['precision']}"),
+        ("Weight inheritance", "on (children start from their parent's weights)" if d.get("inherit")
+         else "off (children train from scratch)"),
     ]
     stopped = stop_text(d)
     if stopped is not None:

@@ -34,6 +34,7 @@ UINT64_MAX = 2**64 - 1
 # (lowest, highest) of each kind of option.
 RUN_ID = (0, bounds.MAX_ID)          # 0: the current (or most recent) run
 SEED = (0, bounds.MAX_SEED)
+KEEP = (0, bounds.MAX_KEEP_CHECKPOINTS)  # --keep-checkpoints; 0: the default
 COUNT = (0, UINT32_MAX)              # uint32 limits of a run; 0: no limit / the default
 LIMIT = (1, UINT32_MAX)              # --limit of a listing
 PAGE = (1, bounds.MAX_PAGE)          # --limit of `aiperf runs` / `aiperf workers`: one page of the master's

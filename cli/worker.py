@@ -132,6 +132,10 @@ def worker_cmd(
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, envvar="AIPERF_WORKER_STATE_DIR",
                                    help="Where the worker keeps its credential (mode 0600), to get its name "
                                    "and id back after a restart."),
+    checkpoints: Optional[str] = typer.Option(
+        None, "--checkpoints", envvar="AIPERF_CHECKPOINTS",
+        help="Checkpoint store URL: a directory (shared by all workers in a cluster) or an fsspec URL such as "
+             "s3://bucket/prefix (needs aiperf[object-store]); default: checkpoints under --state-dir."),
     log_level: LogLevel = typer.Option("info", case_sensitive=False, help="Log level (debug also shows "
                                        "TensorFlow's C++ logs)."),
     health_port: Optional[int] = int_option(None, "--health-port", span=PORT, envvar="AIPERF_WORKER_HEALTH_PORT",
@@ -150,7 +154,7 @@ def worker_cmd(
     _run_agent(master, token, name, dataset, kind, root, log_level.value, tls=tls,
                generator_processes=generator_processes, input_pipeline_cpus=input_pipeline_cpus,
                exit_when_run_ends=exit_when_done, measure_peak=measure_peak,
-               state_dir=state_dir.expanduser(), health_port=health_port)
+               state_dir=state_dir.expanduser(), health_port=health_port, checkpoints=checkpoints)
 
 
 def _run_agent(master: str, token: str, name: Optional[str], dataset: Optional[str], kind: Optional[str],
@@ -161,9 +165,14 @@ def _run_agent(master: str, token: str, name: Optional[str], dataset: Optional[s
     from worker.agent import Agent, AgentConfig, default_name
     from worker.data import DatasetError
 
+    from worker.checkpoints import CheckpointError
+
     setup_logging(log_level)
-    agent = Agent(AgentConfig(master=master, token=token, name=name or default_name(), dataset_kind=kind,
-                              dataset_path=dataset, root_certificates=root, **config))
+    try:
+        agent = Agent(AgentConfig(master=master, token=token, name=name or default_name(), dataset_kind=kind,
+                                  dataset_path=dataset, root_certificates=root, **config))
+    except CheckpointError as exc:  # a bad --checkpoints URL, or fsspec missing for it
+        fail(str(exc), ExitCode.BAD_INPUT)
 
     def on_signal(signum: int, _frame: Any) -> None:
         name = signal.Signals(signum).name

@@ -71,6 +71,7 @@ def run_spec(req: pb.StartRunRequest) -> RunSpec:
         allow_concurrent=req.allow_concurrent, report_interval_s=req.report_interval_s,
         resource_interval_s=req.resource_interval_s, deterministic=req.deterministic,
         xla={pb.TOGGLE_ON: True, pb.TOGGLE_OFF: False}.get(req.xla),
+        inherit=not req.no_inherit, keep_checkpoints=int(req.keep_checkpoints),
     )
 
 
@@ -99,6 +100,7 @@ def model_submission(req: pb.SubmitModelRequest) -> ModelSubmission:
         worker_id=req.worker_id, run_id=req.run_id, graph_json=req.graph_json, graph_hash=req.graph_hash,
         parent_id=req.parent_id, round=req.round, batch_size=hp.batch_size, kernel_size=hp.kernel_size,
         queue=req.queue, dataset=dataset_dict(req.dataset) if req.has_dataset else None,
+        queue=req.queue, inherited_from=int(req.inherited_from),
     )
 
 
@@ -120,6 +122,7 @@ def model_finish(req: pb.FinishModelRequest) -> ModelFinish:
         worker_id=req.worker_id, model_id=req.model_id, state=MODEL_STATES.get(req.state, ""), reason=req.reason,
         best_accuracy=req.best_accuracy if req.has_accuracy else None,
         predicted_accuracy=req.predicted_accuracy if req.predicted_accuracy != 0 else None,  # 0: unknown
+        checkpoint_uri=req.checkpoint_uri, checkpoint_sha256=req.checkpoint_sha256,
     )
 
 
@@ -187,6 +190,8 @@ def run_info(run: RunRecord) -> pb.RunInfo:
             min_workers=int(c.get("min_workers", 0)),
             deterministic=bool(c.get("deterministic", False)),
             xla=bool(c.get("xla", False)),
+            inherit=bool(c.get("inherit", False)),  # runs before inheritance trained from scratch
+            keep_checkpoints=int(c.get("keep_checkpoints", 0)),
         ),
         state=RUN_STATE_VALUES[run.state],
         created_at=run.created_at,
@@ -210,6 +215,8 @@ def model_message(m: ModelRecord, include_graph: bool = True) -> pb.Model:
         created_at=m.created_at, finished_at=m.finished_at or 0.0, reason=m.reason,
         flops_per_train_image=m.flops_per_train_image, flops_per_eval_image=m.flops_per_eval_image,
         images_trained=m.images_trained, images_validated=m.images_validated, epochs=m.epochs,
+        checkpoint_uri=m.checkpoint_uri, checkpoint_sha256=m.checkpoint_sha256,
+        inherited_from=m.inherited_from, checkpoint_deleted=m.checkpoint_deleted,
     )
 
 

@@ -47,6 +47,8 @@ class RunSpec:
     resource_interval_s: float = 0.0
     deterministic: bool = False
     xla: bool | None = None  # None: the profile's (official: on; smoke: off)
+    inherit: bool = True       # children start from their parent's weights
+    keep_checkpoints: int = 0  # retention's top K; 0: DEFAULT_KEEP_CHECKPOINTS
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class ModelSubmission:
     kernel_size: int
     queue: bool = False  # True: queued until its first report
     dataset: dict[str, Any] | None = None  # the dataset it trains on (DatasetInfo's fields); None: not reported
+    inherited_from: int = 0  # 0: from scratch; else parent_id
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ class ModelFinish:
     reason: str = ""
     best_accuracy: float | None = None
     predicted_accuracy: float | None = None
+    checkpoint_uri: str = ""     # the model's weights in its worker's store; "" none
+    checkpoint_sha256: str = ""
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ from master.budget import ImplausibleReport, WorkerBudgets
 from master.heartbeats import Heartbeats
 from master.identity import WorkerCredentials, credential_hash
 from master.metrics import MasterMetrics
+from master import retention
 from master.progress import ProgressWriter
 from master.officiality import run_config, unofficial_reasons
 from master.run_rules import (accelerator_peaks, check_accelerators, check_graph_fits, parse_graph, peak_verdict,
@@ -478,6 +479,7 @@ class Master:
         max_rounds = int(limits.get("max_rounds_per_worker", 0))
         if max_rounds and sub.round > max_rounds:
             raise FailedPrecondition(f"round {sub.round} exceeds the run's limit of {max_rounds} rounds per worker")
+        retention.check_inheritance(sub.parent_id, sub.inherited_from)
         graph = parse_graph(sub.graph_json)
         actual = graph.hash()
         if sub.graph_hash != actual:
@@ -490,6 +492,7 @@ class Master:
             graph_json=graph.to_json(), graph_hash=actual, batch_size=int(sub.batch_size),
             kernel_size=int(sub.kernel_size), state="queued" if sub.queue else "training",
             flops_per_train_image=int(fc.train), flops_per_eval_image=int(fc.eval),
+            inherited_from=int(sub.inherited_from),
         )
         model = self.store.add_model(new, self.clock(), max_models=int(limits.get("max_models", 0)))
         self._remember(model.id, _ModelFlops(run.id, sub.worker_id, model.flops_per_train_image,
@@ -559,21 +562,26 @@ class Master:
                 self._run_ops[run_id] += item.master_flops
         return result
 
-    def finish_model(self, fin: ModelFinish, *, credential: str) -> tuple[ModelRecord, str]:
-        """End a model as done or failed; returns it and the state of its run."""
+    def finish_model(self, fin: ModelFinish, *,
+                     credential: str) -> tuple[ModelRecord, str, list[tuple[int, str]]]:
+        """End a model as done or failed, with its checkpoint; returns it, the state of its run
+        and the worker's checkpoints retention lets go (master/retention.py)."""
         self._authorize(fin.worker_id, credential)
         if fin.state not in FINISHED_MODEL_STATES:
             raise InvalidArgument("state must be MODEL_DONE or MODEL_FAILED")
+        retention.check_checkpoint(fin)
         for name in ("best_accuracy", "predicted_accuracy"):
             v = getattr(fin, name)
             if v is not None and not (0.0 <= v <= 1.0):
                 raise InvalidArgument(f"{name} must be in [0, 1], got {v}")
         model = self.store.finish_model(fin.model_id, fin.worker_id, fin.state, fin.reason, fin.best_accuracy,
-                                        fin.predicted_accuracy, self.clock())
+                                        fin.predicted_accuracy, self.clock(), fin.checkpoint_uri,
+                                        fin.checkpoint_sha256)
         self._forget_models([model.id])
-        log.info("event=model_finished model_id=%d state=%s best_accuracy=%s predicted_accuracy=%s",
-                 model.id, model.state, model.best_accuracy, model.predicted_accuracy)
-        return model, self.store.get_run(model.run_id).state
+        log.info("event=model_finished model_id=%d state=%s best_accuracy=%s predicted_accuracy=%s checkpoint=%s",
+                 model.id, model.state, model.best_accuracy, model.predicted_accuracy, bool(model.checkpoint_uri))
+        run = self.store.get_run(model.run_id)
+        return model, run.state, retention.release_checkpoints(self.store, run, fin.worker_id)
 
     def history(self, worker_id: int, run_id: int, since_model_id: int = 0, limit: int = 0, *,
                 credential: str) -> History:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -105,6 +105,12 @@ class ModelRow(Base):
     images_trained: Mapped[int] = mapped_column(BigInteger, default=0)
     images_validated: Mapped[int] = mapped_column(BigInteger, default=0)
     epochs: Mapped[int] = mapped_column(Integer, default=0)
+    # the weights its worker stored (DONE models; migration 0005): URI and SHA-256 (hex)
+    checkpoint_uri: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    checkpoint_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    checkpoint_deleted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # the model whose weights it started from (its parent); NULL: trained from scratch
+    inherited_from: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class ProgressRow(Base):

@@ -15,6 +15,7 @@ from typing import Any
 
 from aiperf import official, scoring
 from aiperf.precision import PRECISIONS
+from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS
 from aiperf.profiles import PROFILES
 from master.domain import DEFAULT_REPORT_INTERVAL_S, DEFAULT_RESOURCE_INTERVAL_S, RunSpec
 from master.store import InvalidArgument, RunRecord, RunWorker
@@ -50,6 +51,8 @@ def run_config(spec: RunSpec) -> tuple[str, dict[str, Any]]:
         "min_workers": spec.min_workers,
         "deterministic": bool(spec.deterministic),
         "xla": profile.xla if spec.xla is None else bool(spec.xla),
+        "inherit": bool(spec.inherit),
+        "keep_checkpoints": spec.keep_checkpoints or DEFAULT_KEEP_CHECKPOINTS,
         "report_interval_s": spec.report_interval_s or DEFAULT_REPORT_INTERVAL_S,
         "resource_interval_s": spec.resource_interval_s or DEFAULT_RESOURCE_INTERVAL_S,
         "min_running_time_s": rules.min_running_time_s,

@@ -291,8 +291,10 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
 
     @worker_rpc
     def FinishModel(self, request: pb.FinishModelRequest, credential: str) -> pb.FinishModelResponse:
-        model, run_state = self.m.finish_model(cv.model_finish(request), credential=credential)
+        model, run_state, released = self.m.finish_model(cv.model_finish(request), credential=credential)
         return pb.FinishModelResponse(model=cv.model_message(model, include_graph=False),
+                                      delete_checkpoints=[pb.CheckpointToDelete(model_id=mid, uri=uri)
+                                                          for mid, uri in released],
                                       run_state=RUN_STATE_VALUES[run_state])
 
     @worker_rpc

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from aiperf.api.enums import ACTIVE_RUN_STATES, FINISHED_MODEL_STATES, OPEN_MODEL_STATES, OVER_RUN_STATES
+from aiperf.retention import StoredModel
 from aiperf.scoring import Point, model_rank_key
 from master.dburl import mask_url
 from master.models import MasterLifeRow, ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow
@@ -161,6 +162,8 @@ def _model(m: ModelRow) -> ModelRecord:
         finished_at=m.finished_at, best_accuracy=m.best_accuracy, predicted_accuracy=m.predicted_accuracy,
         flops_per_train_image=m.flops_per_train_image, flops_per_eval_image=m.flops_per_eval_image,
         images_trained=m.images_trained, images_validated=m.images_validated, epochs=m.epochs,
+        inherited_from=m.inherited_from or 0, checkpoint_uri=m.checkpoint_uri or "",
+        checkpoint_sha256=m.checkpoint_sha256 or "", checkpoint_deleted=bool(m.checkpoint_deleted),
     )
 
 
@@ -483,7 +486,7 @@ class SqlStore(Store):
                 kernel_size=new.kernel_size, state=new.state, reason="", created_at=now,
                 started_at=now if new.state == "training" else None,
                 flops_per_train_image=new.flops_per_train_image, flops_per_eval_image=new.flops_per_eval_image,
-                images_trained=0, images_validated=0, epochs=0,
+                images_trained=0, images_validated=0, epochs=0, inherited_from=new.inherited_from or None,
             )
             s.add(row)
             s.flush()
@@ -539,6 +542,8 @@ class SqlStore(Store):
         best_accuracy: float | None,
         predicted_accuracy: float | None,
         now: float,
+        checkpoint_uri: str = "",
+        checkpoint_sha256: str = "",
     ) -> ModelRecord:
         if state not in FINISHED_MODEL_STATES:
             raise ValueError(f"finish state must be done or failed, not {state}")
@@ -548,10 +553,16 @@ class SqlStore(Store):
                 raise NotFound(f"model {model_id} not found")
             if row.worker_id != worker_id:
                 raise PermissionDenied(f"model {model_id} belongs to worker {row.worker_id}, not {worker_id}")
+            if checkpoint_uri and row.checkpoint_uri not in (None, checkpoint_uri):
+                raise FailedPrecondition(f"model {model_id} already has checkpoint {row.checkpoint_uri}")
             if row.state == state:
+                if checkpoint_uri and row.checkpoint_uri is None:  # a retried finish that now has one
+                    row.checkpoint_uri, row.checkpoint_sha256 = checkpoint_uri, checkpoint_sha256
                 return _model(row)  # a retried finish
             if row.state not in OPEN_MODEL_STATES:
                 raise FailedPrecondition(f"model {model_id} is {row.state}")
+            if checkpoint_uri:
+                row.checkpoint_uri, row.checkpoint_sha256 = checkpoint_uri, checkpoint_sha256
             if best_accuracy is not None and (row.best_accuracy is None or best_accuracy > row.best_accuracy):
                 # an accuracy the time line has not seen yet: it enters it now
                 last_seq = s.scalar(select(func.max(ProgressRow.seq)).where(ProgressRow.model_id == model_id)) or 0
@@ -566,6 +577,21 @@ class SqlStore(Store):
             row.finished_at = now
             row.predicted_accuracy = predicted_accuracy
             return _model(row)
+
+    def stored_checkpoints(self, run_id: int) -> list[tuple[StoredModel, int, str]]:
+        with self._read() as s:
+            rows = s.execute(
+                select(ModelRow.id, ModelRow.parent_id, ModelRow.state, ModelRow.worker_id, ModelRow.checkpoint_uri,
+                       ModelRow.checkpoint_deleted).where(ModelRow.run_id == run_id).order_by(ModelRow.id)
+            ).all()
+        return [(StoredModel(r.id, r.parent_id, r.state, r.checkpoint_uri is not None and not r.checkpoint_deleted),
+                 r.worker_id, r.checkpoint_uri or "") for r in rows]
+
+    def mark_checkpoints_deleted(self, model_ids: Sequence[int]) -> None:
+        if not model_ids:
+            return
+        with self._write() as s:
+            s.execute(update(ModelRow).where(ModelRow.id.in_(list(model_ids))).values(checkpoint_deleted=True))
 
     def hyperparameter_history(self, run_id: int) -> list[ModelRecord]:
         with self._read() as s:

@@ -34,6 +34,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from aiperf.retention import StoredModel
 from aiperf.scoring import Point
 
 
@@ -159,6 +160,7 @@ class NewModel:
     state: str  # "training" or "queued" when submitted
     flops_per_train_image: int
     flops_per_eval_image: int
+    inherited_from: int = field(default=0, kw_only=True)  # 0: trained from scratch
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,9 @@ class ModelRecord(NewModel):
     images_trained: int
     images_validated: int
     epochs: int
+    checkpoint_uri: str = ""        # "": none recorded
+    checkpoint_sha256: str = ""
+    checkpoint_deleted: bool = False  # retention told its worker to delete it
 
 
 @dataclass(frozen=True)
@@ -371,11 +376,22 @@ class Store(abc.ABC):
         best_accuracy: float | None,
         predicted_accuracy: float | None,
         now: float,
+        checkpoint_uri: str = "",
+        checkpoint_sha256: str = "",
     ) -> ModelRecord:
-        """-> done or failed. PermissionDenied: another worker's model;
-        FailedPrecondition: abandoned, or already finished in another state.
+        """-> done or failed, with the checkpoint of a done model ("" none). PermissionDenied:
+        another worker's model; FailedPrecondition: abandoned, already finished in another
+        state, or another checkpoint is recorded for it.
         A best accuracy above every reported one is added to the time line as
         a zero-image report at `now`, so the time line holds every accuracy."""
+
+    @abc.abstractmethod
+    def stored_checkpoints(self, run_id: int) -> list[tuple[StoredModel, int, str]]:
+        """Every model of the run for retention, with its worker id and checkpoint URI ("" none)."""
+
+    @abc.abstractmethod
+    def mark_checkpoints_deleted(self, model_ids: Sequence[int]) -> None:
+        """Record that these models' checkpoints were handed to their worker for deletion."""
 
     @abc.abstractmethod
     def hyperparameter_history(self, run_id: int) -> list[ModelRecord]:

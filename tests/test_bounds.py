@@ -79,7 +79,7 @@ def test_every_field_of_every_request_has_a_bound():
             elif f.is_repeated:
                 assert isinstance(rule, (bounds.Repeated, bounds.Mapping)), f"{desc.name}.{f.name}"
             elif f.type == f.TYPE_STRING:
-                assert isinstance(rule, (bounds.Text, bounds.GraphJson)), f"{desc.name}.{f.name}"
+                assert isinstance(rule, (bounds.Text, bounds.GraphJson, bounds.HexDigest)), f"{desc.name}.{f.name}"
             elif f.type == f.TYPE_DOUBLE:
                 assert isinstance(rule, bounds.Real) and math.isfinite(rule.hi), f"{desc.name}.{f.name}"
             elif f.type == f.TYPE_MESSAGE:
@@ -125,6 +125,9 @@ def _edges(rule: Any, field: Any) -> tuple[list[Any], list[Any]]:
         return sorted(rule.values), [max(rule.values) + 1, -1]
     if isinstance(rule, bounds.Text):
         return ["x" * rule.max_chars, "é ü 漢"], ["x" * (rule.max_chars + 1), "a\x00b", "\x1b[31m", "a\rb"]
+    if isinstance(rule, bounds.HexDigest):
+        return ["", "0" * rule.chars, "0123456789abcdef" * (rule.chars // 16)], [
+            "A" * rule.chars, "0" * (rule.chars - 1), "0" * (rule.chars + 1), "g" * rule.chars, "é" * rule.chars]
     if isinstance(rule, bounds.GraphJson):
         deep = "[" * rule.max_depth + "]" * rule.max_depth
         return [deep, '{"a": "[[[[[["}'], ["[" * (rule.max_depth + 1) + "]" * (rule.max_depth + 1),

@@ -352,6 +352,35 @@ def test_worker_mounts_dataset_read_only_and_trains_on_it(target: str) -> None:
 
 
 @needs_kubectl
+@pytest.mark.parametrize("target", GPU_DEPLOYMENTS)
+def test_workers_share_one_read_write_many_checkpoint_store(target: str) -> None:
+    objs = render(target)
+    claim = find(objs, "PersistentVolumeClaim", "aiperf-checkpoints")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]  # every worker node mounts it read-write
+    spec = pod_spec(find(objs, "DaemonSet", "aiperf-worker"))
+    (container,) = spec["containers"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "checkpoints"]
+    assert not mount.get("readOnly") and volumes["checkpoints"]["persistentVolumeClaim"] == {
+        "claimName": "aiperf-checkpoints"}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["AIPERF_CHECKPOINTS"] == mount["mountPath"]  # `aiperf worker --checkpoints` reads it
+
+
+@needs_kubectl
+def test_smoke_workers_keep_their_checkpoints_in_the_pod() -> None:
+    objs = render("overlays/smoke")
+    assert not [o for o in objs if o["kind"] == "PersistentVolumeClaim"]  # kind/minikube have no RWX storage
+    spec = pod_spec(find(objs, "DaemonSet", "aiperf-worker"))
+    (container,) = spec["containers"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["checkpoints"] == {"name": "checkpoints", "emptyDir": {}}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert {m["mountPath"] for m in container["volumeMounts"] if m["name"] == "checkpoints"} == {
+        env["AIPERF_CHECKPOINTS"]}
+
+
+@needs_kubectl
 def test_smoke_overlay_is_cpu_only_on_the_builtin_dataset() -> None:
     objs = render("overlays/smoke")
     config = find(objs, "ConfigMap", "aiperf-config")["data"]
@@ -910,7 +939,8 @@ def test_sbatch_script_parses_and_starts_one_worker_per_node() -> None:
 
 
 def _sbatch_env(dataset: bool) -> dict[str, str]:
-    env = {"PATH": os.environ["PATH"], "AIPERF_MASTER": "master.example:50051", "SLURM_JOB_ID": "77"}
+    env = {"PATH": os.environ["PATH"], "AIPERF_MASTER": "master.example:50051", "SLURM_JOB_ID": "77",
+           "HOME": "/home/tester"}
     if dataset:
         env |= {"AIPERF_DATASET": "/scratch/imagenet", "AIPERF_DATASET_FORMAT": "imagenet-folder"}
     return env
@@ -937,12 +967,13 @@ def _run_sbatch(
 def test_sbatch_starts_workers_against_the_master_with_token_from_file(tmp_path: Path) -> None:
     token_file = tmp_path / "worker-token"
     token_file.write_text("s3cret-worker-token\n")
-    env = _sbatch_env(dataset=True) | {"AIPERF_TOKEN_FILE": str(token_file), "SLURM_JOB_NUM_NODES": "4"}
+    env = _sbatch_env(dataset=True) | {"AIPERF_TOKEN_FILE": str(token_file), "SLURM_JOB_NUM_NODES": "4",
+                                       "AIPERF_CHECKPOINTS": "/shared/ckpt"}
     proc, args, srun_args, seen_env = _run_sbatch(env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "--ntasks-per-node=1" in srun_args and "--nodes=4" in srun_args
     assert args == [
-        "worker", "--master", "master.example:50051", "--exit-when-done",
+        "worker", "--master", "master.example:50051", "--exit-when-done", "--checkpoints", "/shared/ckpt",
         "--dataset", "/scratch/imagenet", "--dataset-format", "imagenet-folder",
     ]
     # The token reaches the worker through its environment, not its command line.
@@ -957,6 +988,8 @@ def test_sbatch_without_dataset_lets_the_worker_choose_and_uses_launcher(tmp_pat
     assert srun_args[-len(args) - 2:] == ["env", "aiperf", *args]
     assert "--dataset" not in args and "--dataset-format" not in args
     assert "token=tok" in seen_env.splitlines()
+    # no AIPERF_CHECKPOINTS: the store is in the (shared) home directory
+    assert option_value(args, "--checkpoints") == "/home/tester/.aiperf/checkpoints"
 
 
 @pytest.mark.parametrize(

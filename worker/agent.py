@@ -3,9 +3,12 @@
 A round: fetch the run's history (the round's snapshot: it numbers the round
 and is all the round's choices depend on, with the seeds), take the child the
 generator pool computes for (round, snapshot), choose hyperparameters (the
-parent's or the defaults during warm-up, TPE on the snapshot after), submit the
-child (the master gives its model id), train it while streaming progress,
-finish it; the next round's child is prepared meanwhile. Every call to the master that
+parent's or the defaults during warm-up, TPE on the snapshot after), give the
+child its parent's weights when the run inherits (worker/inheritance.py: from
+the parent's checkpoint; from scratch when it is unusable), submit the child
+(the master gives its model id), train it while streaming progress, store its
+weights in the checkpoint store and finish it with their URI (deleting what
+the master's retention lets go); the next round's child is prepared meanwhile. Every call to the master that
 carries results goes through `Outbox`, which sends in order and retries
 through master restarts and network drops, so no finished report is lost.
 
@@ -39,8 +42,10 @@ from aiperf.morphism import Limits
 from aiperf.profiles import Profile, get_profile
 from aiperf.hyperparameters import HyperparameterError, Hyperparameters
 from aiperf.search import HistoryEntry, derive_seed, worker_seed
+from worker.checkpoints import Checkpoint, CheckpointStore, open_store
 from worker.credentials import CredentialFile
 from worker.data.fingerprint import checked_dataset
+from worker.inheritance import Inheritance
 from worker.inventory import Inventory, inventory
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -144,6 +149,8 @@ class AgentConfig:
     tls: bool = False
     measure_peak: bool = True  # each accelerator's (no accelerator: the CPU's) GEMM rate, for the efficiency
     state_dir: Path | None = None  # where the worker's credential is kept; None: not kept (tests)
+    # checkpoint store URL (worker/checkpoints.py); None: <state_dir>/checkpoints, or none without a state_dir
+    checkpoints: str | None = None
 
 
 @dataclass
@@ -162,6 +169,7 @@ class RunContext:
     deterministic: bool = False  # TensorFlow op determinism and a seeded process for every round
     xla: bool = False  # the run's setting: compile the training steps with XLA
     dataset: dict[str, Any] = field(default_factory=dict)  # what this worker reports of its dataset
+    inherit: bool = False  # children start from their parent's weights (worker/inheritance.py)
 
 
 # A model cut before its first validation (the worker or its run stopped) is closed as
@@ -200,6 +208,7 @@ class Agent:
         self._datasets: dict[tuple, Any] = {}
         self._closed_runs: set[int] = set()  # runs that refused new models (stopping, model limit)
         self.rounds_done = 0
+        self.inheritance = Inheritance(checkpoint_store(config))
 
     # -- public -------------------------------------------------------------
     def stop(self, reason: str = "") -> None:
@@ -238,6 +247,7 @@ class Agent:
             if self._stop_reason:  # what a signal's grace period got: the log line an operator reads
                 log.info("event=stopped reason=%s drain_s=%.1f rounds=%d", self._stop_reason,
                          time.monotonic() - self._stop_requested_at, self.rounds_done)
+            self.inheritance.close()
 
     # -- registration and heartbeat ---------------------------------------
     def _register(self) -> None:
@@ -345,6 +355,7 @@ class Agent:
             max_epochs_per_round=int(cfg.limits.max_epochs_per_round),
             max_rounds=int(cfg.limits.max_rounds_per_worker),
             deterministic=bool(cfg.deterministic), xla=bool(cfg.xla),
+            inherit=bool(cfg.inherit),
         )
 
     def _dataset(self, ctx: RunContext):
@@ -475,18 +486,24 @@ class Agent:
         graph = candidate.graph
         parent_id = candidate.parent_model_id or self._model_with_hash(graph.meta.get("parent"))
         hyper, source = self._hyperparameters(ctx, round_index, parent_id)
-        model_id = self._submit(graph, parent_id, round_index, hyper, ctx.dataset)
+        start = self.inheritance.child_start(ctx.inherit, self._history.get(parent_id), self._graphs.get(parent_id),
+                                             graph, hyper)
+        hyper = start.hyperparameters
+        model_id = self._submit(graph, parent_id, round_index, hyper, ctx.dataset, start.inherited_from)
         if model_id is None:
             return
         self._current_model = model_id
         # Prefetch: used next round only if nothing else changed (see worker.generator).
         pool.prepare(round_index + 1, snapshot + [HistoryEntry(model_id, graph, None, graph.hash())])
-        log.info("event=round_start round=%d model=%d parent=%d source=%s batch=%d kernel=%d",
-                 round_index, model_id, parent_id, source,
-                 hyper.batch_size, hyper.kernel_size)
-        result = self._train(ctx, dataset, graph, hyper, outbox, model_id, round_index)
+        log.info("event=round_start round=%d model=%d parent=%d source=%s batch=%d kernel=%d inherited_from=%d "
+                 "start=%r", round_index, model_id, parent_id, source, hyper.batch_size, hyper.kernel_size,
+                 start.inherited_from, start.why)
+        saved: list[Checkpoint | None] = []
+        result = self._train(ctx, dataset, graph, hyper, outbox, model_id, round_index, start.weights,
+                             on_weights=lambda w: saved.append(self.inheritance.save(
+                                 ctx.run_id, model_id, graph, hyper.kernel_size, w)))
         self._current_model = 0
-        self._finish(outbox, model_id, round_index, result)
+        self._finish(outbox, model_id, round_index, result, saved[0] if saved else None)
 
     def _hyperparameters(self, ctx: RunContext, round_index: int, parent_id: int) -> tuple[Hyperparameters, str]:
         """This round's hyperparameters and their source: the parent's during warm-up (where
@@ -505,8 +522,8 @@ class Agent:
                                       seed=derive_seed(ctx.seed, "hpo", self.worker_id, round_index),
                                       warmup_rounds=ctx.warmup_rounds, parent=inherited)
 
-    def _submit(self, graph: Graph, parent_id: int, round_index: int, hyper: dict[str, int],
-                dataset: dict[str, Any] | None = None) -> int | None:
+    def _submit(self, graph: Graph, parent_id: int, round_index: int, hyper: Hyperparameters,
+                dataset: dict[str, Any] | None = None, inherited_from: int = 0) -> int | None:
         """The model id the master gives the child; None after a transient error (the round is skipped).
 
         Raises `_RunClosed` when the run accepts no more models.
@@ -514,7 +531,8 @@ class Agent:
         try:
             sub = self.client.submit_model(self.worker_id, graph.to_json(), graph.hash(),
                                            parent_id=parent_id, round=round_index,
-                                           hyperparameters=hyper, dataset=dataset)
+                                           hyperparameters=hyper, dataset=dataset,
+                                           inherited_from=inherited_from)
         except ApiError as exc:
             if exc.code in _TRANSIENT:
                 log.warning("event=submit_failed error=%s", exc)
@@ -525,8 +543,9 @@ class Agent:
             raise
         return sub.model_id
 
-    def _train(self, ctx: RunContext, dataset: Dataset, graph: Graph, hyper: dict[str, int], outbox: Outbox,
-               model_id: int, round_index: int) -> TrainResult:
+    def _train(self, ctx: RunContext, dataset: Dataset, graph: Graph, hyper: Hyperparameters, outbox: Outbox,
+               model_id: int, round_index: int, initial_weights: Any = None,
+               on_weights: Callable[[Any], None] | None = None) -> TrainResult:
         """Train the model, queueing each progress report on `outbox`; returns the `TrainResult`."""
         from worker.trainer import train_model
 
@@ -556,9 +575,10 @@ class Agent:
                            on_progress=on_progress, should_stop=should_stop,
                            precision=ctx.precision,
                            xla=ctx.xla, progress_interval_s=ctx.report_interval_s,
-                           seed=seed, epochs=epochs)
+                           seed=seed, epochs=epochs, initial_weights=initial_weights, on_weights=on_weights)
 
-    def _finish(self, outbox: Outbox, model_id: int, round_index: int, result: TrainResult) -> None:
+    def _finish(self, outbox: Outbox, model_id: int, round_index: int, result: TrainResult,
+                checkpoint: Checkpoint | None = None) -> None:
         """Tell the master how the model ended: done with its accuracies, or failed with a reason."""
         if self._lost.is_set():
             log.warning("event=model_abandoned model=%d", model_id)
@@ -577,14 +597,19 @@ class Agent:
             return
         best = float(result.best_val_accuracy)
         predicted = float(result.predicted_accuracy if result.predicted_accuracy is not None else best)
-        self._send_finish(outbox, model_id, "done", best_accuracy=best, predicted_accuracy=predicted)
+        self._send_finish(outbox, model_id, "done", best_accuracy=best, predicted_accuracy=predicted,
+                          checkpoint_uri=checkpoint.uri if checkpoint else "",
+                          checkpoint_sha256=checkpoint.sha256 if checkpoint else "")
         outbox.flush()
         log.info("event=round_end round=%d model=%d state=%s best=%.4f predicted=%.4f epochs=%d",
                  round_index, model_id, result.state, best, predicted, result.epochs)
 
     def _send_finish(self, outbox: Outbox, model_id: int, state: str, **fields: Any) -> None:
-        outbox.put(f"finish model={model_id}", lambda: self.client.finish_model(
-            self.worker_id, model_id, state, **fields))
+        def send() -> None:  # then delete what retention let go (on the outbox's thread)
+            reply = self.client.finish_model(self.worker_id, model_id, state, **fields)
+            self.inheritance.delete(reply.delete_checkpoints)
+
+        outbox.put(f"finish model={model_id}", send)
 
 
 class _RunClosed(Exception):
@@ -634,6 +659,16 @@ def resource_samples(sample) -> list[ResourceSample]:
                                   accelerator_util=acc.utilization_percent / 100.0,
                                   accelerator_memory_used=acc.memory_used_bytes))
     return out
+
+
+def checkpoint_store(config: AgentConfig) -> CheckpointStore | None:
+    """The store of --checkpoints, else `checkpoints` under the state directory; None without either
+    (nothing stored, nothing inherited). CheckpointError: a bad URL, or fsspec missing."""
+    url = config.checkpoints or (str(config.state_dir / "checkpoints") if config.state_dir is not None else None)
+    if url is None:
+        log.info("event=no_checkpoint_store: children train from scratch")
+        return None
+    return open_store(url)
 
 
 def default_name() -> str:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from aiperf.graph import Graph
 from aiperf.precision import get_precision
@@ -71,6 +71,8 @@ class StepSettings:
     steps_per_epoch: int
     xla: bool = False
     seed: int = 0
+    # {layer id: arrays in get_weights() order} to start from (weight inheritance); None: He init
+    initial_weights: Mapping[str, Sequence[Any]] | None = None
 
 
 def compile_round(settings: StepSettings, dataset: Any, profile: Profile, *, warm: bool = True) -> CompiledRound:
@@ -110,6 +112,8 @@ def _compiled_model(settings: StepSettings, profile: Profile) -> Any:
         keras.config.set_dtype_policy(get_precision(settings.precision).keras_policy)
         with settings.strategy.scope():
             model = build_model(settings.graph, seed=settings.seed)
+            if settings.initial_weights is not None:
+                set_layer_weights(model, settings.initial_weights)
             if profile.bn_momentum is not None:
                 for layer in model.layers:
                     if isinstance(layer, keras.layers.BatchNormalization):
@@ -123,6 +127,17 @@ def _compiled_model(settings: StepSettings, profile: Profile) -> Any:
     finally:
         keras.config.set_dtype_policy(previous_policy)
     return model
+
+
+def set_layer_weights(model: Any, weights: Mapping[str, Sequence[Any]]) -> None:
+    """Give each layer named in `weights` its arrays (ValueError: an unknown layer or a shape mismatch)."""
+    for layer_id, arrays in weights.items():
+        model.get_layer(layer_id).set_weights(list(arrays))
+
+
+def layer_weights(model: Any) -> dict[str, list[Any]]:
+    """{layer id: its arrays} of every layer that has weights (the form weight transfer reads)."""
+    return {layer.name: layer.get_weights() for layer in model.layers if layer.weights}
 
 
 def _train_function(model: Any, strategy: Any, xla: bool) -> Any:

@@ -65,7 +65,7 @@ from aiperf.hyperparameters import Hyperparameters
 from aiperf.learning_curve import predict_final_accuracy
 from aiperf.precision import get_precision
 from aiperf.profiles import Profile
-from worker.steps import CompiledRound, StepSettings, compile_round
+from worker.steps import CompiledRound, StepSettings, compile_round, layer_weights
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +126,14 @@ def train_model(graph: Graph, hyper: Hyperparameters | Mapping[str, int], datase
                 round_index: int, *, on_progress: Callable[[Progress], None],
                 should_stop: Callable[[], bool] = lambda: False, precision: str = "fp32",
                 xla: bool = False, progress_interval_s: float = 30.0, seed: int = 0,
-                strategy: Any = None, epochs: int | None = None, phase_reports: bool = False) -> TrainResult:
+                strategy: Any = None, epochs: int | None = None, phase_reports: bool = False,
+                initial_weights: Mapping[str, Any] | None = None,
+                on_weights: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     """Train `graph` for round `round_index` (1-based) of `profile`: `prepare_round`, then `run_round`.
+
+    `initial_weights` ({layer id: arrays}, e.g. from `aiperf.weight_transfer`) replace the
+    He initialisation; `on_weights` receives the trained weights when the round ends with at
+    least one validated epoch and not failed (the worker stores them as the model's checkpoint).
 
     `hyper` is a `Hyperparameters` (or its dict form; batch size per accelerator);
     `dataset` offers ``train(batch_size, seed=)``, ``validation(batch_size)``,
@@ -143,9 +149,9 @@ def train_model(graph: Graph, hyper: Hyperparameters | Mapping[str, int], datase
         tracker = _Tracker(plan.flop_count, on_progress, should_stop, profile.patience(round_index),
                            progress_interval_s)
         return _result(plan, tracker, profile, STOPPED, "stop requested", duration_s=0.0)
-    prepared = _prepare(plan, dataset, profile, round_index, xla=xla, seed=seed)
+    prepared = _prepare(plan, dataset, profile, round_index, xla=xla, seed=seed, initial_weights=initial_weights)
     return _run(prepared, on_progress, should_stop, progress_interval_s=progress_interval_s,
-                phase_reports=phase_reports)
+                phase_reports=phase_reports, on_weights=on_weights)
 
 
 @dataclass
@@ -173,17 +179,19 @@ class PreparedRound:
 
 def prepare_round(graph: Graph, hyper: Hyperparameters | Mapping[str, int], dataset: Any, profile: Profile,
                   round_index: int, *, precision: str = "fp32", xla: bool = False, seed: int = 0,
-                  strategy: Any = None, epochs: int | None = None) -> PreparedRound:
+                  strategy: Any = None, epochs: int | None = None,
+                  initial_weights: Mapping[str, Any] | None = None) -> PreparedRound:
     """Check the round's settings (ValueError names the first bad one), then build, trace and
     warm up its model and steps. Out of memory is not raised: the round is prepared as failed."""
     plan = _plan_round(graph, hyper, dataset, profile, round_index, precision=precision, epochs=epochs,
                        strategy=strategy)
-    return _prepare(plan, dataset, profile, round_index, xla=xla, seed=seed)
+    return _prepare(plan, dataset, profile, round_index, xla=xla, seed=seed, initial_weights=initial_weights)
 
 
 def run_round(prepared: PreparedRound, *, on_progress: Callable[[Progress], None],
               should_stop: Callable[[], bool] = lambda: False, progress_interval_s: float = 30.0,
-              phase_reports: bool = False) -> TrainResult:
+              phase_reports: bool = False,
+              on_weights: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     """Train a prepared round (see `train_model` for the arguments); its model is released at the end.
 
     ``should_stop`` is asked before the first step (the round may have waited), then after every step.
@@ -195,7 +203,7 @@ def run_round(prepared: PreparedRound, *, on_progress: Callable[[Progress], None
         return _result(prepared.plan, tracker, prepared.profile, STOPPED, "stop requested", duration_s=0.0,
                        timings=prepared.timings)
     return _run(prepared, on_progress, should_stop, progress_interval_s=progress_interval_s,
-                phase_reports=phase_reports)
+                phase_reports=phase_reports, on_weights=on_weights)
 
 
 @dataclass(frozen=True)
@@ -242,13 +250,14 @@ def _plan_round(graph: Graph, hyper: Hyperparameters | Mapping[str, int], datase
 
 
 def _prepare(plan: _RoundPlan, dataset: Any, profile: Profile, round_index: int, *, xla: bool,
-             seed: int) -> PreparedRound:
+             seed: int, initial_weights: Mapping[str, Any] | None = None) -> PreparedRound:
     """Compile the round's steps; out of memory gives a round prepared as failed, other errors propagate."""
     import tensorflow as tf
 
     settings = StepSettings(graph=plan.graph, precision=plan.precision, strategy=plan.strategy,
                             global_batch=plan.global_batch, epochs=plan.epochs,
-                            steps_per_epoch=plan.steps_per_epoch, xla=xla, seed=seed)
+                            steps_per_epoch=plan.steps_per_epoch, xla=xla, seed=seed,
+                            initial_weights=initial_weights)
     start = time.perf_counter()
     try:
         compiled = compile_round(settings, dataset, profile)
@@ -264,7 +273,8 @@ def _prepare(plan: _RoundPlan, dataset: Any, profile: Profile, round_index: int,
 
 
 def _run(prepared: PreparedRound, on_progress: Callable[[Progress], None], should_stop: Callable[[], bool], *,
-         progress_interval_s: float, phase_reports: bool) -> TrainResult:
+         progress_interval_s: float, phase_reports: bool,
+         on_weights: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     """Train the prepared round to its end, its early stop or a stop request."""
     import tensorflow as tf
 
@@ -277,6 +287,8 @@ def _run(prepared: PreparedRound, on_progress: Callable[[Progress], None], shoul
             state, reason = FAILED, prepared.failure
         else:
             state, reason = _epochs(prepared.compiled, plan, tracker, phase_reports)
+            if on_weights is not None and state != FAILED and tracker.val_accuracies:
+                on_weights(layer_weights(prepared.compiled.model))  # before the model is released
     except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
         if not _is_out_of_memory(exc, tf):
             raise

@@ -101,7 +101,7 @@ class Limits(_message.Message):
     def __init__(self, max_models: _Optional[int] = ..., max_rounds_per_worker: _Optional[int] = ..., max_epochs_per_round: _Optional[int] = ...) -> None: ...
 
 class RunConfig(_message.Message):
-    __slots__ = ("run_id", "profile", "seed", "duration_s", "precision", "limits", "warmup_rounds", "min_running_time_s", "report_interval_s", "resource_interval_s", "min_workers", "deterministic", "xla")
+    __slots__ = ("run_id", "profile", "seed", "duration_s", "precision", "limits", "warmup_rounds", "min_running_time_s", "report_interval_s", "resource_interval_s", "min_workers", "deterministic", "xla", "inherit", "keep_checkpoints")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +115,8 @@ class RunConfig(_message.Message):
     MIN_WORKERS_FIELD_NUMBER: _ClassVar[int]
     DETERMINISTIC_FIELD_NUMBER: _ClassVar[int]
     XLA_FIELD_NUMBER: _ClassVar[int]
+    INHERIT_FIELD_NUMBER: _ClassVar[int]
+    KEEP_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     run_id: int
     profile: Profile
     seed: int
@@ -128,7 +130,9 @@ class RunConfig(_message.Message):
     min_workers: int
     deterministic: bool
     xla: bool
-    def __init__(self, run_id: _Optional[int] = ..., profile: _Optional[_Union[Profile, str]] = ..., seed: _Optional[int] = ..., duration_s: _Optional[float] = ..., precision: _Optional[_Union[Precision, str]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., warmup_rounds: _Optional[int] = ..., min_running_time_s: _Optional[float] = ..., report_interval_s: _Optional[float] = ..., resource_interval_s: _Optional[float] = ..., min_workers: _Optional[int] = ..., deterministic: _Optional[bool] = ..., xla: _Optional[bool] = ...) -> None: ...
+    inherit: bool
+    keep_checkpoints: int
+    def __init__(self, run_id: _Optional[int] = ..., profile: _Optional[_Union[Profile, str]] = ..., seed: _Optional[int] = ..., duration_s: _Optional[float] = ..., precision: _Optional[_Union[Precision, str]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., warmup_rounds: _Optional[int] = ..., min_running_time_s: _Optional[float] = ..., report_interval_s: _Optional[float] = ..., resource_interval_s: _Optional[float] = ..., min_workers: _Optional[int] = ..., deterministic: _Optional[bool] = ..., xla: _Optional[bool] = ..., inherit: _Optional[bool] = ..., keep_checkpoints: _Optional[int] = ...) -> None: ...
 
 class Outage(_message.Message):
     __slots__ = ("start", "end")
@@ -255,7 +259,7 @@ class WorkerInfo(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., state: _Optional[_Union[WorkerState, str]] = ..., registered_at: _Optional[float] = ..., last_heartbeat: _Optional[float] = ..., current_model_id: _Optional[int] = ..., current_run_id: _Optional[int] = ..., cpu_peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ..., dataset: _Optional[_Union[DatasetInfo, _Mapping]] = ..., has_dataset: _Optional[bool] = ..., implausible_reports: _Optional[int] = ...) -> None: ...
 
 class Model(_message.Message):
-    __slots__ = ("model_id", "run_id", "parent_id", "worker_id", "round", "graph_json", "graph_hash", "hyperparameters", "state", "best_accuracy", "predicted_accuracy", "has_accuracy", "created_at", "finished_at", "reason", "flops_per_train_image", "flops_per_eval_image", "images_trained", "images_validated", "epochs")
+    __slots__ = ("model_id", "run_id", "parent_id", "worker_id", "round", "graph_json", "graph_hash", "hyperparameters", "state", "best_accuracy", "predicted_accuracy", "has_accuracy", "created_at", "finished_at", "reason", "flops_per_train_image", "flops_per_eval_image", "images_trained", "images_validated", "epochs", "checkpoint_uri", "checkpoint_sha256", "inherited_from", "checkpoint_deleted")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PARENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -276,6 +280,10 @@ class Model(_message.Message):
     IMAGES_TRAINED_FIELD_NUMBER: _ClassVar[int]
     IMAGES_VALIDATED_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_URI_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_SHA256_FIELD_NUMBER: _ClassVar[int]
+    INHERITED_FROM_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_DELETED_FIELD_NUMBER: _ClassVar[int]
     model_id: int
     run_id: int
     parent_id: int
@@ -296,7 +304,11 @@ class Model(_message.Message):
     images_trained: int
     images_validated: int
     epochs: int
-    def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., parent_id: _Optional[int] = ..., worker_id: _Optional[int] = ..., round: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., created_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., reason: _Optional[str] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., epochs: _Optional[int] = ...) -> None: ...
+    checkpoint_uri: str
+    checkpoint_sha256: str
+    inherited_from: int
+    checkpoint_deleted: bool
+    def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., parent_id: _Optional[int] = ..., worker_id: _Optional[int] = ..., round: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., created_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., reason: _Optional[str] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., epochs: _Optional[int] = ..., checkpoint_uri: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ..., inherited_from: _Optional[int] = ..., checkpoint_deleted: _Optional[bool] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("api_version", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "credential", "cpu_peak_flops_by_dtype")
@@ -392,7 +404,7 @@ class GetHistoryResponse(_message.Message):
     def __init__(self, run_id: _Optional[int] = ..., models: _Optional[_Iterable[_Union[Model, _Mapping]]] = ..., ranked_model_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SubmitModelRequest(_message.Message):
-    __slots__ = ("worker_id", "run_id", "graph_json", "graph_hash", "parent_id", "round", "hyperparameters", "queue", "dataset", "has_dataset")
+    __slots__ = ("worker_id", "run_id", "graph_json", "graph_hash", "parent_id", "round", "hyperparameters", "queue", "dataset", "has_dataset", "inherited_from")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     GRAPH_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -403,6 +415,7 @@ class SubmitModelRequest(_message.Message):
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     DATASET_FIELD_NUMBER: _ClassVar[int]
     HAS_DATASET_FIELD_NUMBER: _ClassVar[int]
+    INHERITED_FROM_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     run_id: int
     graph_json: str
@@ -413,7 +426,8 @@ class SubmitModelRequest(_message.Message):
     queue: bool
     dataset: DatasetInfo
     has_dataset: bool
-    def __init__(self, worker_id: _Optional[int] = ..., run_id: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., parent_id: _Optional[int] = ..., round: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., queue: _Optional[bool] = ..., dataset: _Optional[_Union[DatasetInfo, _Mapping]] = ..., has_dataset: _Optional[bool] = ...) -> None: ...
+    inherited_from: int
+    def __init__(self, worker_id: _Optional[int] = ..., run_id: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., parent_id: _Optional[int] = ..., round: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., queue: _Optional[bool] = ..., dataset: _Optional[_Union[DatasetInfo, _Mapping]] = ..., has_dataset: _Optional[bool] = ..., inherited_from: _Optional[int] = ...) -> None: ...
 
 class SubmitModelResponse(_message.Message):
     __slots__ = ("model_id", "state", "flops_per_train_image", "flops_per_eval_image")
@@ -498,7 +512,7 @@ class ProgressAck(_message.Message):
     def __init__(self, model_id: _Optional[int] = ..., seq: _Optional[int] = ..., duplicate: _Optional[bool] = ..., master_flops: _Optional[int] = ..., flops_mismatch: _Optional[bool] = ..., run_state: _Optional[_Union[RunState, str]] = ..., model_state: _Optional[_Union[ModelState, str]] = ...) -> None: ...
 
 class FinishModelRequest(_message.Message):
-    __slots__ = ("worker_id", "model_id", "state", "reason", "best_accuracy", "predicted_accuracy", "has_accuracy")
+    __slots__ = ("worker_id", "model_id", "state", "reason", "best_accuracy", "predicted_accuracy", "has_accuracy", "checkpoint_uri", "checkpoint_sha256")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -506,6 +520,8 @@ class FinishModelRequest(_message.Message):
     BEST_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     HAS_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_URI_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_SHA256_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     model_id: int
     state: ModelState
@@ -513,15 +529,27 @@ class FinishModelRequest(_message.Message):
     best_accuracy: float
     predicted_accuracy: float
     has_accuracy: bool
-    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., state: _Optional[_Union[ModelState, str]] = ..., reason: _Optional[str] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ...) -> None: ...
+    checkpoint_uri: str
+    checkpoint_sha256: str
+    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., state: _Optional[_Union[ModelState, str]] = ..., reason: _Optional[str] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., checkpoint_uri: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ...) -> None: ...
+
+class CheckpointToDelete(_message.Message):
+    __slots__ = ("model_id", "uri")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    URI_FIELD_NUMBER: _ClassVar[int]
+    model_id: int
+    uri: str
+    def __init__(self, model_id: _Optional[int] = ..., uri: _Optional[str] = ...) -> None: ...
 
 class FinishModelResponse(_message.Message):
-    __slots__ = ("model", "run_state")
+    __slots__ = ("model", "run_state", "delete_checkpoints")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RUN_STATE_FIELD_NUMBER: _ClassVar[int]
+    DELETE_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     model: Model
     run_state: RunState
-    def __init__(self, model: _Optional[_Union[Model, _Mapping]] = ..., run_state: _Optional[_Union[RunState, str]] = ...) -> None: ...
+    delete_checkpoints: _containers.RepeatedCompositeFieldContainer[CheckpointToDelete]
+    def __init__(self, model: _Optional[_Union[Model, _Mapping]] = ..., run_state: _Optional[_Union[RunState, str]] = ..., delete_checkpoints: _Optional[_Iterable[_Union[CheckpointToDelete, _Mapping]]] = ...) -> None: ...
 
 class ResourceSample(_message.Message):
     __slots__ = ("age_s", "accelerator_index", "accelerator_util", "accelerator_memory_used", "cpu_util", "memory_used")
@@ -580,7 +608,7 @@ class MasterMessage(_message.Message):
     def __init__(self, heartbeat: _Optional[_Union[HeartbeatResponse, _Mapping]] = ..., progress: _Optional[_Union[ProgressAck, _Mapping]] = ..., error: _Optional[_Union[MessageError, _Mapping]] = ...) -> None: ...
 
 class StartRunRequest(_message.Message):
-    __slots__ = ("duration_s", "profile", "seed", "limits", "precision", "warmup_rounds", "min_workers", "allow_concurrent", "report_interval_s", "resource_interval_s", "deterministic", "xla")
+    __slots__ = ("duration_s", "profile", "seed", "limits", "precision", "warmup_rounds", "min_workers", "allow_concurrent", "report_interval_s", "resource_interval_s", "deterministic", "xla", "no_inherit", "keep_checkpoints")
     DURATION_S_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -593,6 +621,8 @@ class StartRunRequest(_message.Message):
     RESOURCE_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     DETERMINISTIC_FIELD_NUMBER: _ClassVar[int]
     XLA_FIELD_NUMBER: _ClassVar[int]
+    NO_INHERIT_FIELD_NUMBER: _ClassVar[int]
+    KEEP_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     duration_s: float
     profile: Profile
     seed: int
@@ -605,7 +635,9 @@ class StartRunRequest(_message.Message):
     resource_interval_s: float
     deterministic: bool
     xla: Toggle
-    def __init__(self, duration_s: _Optional[float] = ..., profile: _Optional[_Union[Profile, str]] = ..., seed: _Optional[int] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., precision: _Optional[_Union[Precision, str]] = ..., warmup_rounds: _Optional[int] = ..., min_workers: _Optional[int] = ..., allow_concurrent: _Optional[bool] = ..., report_interval_s: _Optional[float] = ..., resource_interval_s: _Optional[float] = ..., deterministic: _Optional[bool] = ..., xla: _Optional[_Union[Toggle, str]] = ...) -> None: ...
+    no_inherit: bool
+    keep_checkpoints: int
+    def __init__(self, duration_s: _Optional[float] = ..., profile: _Optional[_Union[Profile, str]] = ..., seed: _Optional[int] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., precision: _Optional[_Union[Precision, str]] = ..., warmup_rounds: _Optional[int] = ..., min_workers: _Optional[int] = ..., allow_concurrent: _Optional[bool] = ..., report_interval_s: _Optional[float] = ..., resource_interval_s: _Optional[float] = ..., deterministic: _Optional[bool] = ..., xla: _Optional[_Union[Toggle, str]] = ..., no_inherit: _Optional[bool] = ..., keep_checkpoints: _Optional[int] = ...) -> None: ...
 
 class StartRunResponse(_message.Message):
     __slots__ = ("run",)

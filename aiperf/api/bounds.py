@@ -52,6 +52,9 @@ MAX_REASON_CHARS = 500          # a model's failure reason (column: 500); newlin
 MAX_STOP_REASON_CHARS = 200     # a run's stop reason (column: 200)
 MAX_GRAPH_HASH_CHARS = 64       # SHA-256 in hex (column: 64)
 MAX_CREDENTIAL_CHARS = 128      # a worker credential kept by a restarting worker (issued: 43 characters)
+MAX_CHECKPOINT_URI_CHARS = 1024  # a checkpoint's URI (column: 1024): a path or an object-store URL
+SHA256_HEX_CHARS = 64           # a checkpoint's SHA-256: 64 lowercase hex digits, or empty (none)
+MAX_KEEP_CHECKPOINTS = 10**6    # retention: checkpoints of the top this-many models kept
 # hardware of one worker (one node)
 MAX_ACCELERATORS_PER_WORKER = 64
 MAX_OPS_PER_S_PER_ACCELERATOR = 1e16   # faster than any accelerator's dense fp16/bf16 GEMM
@@ -101,6 +104,8 @@ LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_STOP_REASON_CHARS", "a run's stop reason, printable"),
     ("MAX_GRAPH_HASH_CHARS", "graph hash"),
     ("MAX_CREDENTIAL_CHARS", "the worker credential a restarting worker presents to Register"),
+    ("MAX_CHECKPOINT_URI_CHARS", "a checkpoint's URI, printable (empty: none)"),
+    ("MAX_KEEP_CHECKPOINTS", "a run's keep_checkpoints (0: the default)"),
     ("MAX_ACCELERATORS_PER_WORKER", "accelerators in one Register"),
     ("MAX_OPS_PER_S_PER_ACCELERATOR", "a peak, and the ceiling rate of a report's operations"),
     ("MAX_ACCELERATOR_MEMORY_BYTES", "memory of one accelerator, and its memory used"),
@@ -218,6 +223,21 @@ class Text:
                        None)
             if bad is not None:
                 raise BoundsError(f"must be printable text: character U+{ord(v[bad]):04X} at {bad}")
+
+
+class HexDigest:
+    """Empty, or exactly `chars` lowercase hex digits (a SHA-256 in hex)."""
+
+    __slots__ = ("chars",)
+
+    _DIGITS = frozenset("0123456789abcdef")
+
+    def __init__(self, chars: int) -> None:
+        self.chars = chars
+
+    def check(self, v: str) -> None:
+        if v and (len(v) != self.chars or not self._DIGITS.issuperset(v)):
+            raise BoundsError(f"must be empty or {self.chars} lowercase hex digits, got {v[:80]!r}")
 
 
 class Enum:
@@ -413,6 +433,7 @@ RULES: dict[Any, dict[str, Rule]] = {
         "queue": None,
         "dataset": Nested(pb.DatasetInfo),
         "has_dataset": None,
+        "inherited_from": _ID_OR_0,  # the Master checks it is 0 or parent_id
     },
     pb.GetHyperparameterHistoryRequest: {"worker_id": _ID, "run_id": _ID_OR_0},
     pb.FinishModelRequest: {
@@ -423,6 +444,8 @@ RULES: dict[Any, dict[str, Rule]] = {
         "best_accuracy": _ACCURACY,
         "predicted_accuracy": _ACCURACY,
         "has_accuracy": None,
+        "checkpoint_uri": Text(MAX_CHECKPOINT_URI_CHARS),
+        "checkpoint_sha256": HexDigest(SHA256_HEX_CHARS),  # the Master checks both or neither
     },
     pb.SendResourceSamplesRequest: {
         "worker_id": _ID, "samples": Repeated(MAX_SAMPLES_PER_CALL, Nested(pb.ResourceSample)),
@@ -439,6 +462,8 @@ RULES: dict[Any, dict[str, Rule]] = {
         "allow_concurrent": None,
         "deterministic": None,  # a bool: nothing to bound
         "xla": Enum(pb.Toggle),
+        "no_inherit": None,
+        "keep_checkpoints": Integer(0, MAX_KEEP_CHECKPOINTS),
         "report_interval_s": Real(0.0, MAX_INTERVAL_S),
         "resource_interval_s": Real(0.0, MAX_INTERVAL_S),
     },

@@ -296,11 +296,13 @@ class WorkerClient(_Client):
         run_id: int = 0,
         queue: bool = False,
         dataset: Mapping[str, Any] | None = None,
+        inherited_from: int = 0,
     ) -> pb.SubmitModelResponse:
         """Create the model the worker is about to train; returns its id (state
         training, or queued with queue=True) and the master's per-image FLOPs.
         Not retried automatically: a retry could create a second model. `dataset`:
-        what the worker trains on (DatasetInfo's fields), recorded for the run."""
+        what the worker trains on (DatasetInfo's fields), recorded for the run.
+        inherited_from: parent_id when its weights were transferred into the child, else 0."""
         req = pb.SubmitModelRequest(
             worker_id=worker_id,
             run_id=run_id,
@@ -310,6 +312,7 @@ class WorkerClient(_Client):
             round=round,
             hyperparameters=hyperparameters_message(hyperparameters),
             queue=queue,
+            inherited_from=inherited_from,
         )
         if dataset is not None:
             req.has_dataset = True
@@ -355,9 +358,13 @@ class WorkerClient(_Client):
         best_accuracy: float | None = None,
         predicted_accuracy: float | None = None,
         reason: str = "",
+        checkpoint_uri: str = "",
+        checkpoint_sha256: str = "",
     ) -> pb.FinishModelResponse:
         """End a model: state "done" or "failed" (with reason). best_accuracy is
-        the best observed validation accuracy; predicted_accuracy ranks it.
+        the best observed validation accuracy; predicted_accuracy ranks it. A done
+        model's checkpoint (worker/checkpoints.py) goes with it; the reply lists the
+        worker's checkpoints retention lets go (delete_checkpoints).
         Idempotent: finishing again with the same state is accepted. The reason is
         made to fit the master's bound (MAX_REASON_CHARS, printable; aiperf.api.bounds)."""
         if state not in FINISHED_MODEL_STATES:
@@ -370,6 +377,8 @@ class WorkerClient(_Client):
             has_accuracy=best_accuracy is not None,
             best_accuracy=float(best_accuracy or 0.0),
             predicted_accuracy=float(predicted_accuracy or 0.0),
+            checkpoint_uri=checkpoint_uri,
+            checkpoint_sha256=checkpoint_sha256,
         )
         return self._call("FinishModel", self._stub.FinishModel, req, retry=True,
                           metadata=self._worker_metadata(worker_id))
@@ -417,6 +426,8 @@ class ControlClient(_Client):
         resource_interval_s: float = 0.0,
         deterministic: bool = False,
         xla: bool | None = None,
+        inherit: bool = True,
+        keep_checkpoints: int = 0,
     ) -> pb.RunInfo:
         """Start a run. precision "" and xla None: the profile's (official:
         mixed_fp16 with XLA; smoke: fp32 without); another value makes an official run unofficial."""
@@ -441,6 +452,8 @@ class ControlClient(_Client):
             resource_interval_s=resource_interval_s,
             deterministic=deterministic,
             xla=pb.TOGGLE_UNSPECIFIED if xla is None else pb.TOGGLE_ON if xla else pb.TOGGLE_OFF,
+            no_inherit=not inherit,
+            keep_checkpoints=keep_checkpoints,
         )
         return self._call("StartRun", self._stub.StartRun, req).run
 

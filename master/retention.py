@@ -1,0 +1,52 @@
+"""The master's side of checkpoint retention: apply `aiperf.retention` to a run and
+hand a worker the checkpoints of its own that may go (docs/spec.md, "Checkpoints").
+
+Only the master knows every model's rank and state, so it decides; only the
+worker that wrote a checkpoint can reach its store (a local directory by
+default), so that worker deletes. The master answers each FinishModel with the
+finishing worker's checkpoints that retention no longer keeps and records them
+as deleted in the same call: a worker that fails to delete one leaves a file
+behind (it logs it), never a record that points at nothing it will keep.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS, checkpoints_to_delete
+from master.domain import ModelFinish
+from master.store import InvalidArgument, RunRecord, Store
+
+log = logging.getLogger(__name__)
+
+
+def check_checkpoint(fin: ModelFinish) -> None:
+    """A finish carries both checkpoint fields or neither, and only a done model has one."""
+    if bool(fin.checkpoint_uri) != bool(fin.checkpoint_sha256):
+        raise InvalidArgument("checkpoint_uri and checkpoint_sha256 go together: give both or neither")
+    if fin.checkpoint_uri and fin.state != "done":
+        raise InvalidArgument(f"a {fin.state} model has no checkpoint: only MODEL_DONE carries checkpoint_uri")
+
+
+def check_inheritance(parent_id: int, inherited_from: int) -> None:
+    """A child inherits from its own parent or from nothing."""
+    if inherited_from and inherited_from != parent_id:
+        raise InvalidArgument(f"inherited_from must be 0 or the parent_id ({parent_id}), got {inherited_from}")
+
+
+def keep_checkpoints(run: RunRecord) -> int:
+    return int(run.config.get("keep_checkpoints", DEFAULT_KEEP_CHECKPOINTS))
+
+
+def release_checkpoints(store: Store, run: RunRecord, worker_id: int) -> list[tuple[int, str]]:
+    """(model id, URI) of `worker_id`'s checkpoints in `run` that retention lets go, now
+    recorded as deleted; the worker deletes them from its store."""
+    stored = store.stored_checkpoints(run.id)
+    doomed = set(checkpoints_to_delete([m for m, _, _ in stored], store.ranked_done_ids(run.id),
+                                       keep_checkpoints(run)))
+    mine = [(m.model_id, uri) for m, owner, uri in stored if owner == worker_id and m.model_id in doomed]
+    if mine:
+        store.mark_checkpoints_deleted([mid for mid, _ in mine])
+        log.info("event=checkpoints_released run_id=%d worker_id=%d models=%s", run.id, worker_id,
+                 [mid for mid, _ in mine])
+    return mine

@@ -1,0 +1,162 @@
+"""Checkpoints and weight inheritance on the worker (docs/spec.md, "Checkpoints" and "Inheritance").
+
+- After a round that validated at least one epoch (and did not fail), the
+  trained weights are written to the worker's checkpoint store
+  (worker/checkpoints.py): the model `aiperf.keras_builder.build_model` builds
+  from the recorded graph at the model's kernel size, saved with Keras 3
+  ``save_weights`` (no optimizer state). FinishModel carries its URI and SHA-256.
+- Before a child is submitted, when the run inherits: its parent's checkpoint
+  (URI and SHA-256 from the run's history) is read and checked, loaded into
+  the parent's model, and `aiperf.weight_transfer` makes the child's initial
+  weights, which compute the parent's function. The child's kernel size never
+  shrinks below the parent's when the parent has inserted convs
+  (`inherited_kernel_size`). A parent without a usable checkpoint (none
+  stored, deleted by retention, missing, corrupt, unreadable by this worker)
+  gives a child trained from scratch, logged, with inherited_from 0.
+- The checkpoints the master's retention lets go (FinishModel's reply) are
+  deleted from the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.graph import Graph, with_inserted_kernel
+from aiperf.hyperparameters import Hyperparameters
+from aiperf.weight_transfer import TransferError, Weights, inherited_kernel_size, transfer_weights
+from worker.checkpoints import Checkpoint, CheckpointError, CheckpointStore, read_checkpoint, save_model_weights
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChildStart:
+    """How a child starts: its hyperparameters (kernel possibly raised), its initial weights
+    (None: He initialisation) and the model it inherits from (0: none)."""
+
+    hyperparameters: Hyperparameters
+    weights: Weights | None
+    inherited_from: int
+    why: str  # for the log: "inherited", or why not
+
+
+def build_weights_model(graph: Graph, kernel_size: int) -> Any:
+    """The Keras model a checkpoint holds the weights of: `build_model` of the recorded graph
+    at the model's kernel size, under the float32 policy (the variables' dtype in every policy)."""
+    import keras
+
+    from aiperf.keras_builder import build_model
+
+    previous = keras.config.dtype_policy()
+    try:
+        keras.config.set_dtype_policy("float32")
+        with _cpu():
+            return build_model(graph, kernel_size=kernel_size)
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def _cpu() -> Any:
+    import tensorflow as tf
+
+    return tf.device("/cpu:0")  # a scratch copy: keep it off the accelerator the round trains on
+
+
+class Inheritance:
+    """The worker's checkpoint store (None: none; nothing is stored or inherited) and a scratch
+    directory for the files on their way in and out."""
+
+    def __init__(self, store: CheckpointStore | None, scratch: Path | None = None) -> None:
+        self.store = store
+        self._tmp = None if scratch is not None else tempfile.TemporaryDirectory(prefix="aiperf-ckpt-")
+        self.scratch = scratch if scratch is not None else Path(self._tmp.name)  # type: ignore[union-attr]
+        self.scratch.mkdir(parents=True, exist_ok=True)
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    # -- writing ------------------------------------------------------------
+    def save(self, run_id: int, model_id: int, graph: Graph, kernel_size: int,
+             weights: Mapping[str, Any]) -> Checkpoint | None:
+        """Store a trained model's weights; None (logged) when there is no store or it fails."""
+        if self.store is None:
+            return None
+        from worker.steps import set_layer_weights
+
+        path: Path | None = None
+        try:
+            model = build_weights_model(graph, kernel_size)
+            set_layer_weights(model, weights)
+            path = save_model_weights(model, self.scratch, model_id)
+            ckpt = self.store.put(run_id, model_id, path)
+        except (CheckpointError, OSError, ValueError) as exc:
+            log.warning("event=checkpoint_not_saved model=%d error=%s", model_id, exc)
+            return None
+        finally:
+            if path is not None:
+                path.unlink(missing_ok=True)
+        log.info("event=checkpoint_saved model=%d uri=%s bytes=%d", model_id, ckpt.uri, ckpt.size_bytes)
+        return ckpt
+
+    def delete(self, doomed: Iterable[pb.CheckpointToDelete]) -> None:
+        """Delete the checkpoints retention let go; a failure is logged (the file stays)."""
+        if self.store is None:
+            return
+        for d in doomed:
+            try:
+                self.store.delete(d.uri)
+                log.info("event=checkpoint_deleted model=%d uri=%s", d.model_id, d.uri)
+            except CheckpointError as exc:
+                log.warning("event=checkpoint_not_deleted model=%d error=%s", d.model_id, exc)
+
+    # -- reading --------------------------------------------------------------
+    def parent_weights(self, parent: pb.Model, parent_graph: Graph) -> Weights:
+        """The parent's trained weights by layer id, from its checkpoint (CheckpointError: none usable)."""
+        if not parent.checkpoint_uri:
+            raise CheckpointError(f"model {parent.model_id} has no checkpoint")
+        if parent.checkpoint_deleted:
+            raise CheckpointError(f"model {parent.model_id}'s checkpoint was deleted by retention")
+        path = read_checkpoint(parent.checkpoint_uri, parent.checkpoint_sha256, self.scratch / "in")
+        try:
+            from worker.steps import layer_weights
+
+            model = build_weights_model(parent_graph, int(parent.hyperparameters.kernel_size))
+            try:
+                with warnings.catch_warnings():  # Keras only warns about layers it could not match
+                    warnings.simplefilter("error", UserWarning)
+                    model.load_weights(str(path))
+            except (ValueError, OSError, UserWarning) as exc:  # a file of another architecture, or not HDF5
+                raise CheckpointError(f"checkpoint {parent.checkpoint_uri} does not fit model "
+                                      f"{parent.model_id}: {exc}") from exc
+            return layer_weights(model)
+        finally:
+            path.unlink(missing_ok=True)
+
+    def child_start(self, inherit: bool, parent: pb.Model | None, parent_graph: Graph | None, child: Graph,
+                    hyper: Hyperparameters) -> ChildStart:
+        """How the child starts (see the module's docstring); never raises for a bad checkpoint."""
+        if not inherit:
+            return ChildStart(hyper, None, 0, "the run trains from scratch")
+        if parent is None or parent_graph is None:
+            return ChildStart(hyper, None, 0, "no parent model")
+        if self.store is None:
+            return ChildStart(hyper, None, 0, "this worker has no checkpoint store")
+        kernel = inherited_kernel_size(parent_graph, int(parent.hyperparameters.kernel_size), hyper.kernel_size)
+        try:
+            weights = self.parent_weights(parent, parent_graph)
+            child_weights = transfer_weights(with_inserted_kernel(parent_graph, int(parent.hyperparameters.kernel_size)),
+                                             weights, child, kernel_size=kernel)
+        except (CheckpointError, TransferError) as exc:
+            log.warning("event=inheritance_failed parent=%d error=%s: training from scratch", parent.model_id, exc)
+            return ChildStart(hyper, None, 0, f"from scratch: {exc}")
+        if kernel != hyper.kernel_size:
+            log.info("event=kernel_kept parent=%d chosen=%d kernel=%d", parent.model_id, hyper.kernel_size, kernel)
+            hyper = replace(hyper, kernel_size=kernel)
+        return ChildStart(hyper, child_weights, int(parent.model_id), "inherited")
