@@ -100,7 +100,7 @@ def model_submission(req: pb.SubmitModelRequest) -> ModelSubmission:
         worker_id=req.worker_id, run_id=req.run_id, graph_json=req.graph_json, graph_hash=req.graph_hash,
         parent_id=req.parent_id, round=req.round, batch_size=hp.batch_size, kernel_size=hp.kernel_size,
         queue=req.queue, dataset=dataset_dict(req.dataset) if req.has_dataset else None,
-        queue=req.queue, inherited_from=int(req.inherited_from),
+        inherited_from=int(req.inherited_from),
     )
 
 

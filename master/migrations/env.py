@@ -13,7 +13,7 @@ from master.models import Base
 config = context.config
 connection = config.attributes.get("connection")
 if connection is None:
-    raise RuntimeError("the master's migrations run through master.sqlstore.migrate(), with a connection")
+    raise RuntimeError("the master's migrations run through master.schema.migrate(), with a connection")
 
 context.configure(
     connection=connection,
