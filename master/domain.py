@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from aiperf import scoring, timeline
-from master.store import ModelRecord, RunRecord, RunWorker, WorkerRecord
+from master.store import AuditRecord, ModelRecord, RunRecord, RunWorker, WorkerRecord
 
 DEFAULT_WARMUP_ROUNDS = 5
 DEFAULT_REPORT_INTERVAL_S = 30.0
@@ -63,6 +63,19 @@ class ModelSubmission:
     kernel_size: int
     queue: bool = False  # True: queued until its first report
     inherited_from: int = 0  # 0: from scratch; else parent_id
+
+
+@dataclass(frozen=True)
+class AuditSubmission:
+    """What `aiperf audit` found for a DONE model's stored weights (RecordAudit)."""
+
+    model_id: int
+    audited_accuracy: float | None  # None: the weights were not evaluated
+    architecture_ok: bool
+    verdict: str
+    auditor_host: str
+    validation_images: int
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -174,6 +187,7 @@ class Scoreboard:
     best_model_id: int | None
     images_trained: int
     images_validated: int
+    audit: "RegulatedAudit | None" = None  # the audit of the model behind the regulated score
 
     @property
     def accelerators(self) -> int:
@@ -182,6 +196,15 @@ class Scoreboard:
     @property
     def models_done(self) -> int:
         return self.model_counts.get("done", 0)
+
+
+@dataclass(frozen=True)
+class RegulatedAudit:
+    """The model behind a run's regulated score and its latest audit (master/audits.py)."""
+
+    model_id: int | None        # None: no accuracy reported yet
+    status: str                 # aiperf.audit STATUS_*; "" when model_id is None
+    latest: AuditRecord | None  # None: never audited
 
 
 @dataclass(frozen=True)

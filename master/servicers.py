@@ -319,3 +319,12 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
     def ListModels(self, request: pb.ListModelsRequest) -> pb.ListModelsResponse:
         page = self.m.list_models(request.run_id, cv.model_state(request.state), request.limit, request.offset)
         return cv.model_page_message(page, request.include_graph)
+
+    @rpc
+    def RecordAudit(self, request: pb.RecordAuditRequest) -> pb.RecordAuditResponse:
+        return pb.RecordAuditResponse(audit=cv.audit_message(self.m.audits.record(cv.audit_submission(request))))
+
+    @rpc
+    def ListAudits(self, request: pb.ListAuditsRequest) -> pb.ListAuditsResponse:
+        run = self.m.resolve_run(request.run_id)
+        return pb.ListAuditsResponse(run_id=run.id, audits=[cv.audit_message(a) for a in self.m.audits.of_run(run.id)])

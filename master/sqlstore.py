@@ -29,6 +29,7 @@ from sqlalchemy.pool import StaticPool
 from aiperf.api.enums import ACTIVE_RUN_STATES, FINISHED_MODEL_STATES, OPEN_MODEL_STATES, OVER_RUN_STATES
 from aiperf.retention import StoredModel
 from aiperf.scoring import Point, model_rank_key
+from master.audit_sql import AuditSql
 from master.dburl import mask_url
 from master.models import MasterLifeRow, ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow
 from master.progress_rules import apply_reports
@@ -167,7 +168,7 @@ def _model(m: ModelRow) -> ModelRecord:
     )
 
 
-class SqlStore(Store):
+class SqlStore(AuditSql, Store):  # audits: master/audit_sql.py
     def __init__(self, url: str, engine: Engine | None = None) -> None:
         self.url = url
         self.engine = engine or make_engine(url)
