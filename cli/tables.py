@@ -79,6 +79,7 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
         ("FLOPS now", format_flops(d["flops"])),
         ("Error", f"{d['error']:.4f}{best}"),
         ("Valid", "yes" if d["valid"] else f"no: {d['invalid_reason']}"),
+        ("Audit", audit_text(d)),
         ("Efficiency", efficiency_text(d)),
         ("Elapsed", elapsed_text(d)),
         ("Master downtime", downtime_text(d)),
@@ -98,6 +99,34 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
         table.add_row(f"Worker {w['worker_id']}", f"{w['host']}: {accs}; {w['cpus']} CPUs, "
                       f"{w['memory_bytes'] / 2**30:.0f} GiB")
     table.add_row("Master software", ", ".join(f"{k} {v}" for k, v in d["software"].items() if k != "platform"))
+    return table
+
+
+def audit_text(d: dict[str, Any]) -> str:
+    """The audit of the model behind the regulated score: passed / failed / not audited, audited accuracy."""
+    if not d.get("audit_status"):
+        return "-"
+    a = d.get("audit")
+    text = f"model {d['audit_model_id']}: {d['audit_status']}"
+    if a is not None:
+        if a["verdict"] not in ("passed", "failed"):
+            text += f" ({a['verdict']})"
+        if a["audited_accuracy"] is not None:
+            text += f", audited accuracy {a['audited_accuracy']:.4f} (claimed {a['claimed_accuracy']:.4f})"
+    return text
+
+
+def audits_table(run_id: int, rows: list[dict[str, Any]]) -> "Table":
+    """`aiperf audit`'s rows (rich)."""
+    from rich.table import Table
+
+    table = Table(title=f"run {run_id}: audit of {len(rows)} models")
+    for col in ("model", "claimed", "audited", "architecture", "verdict", "detail"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(str(r["model_id"]), accuracy_text(r["claimed_accuracy"]), accuracy_text(r["audited_accuracy"]),
+                      "ok" if r["architecture_ok"] else "wrong" if r["verdict"] == "wrong architecture" else "-",
+                      r["verdict"], (r.get("detail") or "")[:120])
     return table
 
 
