@@ -92,36 +92,44 @@ def audit_cmd(
     """Re-evaluate the run's best models from their stored weights and record the audit in the master."""
     from cli.worker import _check_dataset, _require_tensorflow, setup_logging
 
-    from aiperf.api.enums import PRECISIONS, PROFILES
-    from aiperf.profiles import get_profile
-
     _require_tensorflow()
     kind = dataset_format.value if dataset_format else None
     _check_dataset(dataset, kind, log_level.value)
     setup_logging(log_level.value)
-    client = ctl.client()
-    board = ctl.call(client.scoreboard, run)
-    run_id, profile = board.run.config.run_id, get_profile(PROFILES[board.run.config.profile])
-    precision = PRECISIONS[board.run.config.precision]
-    picked = chosen(ctl.call(ranked_done_models, client, run_id), top, board.audit_model_id)
-    data = _dataset(kind or profile.dataset, dataset, profile.input_size) if picked else None
-    rows = [_audit_one(ctl, client, run_id, position, model, precision, data, scratch) for position, model in picked]
+    run_id, rows = ctl.call(audit_run, ctl.client(), run, top, kind, dataset, scratch)
     ctl.show({"run_id": run_id, "audits": rows}, lambda: audits_table(run_id, rows))
 
 
-def _audit_one(ctl: Control, client: Any, run_id: int, position: int, model: Any, precision: str, data: Any,
+def audit_run(client: Any, run: int, top: int, kind: Optional[str], dataset: Optional[str],
+              scratch: Optional[Path] = None) -> tuple[int, list[dict[str, Any]]]:
+    """Audit the run's top models (and the regulated score's) and record each finding in the master:
+    (run id, the recorded audits as rows). The master's refusals raise ApiError; a dataset that is not
+    there or does not fit the graphs, one line (exit 2)."""
+    from aiperf.api.enums import PRECISIONS, PROFILES
+    from aiperf.profiles import get_profile
+
+    board = client.scoreboard(run)
+    run_id, profile = board.run.config.run_id, get_profile(PROFILES[board.run.config.profile])
+    precision = PRECISIONS[board.run.config.precision]
+    picked = chosen(ranked_done_models(client, run_id), top, board.audit_model_id)
+    data = _dataset(kind or profile.dataset, dataset, profile.input_size) if picked else None
+    return run_id, [_audit_one(client, run_id, position, model, precision, data, scratch)
+                    for position, model in picked]
+
+
+def _audit_one(client: Any, run_id: int, position: int, model: Any, precision: str, data: Any,
                scratch: Optional[Path]) -> dict[str, Any]:
     """Audit one model and record it; the recorded audit as a row."""
     from worker.audit import audit_model
 
-    full = ctl.call(with_graph, client, run_id, position, model.model_id)
+    full = with_graph(client, run_id, position, model.model_id)
     try:
         f = audit_model(full, precision, data, scratch)
     except (ValueError, TypeError) as exc:  # the dataset does not fit the graph: the auditor's mistake
         fail(f"model {model.model_id}: cannot evaluate on this dataset: {' '.join(str(exc).split())[:300]}")
-    recorded = ctl.call(client.record_audit, f.model_id, verdict=f.verdict, architecture_ok=f.architecture_ok,
-                        audited_accuracy=f.audited_accuracy, validation_images=f.validation_images,
-                        auditor_host=socket.gethostname()[:bounds.MAX_NAME_CHARS], detail=f.detail)
+    recorded = client.record_audit(f.model_id, verdict=f.verdict, architecture_ok=f.architecture_ok,
+                                   audited_accuracy=f.audited_accuracy, validation_images=f.validation_images,
+                                   auditor_host=socket.gethostname()[:bounds.MAX_NAME_CHARS], detail=f.detail)
     return audit_to_dict(recorded)
 
 

@@ -19,7 +19,8 @@ from aiperf.profiles import OFFICIAL
 from aiperf.scoring import model_rank_key
 from cli.format import format_flops
 from cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
-from cli.tables import accuracy_text, downtime_text, efficiency_text, elapsed_text, run_title, score_label
+from cli.tables import (accuracy_text, audit_text, downtime_text, efficiency_text, elapsed_text, run_title,
+                        score_label)
 
 if TYPE_CHECKING:  # pragma: no cover
     from aiperf.api.client import ControlClient
@@ -118,6 +119,7 @@ def _summary(b: dict[str, Any]) -> list[tuple[str, str]]:
         ("Regulated score", format_flops(b["regulated_score"])),
         ("Valid FLOPS", format_flops(b["valid_flops"])),
         ("Error", f"{b['error']:.4f}"),
+        ("Audit", audit_text(b)),
         ("Efficiency", efficiency_text(b)),
         ("Elapsed", elapsed_text(b)),
         ("Master downtime", downtime_text(b)),
