@@ -25,7 +25,7 @@ import typer
 
 from aiperf.api import bounds
 from aiperf.scoring import model_rank_key
-from cli.options import Control, ExitCode, control_command, fail
+from cli.options import Control, ExitCode, UsageError, control_command, fail
 from cli.records import audit_to_dict
 from cli.tables import audits_table
 from cli.values import RUN_ID, DatasetFormat, LogLevel, int_option
@@ -90,13 +90,16 @@ def audit_cmd(
     log_level: LogLevel = typer.Option("warning", case_sensitive=False, help="Log level."),
 ) -> None:
     """Re-evaluate the run's best models from their stored weights and record the audit in the master."""
-    from cli.worker import _check_dataset, _require_tensorflow, setup_logging
+    from cli.worker import _check_dataset, _require_tensorflow, held_stderr, setup_logging
 
     _require_tensorflow()
     kind = dataset_format.value if dataset_format else None
     _check_dataset(dataset, kind, log_level.value)
     setup_logging(log_level.value)
-    run_id, rows = ctl.call(audit_run, ctl.client(), run, top, kind, dataset, scratch)
+    # TensorFlow's start-up lines (cli/worker.py's docstring): shown on a crash or with --log-level debug
+    run_id, rows = held_stderr(lambda: ctl.call(audit_run, ctl.client(), run, top, kind, dataset, scratch),
+                               show=lambda exc: log_level.value == "debug" or not (
+                                   exc is None or isinstance(exc, UsageError)))
     ctl.show({"run_id": run_id, "audits": rows}, lambda: audits_table(run_id, rows))
 
 

@@ -109,9 +109,12 @@ def _audit(console: "Console", control: "ControlClient", run_id: int, workdir: P
     `workdir` (docs/spec.md, "Audit"); the scoreboard and the report then show the verdict."""
     from cli.audit import DEFAULT_TOP, audit_run
     from cli.tables import audits_table
+    from cli.worker import held_stderr
 
     console.print("auditing the best models' stored weights on the validation split ...")
-    _, rows = audit_run(control, run_id, DEFAULT_TOP, "digits", None, scratch=workdir)
+    # TensorFlow's start-up lines (it loads here for the first time) are shown only on a failure
+    _, rows = held_stderr(lambda: audit_run(control, run_id, DEFAULT_TOP, "digits", None, scratch=workdir),
+                          show=lambda exc: exc is not None)
     console.print(audits_table(run_id, rows))
 
 

@@ -8,6 +8,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 from aiperf.api import bounds
 from aiperf.profiles import SMOKE
 
@@ -39,6 +41,7 @@ def test_refused_lies_gain_nothing_and_no_lie_beats_its_peak():
             assert r["score"] <= r["peak_flops"] * slack, (name, r)
 
 
+@pytest.mark.slow
 def test_the_audit_catches_the_accuracy_and_the_kernel_lies():
     """With --audit every model has real weights in a checkpoint store: the honest worker's claim
     passes its audit; the accuracy liar fails it and the kernel liar's weights are the wrong
