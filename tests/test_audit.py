@@ -72,6 +72,7 @@ class Scenario:
         from aiperf.keras_builder import build_model
         from worker.checkpoints import open_store, save_model_weights
 
+        self.tmp = tmp
         self.h = _serve(tmp)
         self.w = WorkerClient(self.h.address, self.h.worker_token, retries=0)
         self.c = ControlClient(self.h.address, self.h.admin_token, retries=0)
@@ -92,13 +93,19 @@ class Scenario:
             ("no_checkpoint", 3, 0.30, False),
             ("missing", 3, 0.31, True),
             ("corrupt", 3, 0.32, True),
+            ("garbage", 3, 0.33, True),
         ):
             mid = self.w.submit_model(self.wid, graph.to_json(), graph.hash(), 0, len(self.ids) + 1,
                                       {"batch_size": 32, "kernel_size": kernel}).model_id
             seq += 1
             ops = count_flops(with_inserted_kernel(graph, kernel)).ops(64, 64)
             self.w.report_progress(self.wid, mid, 1, 64, 64, 1, ops, val_accuracy=claim)
-            ckpt = self.store.put(self.run_id, mid, weights) if stored else None
+            if role == "garbage":  # a worker that stores bytes that are no weights file, with their true SHA-256
+                junk = tmp / f"model-{mid}.weights.h5"
+                junk.write_bytes(b"not an HDF5 file" * 64)
+                ckpt = self.store.put(self.run_id, mid, junk)
+            else:
+                ckpt = self.store.put(self.run_id, mid, weights) if stored else None
             self.w.finish_model(self.wid, mid, "done", best_accuracy=claim,
                                 checkpoint_uri=ckpt.uri if ckpt else "", checkpoint_sha256=ckpt.sha256 if ckpt else "")
             self.ids[role] = mid
@@ -129,13 +136,13 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
 
 @pytest.fixture(scope="module")
 def audited(scenario: Scenario) -> dict[str, dict[str, Any]]:
-    """`aiperf audit --top 6 --json` once over the scenario: {role: its row}."""
+    """`aiperf audit --top 7 --json` once over the scenario: {role: its row}."""
     from cli.main import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main(["audit", "--master", scenario.h.address, "--admin-token", scenario.h.admin_token,
-                     "--dataset-format", "digits", "--top", "6", "--json"])
+                     "--dataset-format", "digits", "--top", "7", "--json"])
     assert code == 0
     doc = json.loads(out.getvalue().strip().splitlines()[-1])
     assert doc["run_id"] == scenario.run_id
@@ -183,6 +190,26 @@ def test_a_checkpoint_whose_sha256_differs_is_corrupt(audited):
     row = audited["corrupt"]
     assert row["verdict"] == rule.CORRUPT and row["audited_accuracy"] is None
     assert "SHA-256" in row["detail"]
+    row = audited["garbage"]  # its SHA-256 matches, but it holds no weights
+    assert row["verdict"] == rule.CORRUPT and "not a Keras weights file" in row["detail"]
+
+
+def test_mixed_precision_evaluation_stays_within_the_tolerance(scenario):
+    """The tolerance's premise (docs/spec.md, "Audit"): the same weights evaluated in float16
+    compute instead of float32 move top-1 by far less than the tolerance."""
+    from worker.audit import evaluate
+    from worker.checkpoints import read_checkpoint
+    from worker.data import load_dataset
+
+    honest = [m for m in scenario.c.list_models(scenario.run_id, state="done", include_graph=True).models
+              if m.model_id == scenario.ids["honest"]][0]
+    path = read_checkpoint(honest.checkpoint_uri, honest.checkpoint_sha256, scenario.tmp / "fp16")
+    data = load_dataset("digits", None, image_size=32)
+    graph = Graph.from_json(honest.graph_json)
+    fp32, n = evaluate(path, graph, 3, "fp32", data, 64)
+    fp16, _ = evaluate(path, graph, 3, "mixed_fp16", data, 64)
+    assert fp32 == pytest.approx(scenario.honest_accuracy, abs=1e-9)
+    assert abs(fp16 - fp32) <= rule.tolerance(n)
 
 
 def test_the_master_keeps_every_audit_and_the_scoreboard_shows_the_regulated_models(scenario, audited):
