@@ -9,13 +9,21 @@ when a report is refused. Printed per lie: the score it reached over the honest
 score (the forgery ratio; <= 1.0 means the lie gained nothing), its valid-FLOPS
 ratio, whether the run stays valid, and the calls refused.
 
-    PYTHONPATH=$PWD python benchmarks/forgery_bench.py [--json]
+    PYTHONPATH=$PWD python benchmarks/forgery_bench.py [--json] [--audit]
 
 `two_models_at_peak` reports the peak's worth of work on two models at once:
 with one budget per worker (master/budget.py) it reaches the peak once, not
-twice. Ends with RESULT lines. Accuracy is not audited by these rules (the accuracy
-lie's valid-FLOPS ratio is printed as it is), and a lie that stays within the
-worker's accepted peak is physically possible, so it is bounded, not refused.
+twice. Ends with RESULT lines. A lie that stays within the worker's accepted peak is
+physically possible, so it is bounded, not refused. Accuracy and the kernel
+size are not counted by the master: `--audit` (needs TensorFlow, about a minute)
+gives every model real weights (the smoke child at kernel 3, He-initialised and
+saved in a checkpoint store), has every worker claim the accuracy those weights
+give on the digits validation split (the accuracy liar claims 0.9999), and runs
+the audit (worker/audit.py, recorded through RecordAudit) on each model (the first
+one of a liar with several) before the scoreboard is read. The ratio after the
+audit is the score ratio when the audit passed and 0 when it did not: what an
+official run counts, since a failed audit of the model behind the regulated score
+makes it invalid (docs/spec.md, "Audit").
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import json
 import logging
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +82,55 @@ class Lie:
     refused: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Audit:
+    """What `--audit` gives each scenario: the weights every worker really trained (kernel 3), the
+    checkpoint store they go to, the accuracy they give and the split it was measured on."""
+
+    weights: Path
+    store: Any
+    accuracy: float
+    dataset: Any
+
+
+def _audit_setup(graph: Graph, tmp: Path) -> Audit:
+    """Real weights of the smoke child at kernel 3 and their accuracy on the digits validation split."""
+    import numpy as np
+
+    from aiperf.keras_builder import build_model
+    from worker.checkpoints import open_store, save_model_weights
+    from worker.data import load_dataset
+
+    dataset = load_dataset("digits", None, image_size=32)
+    model = build_model(graph, kernel_size=3, seed=11)
+    xs, ys = zip(*[(x.numpy(), y.numpy()) for x, y in dataset.validation(64)])
+    predicted = np.argmax(model.predict(np.concatenate(xs), verbose=0, batch_size=64), -1)
+    accuracy = float(np.mean(predicted == np.argmax(np.concatenate(ys), -1)))
+    return Audit(save_model_weights(model, tmp, 0), open_store(str(tmp / "checkpoints")), accuracy, dataset)
+
+
+def _audited(w: WorkerClient, c: ControlClient, wid: int, mid: int, lie: Lie, audit: Audit) -> str:
+    """Finish the model with the real weights in the store, audit it and record the audit: its verdict."""
+    from worker.audit import audit_model
+
+    run_id = c.run_status().run.config.run_id
+    ckpt = audit.store.put(run_id, mid, audit.weights)
+    w.finish_model(wid, mid, "done", best_accuracy=lie.accuracy, checkpoint_uri=ckpt.uri,
+                   checkpoint_sha256=ckpt.sha256)
+    (model,) = [m for m in c.list_models(run_id, state="done", include_graph=True).models if m.model_id == mid]
+    f = audit_model(model, "fp32", audit.dataset, audit.weights.parent)
+    return c.record_audit(mid, verdict=f.verdict, architecture_ok=f.architecture_ok,
+                          audited_accuracy=f.audited_accuracy, validation_images=f.validation_images,
+                          auditor_host="forgery-bench", detail=f.detail).verdict
+
+
 def _graphs() -> dict[str, Graph]:
     base = resnet50(input_size=32, channels=3, classes=10, width=0.125)
     child = deeper_at(base, deeper_positions(base)[3], kernel_size=3)  # one inserted conv: kernel matters
     return {"smoke": child, "512": resnet50(input_size=512, channels=3, classes=10, width=0.125)}
 
 
-def _run(lie: Lie, graphs: dict[str, Graph], tmp: Path) -> dict[str, Any]:
+def _run(lie: Lie, graphs: dict[str, Graph], tmp: Path, audit: Audit | None = None) -> dict[str, Any]:
     from master.server import serve
 
     clock = Clock()
@@ -115,9 +165,10 @@ def _run(lie: Lie, graphs: dict[str, Graph], tmp: Path) -> dict[str, Any]:
             clock.t = t0 + seq * STEP_S
             for mid in mids:
                 _report(w, lie, wid, mid, seq, images_per_step, honest_ops, claimed_ops)
+        verdict = _audited(w, c, wid, mids[0], lie, audit) if audit is not None and mids else None
         clock.t = t0 + DURATION_S + STEP_S
         sb = c.scoreboard()
-        return {"score": sb.score, "valid_flops": sb.valid_flops, "valid": sb.valid,
+        return {"audit": verdict, "score": sb.score, "valid_flops": sb.valid_flops, "valid": sb.valid,
                 "invalid_reason": sb.invalid_reason, "peak_flops": sb.peak_flops, "peak_verdict": sb.peak_verdict,
                 "implausible_reports": sb.implausible_reports}
     finally:
@@ -153,18 +204,29 @@ LIES = (
 )
 
 
-def run_all(names: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """Every lie (or those named) against the honest baseline: {name: result}."""
+def run_all(names: tuple[str, ...] | None = None, audit: bool = False) -> dict[str, Any]:
+    """Every lie (or those named) against the honest baseline: {name: result}; with `audit`, every
+    model audited (see the module docstring) and `after_audit_ratio` added."""
     graphs = _graphs()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        honest = _run(Lie("honest", "the honest baseline"), graphs, tmp)
+        checked = _audit_setup(graphs["smoke"], tmp) if audit else None
+
+        def claims(lie: Lie) -> Lie:  # under audit an honest claim is what the weights give
+            if checked is None or lie.name == "accuracy_0.9999":
+                return lie
+            return replace(lie, accuracy=checked.accuracy)
+
+        honest = _run(claims(Lie("honest", "the honest baseline")), graphs, tmp, checked)
         out: dict[str, Any] = {"honest": honest}
         for lie in LIES:
             if names and lie.name not in names:
                 continue
-            r = _run(lie, graphs, tmp)
+            lie = claims(lie)
+            r = _run(lie, graphs, tmp, checked)
             r["ratio"] = r["score"] / honest["score"]
+            if audit:
+                r["after_audit_ratio"] = r["ratio"] if r["audit"] == "passed" else 0.0
             r["valid_ratio"] = r["ratio"] if r["valid"] else 0.0  # an invalid run is no result
             r["valid_flops_ratio"] = r["valid_flops"] / honest["valid_flops"]
             r["what"], r["refused"] = lie.what, lie.refused
@@ -181,9 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--only", nargs="*", help="run only these lies")
+    p.add_argument("--audit", action="store_true", help="audit every model's stored weights (TensorFlow)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)  # the liars' flops_mismatch warnings are expected
-    res = run_all(tuple(args.only) if args.only else None)
+    res = run_all(tuple(args.only) if args.only else None, audit=args.audit)
     if args.json:
         print(json.dumps(res, indent=2))
     h = res["honest"]
@@ -193,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         if name == "honest":
             continue
         first = r["refused"][0] if r["refused"] else "nothing refused"
+        audited = f", audit {r['audit']!r}: after audit {r['after_audit_ratio']:.3g}" if args.audit else ""
         print(f"{name:18s} score ratio {r['ratio']:.3g} (as a valid result {r['valid_ratio']:.3g}), valid-FLOPS "
-              f"ratio {r['valid_flops_ratio']:.3g}, score/peak {_over_peak(r):.3g}, "
+              f"ratio {r['valid_flops_ratio']:.3g}, score/peak {_over_peak(r):.3g}{audited}, "
               f"refused {len(r['refused'])}: {first[:100]}")
     lies = {k: v for k, v in res.items() if k != "honest"}
     covered = [v["ratio"] for k, v in lies.items() if k in COVERED]
@@ -203,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"RESULT max_score_over_accepted_peak={max(_over_peak(v) for v in lies.values()):.4g}")
     if covered:
         print(f"RESULT max_covered_forgery_ratio={max(covered):.4g}")
+    if args.audit:
+        print(f"RESULT honest_audit={h['audit']}")
+        print(f"RESULT max_after_audit_ratio={max(v['after_audit_ratio'] for v in lies.values()):.4g}")
     for k, v in lies.items():
         print(f"RESULT ratio_{k}={v['ratio']:.4g} valid_ratio_{k}={v['valid_ratio']:.4g} "
               f"valid_flops_ratio_{k}={v['valid_flops_ratio']:.4g}")

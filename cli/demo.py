@@ -2,8 +2,9 @@
 
 A master on SQLite in this process, one worker as a child process (`python -m
 cli worker`), a smoke run on the built-in dataset; live progress, then the
-scoreboard and the HTML report. The worker keeps its checkpoints in --dir
-(``checkpoints/``), where the children of the run inherit from them.
+audit of the best models' stored weights, the scoreboard and the HTML report. The
+worker keeps its checkpoints in --dir (``checkpoints/``), where the children of the
+run inherit from them.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def demo_cmd(
                                     help="Children train from scratch instead of from their parent's weights."),
 ) -> None:
     """Run the benchmark end to end on this machine: master on SQLite, one local worker,
-    a smoke run on the built-in dataset; shows progress, then prints the scoreboard."""
+    a smoke run on the built-in dataset; shows progress, audits the best models, then prints the scoreboard."""
     from rich.console import Console
 
     from aiperf.api.client import ApiError, ControlClient
@@ -101,10 +102,25 @@ def _run(console: "Console", control: "ControlClient", workdir: Path, minutes: f
                             deterministic=deterministic, inherit=inherit)
     _watch(console, control, run.config.run_id, worker)
     console.print()
+    _audit(console, control, run.config.run_id, workdir)
     board, page = fetch_report(control, run.config.run_id)
     console.print(scoreboard_table(board))
     (workdir / "report.html").write_text(page, encoding="utf-8")
     console.print(f"report: {workdir / 'report.html'}")
+
+
+def _audit(console: "Console", control: "ControlClient", run_id: int, workdir: Path) -> None:
+    """`aiperf audit` of the run's best models, here: their weights are in the worker's store under
+    `workdir` (docs/spec.md, "Audit"); the scoreboard and the report then show the verdict."""
+    from cli.audit import DEFAULT_TOP, audit_run
+    from cli.tables import audits_table
+    from cli.worker import held_stderr
+
+    console.print("auditing the best models' stored weights on the validation split ...")
+    # TensorFlow's start-up lines (it loads here for the first time) are shown only on a failure
+    _, rows = held_stderr(lambda: audit_run(control, run_id, DEFAULT_TOP, "digits", None, scratch=workdir),
+                          show=lambda exc: exc is not None)
+    console.print(audits_table(run_id, rows))
 
 
 def _watch(console: "Console", control: "ControlClient", run_id: int, worker: subprocess.Popen[Any]) -> None:

@@ -154,8 +154,29 @@ def scoreboard_to_dict(sb: pb.Scoreboard) -> dict[str, Any]:
         "min_running_time_s": sb.min_running_time_s,
         "hardware": [worker_info_to_dict(w) for w in sb.inventory],
         "software": {s.name: s.version for s in sb.master_software},
+        # the audit of the model behind the regulated score (docs/spec.md, "Audit")
+        "audit_status": sb.audit_status or None,
+        "audit_model_id": sb.audit_model_id or None,
+        "audit": audit_to_dict(sb.audit) if sb.HasField("audit") else None,
     })
     return d
+
+
+def audit_to_dict(a: pb.Audit) -> dict[str, Any]:
+    """One audit of a model's stored weights (`aiperf audit --json` rows carry these keys)."""
+    return {
+        "model_id": a.model_id,
+        "run_id": a.run_id,
+        "claimed_accuracy": a.claimed_accuracy,
+        "audited_accuracy": a.audited_accuracy if a.has_audited_accuracy else None,
+        "architecture_ok": a.architecture_ok,
+        "verdict": a.verdict,
+        "tolerance": a.tolerance,
+        "validation_images": a.validation_images,
+        "auditor_host": a.auditor_host,
+        "audited_at": a.audited_at,
+        "detail": a.detail or None,
+    }
 
 
 def timeline_to_dict(tl: pb.Timeline) -> dict[str, Any]:

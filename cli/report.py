@@ -21,7 +21,7 @@ from aiperf.timeline import CurvePoint, score_curve
 from cli.format import format_flops
 from cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
 from cli.tables import (
-    accuracy_text, downtime_text, efficiency_text, elapsed_text, run_title, score_label, stop_text,
+    accuracy_text, audit_text, downtime_text, efficiency_text, elapsed_text, run_title, score_label, stop_text,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -147,6 +147,7 @@ def _summary(b: dict[str, Any]) -> list[tuple[str, str]]:
         ("Regulated score", format_flops(b["regulated_score"])),
         ("Valid FLOPS", format_flops(b["valid_flops"])),
         ("Error", f"{b['error']:.4f}"),
+        ("Audit", audit_text(b)),
         ("Efficiency", efficiency_text(b)),
         ("Elapsed", elapsed_text(b)),
         ("Master downtime", downtime_text(b)),

@@ -102,6 +102,7 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
         ("Error", f"{d['error']:.4f}{best}"),
         ("Valid", "yes" if d["valid"] else f"no: {d['invalid_reason']}"),
         ("Official", official_text(d)),
+        ("Audit", audit_text(d)),
         ("Efficiency", efficiency_text(d)),
         ("Elapsed", elapsed_text(d)),
         ("Master downtime", downtime_text(d)),
@@ -182,6 +183,33 @@ def workers_table(workers: list[dict[str, Any]], total: int, now: float, title: 
         model = f"{w['current_model_id']} (run {w['current_run_id']})" if w["current_model_id"] else "-"
         table.add_row(str(w["worker_id"]), w["name"], w["host"], accelerators_text(w["accelerators"]), w["state"],
                       age_text(w["last_heartbeat"], now), model)
+
+
+def audit_text(d: dict[str, Any]) -> str:
+    """The audit of the model behind the regulated score: passed / failed / not audited, audited accuracy."""
+    if not d.get("audit_status"):
+        return "-"
+    a = d.get("audit")
+    text = f"model {d['audit_model_id']}: {d['audit_status']}"
+    if a is not None:
+        if a["verdict"] not in ("passed", "failed"):
+            text += f" ({a['verdict']})"
+        if a["audited_accuracy"] is not None:
+            text += f", audited accuracy {a['audited_accuracy']:.4f} (claimed {a['claimed_accuracy']:.4f})"
+    return text
+
+
+def audits_table(run_id: int, rows: list[dict[str, Any]]) -> "Table":
+    """`aiperf audit`'s rows (rich)."""
+    from rich.table import Table
+
+    table = Table(title=f"run {run_id}: audit of {len(rows)} models")
+    for col in ("model", "claimed", "audited", "architecture", "verdict", "detail"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(str(r["model_id"]), accuracy_text(r["claimed_accuracy"]), accuracy_text(r["audited_accuracy"]),
+                      "ok" if r["architecture_ok"] else "wrong" if r["verdict"] == "wrong architecture" else "-",
+                      r["verdict"], (r.get("detail") or "")[:120])
     return table
 
 

@@ -24,6 +24,7 @@ from aiperf.api.enums import (
     WORKER_STATES,
 )
 from master.domain import (
+    AuditSubmission,
     DEFAULT_REPORT_INTERVAL_S,
     DEFAULT_RESOURCE_INTERVAL_S,
     DEFAULT_WARMUP_ROUNDS,
@@ -43,6 +44,7 @@ from master.domain import (
     WorkerPage,
 )
 from master.store import (
+    AuditRecord,
     FailedPrecondition,
     InvalidArgument,
     ModelRecord,
@@ -361,6 +363,36 @@ def scoreboard_message(sb: Scoreboard) -> pb.Scoreboard:
         valid_flops_time_s=r.valid_flops_time_s,
         images_trained=_uint64(sb.images_trained),
         images_validated=_uint64(sb.images_validated),
+        **_scoreboard_audit(sb),
+    )
+
+
+def _scoreboard_audit(sb: Scoreboard) -> dict[str, Any]:
+    """The Scoreboard's audit fields (none while no accuracy was reported)."""
+    a = sb.audit
+    if a is None or a.model_id is None:
+        return {}
+    fields: dict[str, Any] = {"audit_status": a.status, "audit_model_id": a.model_id}
+    if a.latest is not None:
+        fields["audit"] = audit_message(a.latest)
+    return fields
+
+
+def audit_submission(req: pb.RecordAuditRequest) -> AuditSubmission:
+    return AuditSubmission(
+        model_id=req.model_id,
+        audited_accuracy=req.audited_accuracy if req.has_audited_accuracy else None,
+        architecture_ok=req.architecture_ok, verdict=req.verdict, auditor_host=req.auditor_host,
+        validation_images=req.validation_images, detail=req.detail,
+    )
+
+
+def audit_message(a: AuditRecord) -> pb.Audit:
+    return pb.Audit(
+        model_id=a.model_id, run_id=a.run_id, claimed_accuracy=a.claimed_accuracy or 0.0,
+        has_audited_accuracy=a.audited_accuracy is not None, audited_accuracy=a.audited_accuracy or 0.0,
+        architecture_ok=a.architecture_ok, verdict=a.verdict, auditor_host=a.auditor_host,
+        validation_images=a.validation_images, audited_at=a.audited_at, detail=a.detail, tolerance=a.tolerance,
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiperf import scoring, timeline
-from master.store import ModelRecord, RunRecord, RunWorker, WorkerRecord
+from master.store import AuditRecord, ModelRecord, RunRecord, RunWorker, WorkerRecord
 
 DEFAULT_WARMUP_ROUNDS = 5
 DEFAULT_REPORT_INTERVAL_S = 30.0
@@ -66,6 +66,19 @@ class ModelSubmission:
     queue: bool = False  # True: queued until its first report
     dataset: dict[str, Any] | None = None  # the dataset it trains on (DatasetInfo's fields); None: not reported
     inherited_from: int = 0  # 0: from scratch; else parent_id
+
+
+@dataclass(frozen=True)
+class AuditSubmission:
+    """What `aiperf audit` found for a DONE model's stored weights (RecordAudit)."""
+
+    model_id: int
+    audited_accuracy: float | None  # None: the weights were not evaluated
+    architecture_ok: bool
+    verdict: str
+    auditor_host: str
+    validation_images: int
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -205,6 +218,7 @@ class Scoreboard:
     images_trained: int
     images_validated: int
     unofficial_reasons: tuple[str, ...] = ()  # why the run is not official (master/officiality.py)
+    audit: "RegulatedAudit | None" = None  # the audit of the model behind the regulated score
 
     @property
     def accelerators(self) -> int:
@@ -213,6 +227,15 @@ class Scoreboard:
     @property
     def models_done(self) -> int:
         return self.model_counts.get("done", 0)
+
+
+@dataclass(frozen=True)
+class RegulatedAudit:
+    """The model behind a run's regulated score and its latest audit (master/audits.py)."""
+
+    model_id: int | None        # None: no accuracy reported yet
+    status: str                 # aiperf.audit STATUS_*; "" when model_id is None
+    latest: AuditRecord | None  # None: never audited
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,7 @@ from master.heartbeats import Heartbeats
 from master.identity import WorkerCredentials, credential_hash
 from master.metrics import MasterMetrics
 from master import retention
+from master.audits import Audits, with_audit_rule
 from master.progress import ProgressWriter
 from master.officiality import run_config, unofficial_reasons
 from master.run_rules import (accelerator_peaks, check_accelerators, check_graph_fits, parse_graph, peak_verdict,
@@ -145,6 +146,7 @@ class Master:
         self._flops: collections.OrderedDict[int, _ModelFlops] = collections.OrderedDict()
         self.budgets = WorkerBudgets(lambda w, r: worker_ceiling(store, w, r), lambda w, r: worker_start(store, w, r))
         self._datasets: dict[tuple[int, int], dict] = {}  # (run, worker) -> the dataset recorded
+        self.audits = Audits(store, clock)  # RecordAudit / ListAudits call it directly
         self._joined: set[tuple[int, int]] = set()
         self._run_ops: dict[int, int] = {}
         now = clock()
@@ -642,6 +644,8 @@ class Master:
         self._store_refusals()  # the counts of refused reports, exact
         joined = self.store.run_workers(run.id)
         result = self.score(run, joined)
+        audit = self.audits.regulated(run, result)
+        result = with_audit_rule(result, rules_of(run), audit)
         ranked = self.store.ranked_done_ids(run.id)
         images_trained, images_validated = self.store.run_images(run.id)
         return Scoreboard(
@@ -652,7 +656,7 @@ class Master:
             flops_mismatch_reports=self.store.flops_mismatch_count(run.id),
             workers=joined, workers_alive=sum(1 for rw in joined if self.is_alive(rw.worker.id)),
             model_counts=self.store.count_models(run.id), best_model_id=ranked[0] if ranked else None,
-            images_trained=images_trained, images_validated=images_validated,
+            images_trained=images_trained, images_validated=images_validated, audit=audit,
         )
 
     def timeline(self, run_id: int, max_points: int = 0, buckets: int = 0) -> RunTimeline:

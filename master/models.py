@@ -148,3 +148,22 @@ class ResourceSampleRow(Base):
     accelerator_memory_used: Mapped[int] = mapped_column(BigInteger)
     cpu_util: Mapped[float] = mapped_column(Float)
     memory_used: Mapped[int] = mapped_column(BigInteger)
+
+
+class AuditRow(Base):
+    """One re-evaluation of a DONE model's stored weights (`aiperf audit`; migration 0006)."""
+
+    __tablename__ = "audits"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), index=True)
+    audited_at: Mapped[float] = mapped_column(Float)
+    auditor_host: Mapped[str] = mapped_column(String(255))
+    verdict: Mapped[str] = mapped_column(String(32))
+    architecture_ok: Mapped[bool] = mapped_column(Boolean)
+    claimed_accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)
+    audited_accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)  # NULL: not evaluated
+    validation_images: Mapped[int] = mapped_column(BigInteger)
+    tolerance: Mapped[float] = mapped_column(Float)
+    detail: Mapped[str] = mapped_column(String(500), default="")

@@ -344,3 +344,12 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
         page = roster.list_workers(self.m, cv.worker_state(request.state), request.run_id, request.limit,
                                    request.offset)
         return cv.worker_page_message(page)
+
+    @rpc
+    def RecordAudit(self, request: pb.RecordAuditRequest) -> pb.RecordAuditResponse:
+        return pb.RecordAuditResponse(audit=cv.audit_message(self.m.audits.record(cv.audit_submission(request))))
+
+    @rpc
+    def ListAudits(self, request: pb.ListAuditsRequest) -> pb.ListAuditsResponse:
+        run = self.m.resolve_run(request.run_id)
+        return pb.ListAuditsResponse(run_id=run.id, audits=[cv.audit_message(a) for a in self.m.audits.of_run(run.id)])

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from aiperf.api.enums import ACTIVE_RUN_STATES, FINISHED_MODEL_STATES, OPEN_MODEL_STATES, OVER_RUN_STATES
 from aiperf.retention import StoredModel
 from aiperf.scoring import Point, model_rank_key
+from master.audit_sql import AuditSql
 from master.models import MasterLifeRow, ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow
 from master.progress_rules import apply_reports
 from master.progress_sql import ProgressSql, combine_sums, exact_sums
@@ -97,7 +98,7 @@ def _model(m: ModelRow) -> ModelRecord:
     )
 
 
-class SqlStore(Store):
+class SqlStore(AuditSql, Store):  # audits: master/audit_sql.py
     def __init__(self, url: str, engine: Engine | None = None) -> None:
         self.url = url
         self.engine = engine or make_engine(url)

@@ -224,6 +224,28 @@ class ResourceSampleRecord(ResourceSampleInput):
     run_id: int | None = None
 
 
+@dataclass(frozen=True)
+class AuditInput:
+    """An audit of a DONE model's stored weights as the master records it (verdict checked)."""
+
+    model_id: int
+    audited_at: float
+    auditor_host: str
+    verdict: str
+    architecture_ok: bool
+    claimed_accuracy: float | None
+    audited_accuracy: float | None  # None: the weights were not evaluated
+    validation_images: int
+    tolerance: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class AuditRecord(AuditInput):
+    id: int = 0
+    run_id: int = 0
+
+
 class Store(abc.ABC):
     """Everything the master keeps. Times are master-clock seconds."""
 
@@ -425,3 +447,21 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def resource_samples(self, worker_id: int | None = None, run_id: int | None = None) -> list[ResourceSampleRecord]: ...
+
+    # ---------------------------------------------------------------- audits
+    @abc.abstractmethod
+    def add_audit(self, audit: AuditInput) -> AuditRecord:
+        """Record an audit of a model (NotFound: no such model); its run is the model's."""
+
+    @abc.abstractmethod
+    def audits(self, run_id: int) -> list[AuditRecord]:
+        """Every audit of the run's models, oldest first."""
+
+    @abc.abstractmethod
+    def latest_audit(self, model_id: int) -> AuditRecord | None:
+        """The model's most recent audit; None when it was never audited."""
+
+    @abc.abstractmethod
+    def accuracy_model_at(self, run_id: int, t: float) -> int | None:
+        """The model behind acc(t): of the run's reports received by t, the one with the highest
+        accuracy (the earliest on a tie); None when none reported an accuracy."""

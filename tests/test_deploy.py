@@ -34,7 +34,7 @@ needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not insta
 
 # The deployments an operator applies (docs/deploy.md names each of them).
 DEPLOYMENTS = ["base", "overlays/external-db", "overlays/smoke", "overlays/monitoring"]
-JOBS = ["jobs/start-run", "jobs/scoreboard"]
+JOBS = ["jobs/start-run", "jobs/scoreboard", "jobs/audit"]
 GPU_DEPLOYMENTS = ["base", "overlays/external-db", "overlays/monitoring"]
 # Kustomize Components: not rendered alone, only through an overlay that uses them.
 COMPONENTS = ["components/monitoring"]
@@ -505,6 +505,13 @@ def test_jobs_run_the_control_commands_once(target: str) -> None:
         assert option_value(container["args"], "--precision") == "$(AIPERF_RUN_PRECISION)"
         config = _job_config()
         assert config["AIPERF_RUN_DURATION"] == "1h" and config["AIPERF_RUN_PRECISION"] == "mixed_fp16"
+    elif target == "jobs/audit":
+        # the worker image (TensorFlow), the workers' dataset, read-only; no GPU (checked above)
+        assert container["args"][0] == "audit" and container["image"].startswith("aiperf-worker")
+        assert option_value(container["args"], "--dataset") == "$(AIPERF_DATASET)"
+        assert option_value(container["args"], "--dataset-format") == "$(AIPERF_DATASET_FORMAT)"
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "dataset"]
+        assert mount["readOnly"] is True and _job_config()["AIPERF_DATASET"].startswith(mount["mountPath"] + "/")
     else:
         assert container["args"] == ["scoreboard"]
     # By the CLI's exit codes: a master that is not up yet (3) is retried; bad input (2)

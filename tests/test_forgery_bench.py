@@ -8,6 +8,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 from aiperf.api import bounds
 from aiperf.profiles import SMOKE
 
@@ -39,3 +41,17 @@ def test_refused_lies_gain_nothing_and_no_lie_beats_its_peak():
     for name, r in res.items():
         if r["peak_flops"]:
             assert r["score"] <= r["peak_flops"] * slack, (name, r)
+
+
+@pytest.mark.slow
+def test_the_audit_catches_the_accuracy_and_the_kernel_lies():
+    """With --audit every model has real weights in a checkpoint store: the honest worker's claim
+    passes its audit; the accuracy liar fails it and the kernel liar's weights are the wrong
+    architecture, so neither counts in an official run (ratio after the audit 0)."""
+    bench = _bench_module()
+    res = bench.run_all(("accuracy_0.9999", "kernel_7_for_3"), audit=True)
+    assert res["honest"]["audit"] == "passed"
+    assert res["accuracy_0.9999"]["audit"] == "failed"
+    assert res["kernel_7_for_3"]["audit"] == "wrong architecture"
+    for name in ("accuracy_0.9999", "kernel_7_for_3"):
+        assert res[name]["after_audit_ratio"] == 0.0, (name, res[name])

@@ -210,7 +210,9 @@ def test_scores_on_the_master_clock(master_server):
     assert sb.regulated_score == pytest.approx(max(-math.log(1 - acc_at[t]) * v for t, v in candidates.items()))
     assert sb.valid_flops == pytest.approx(max(v * (acc_at[t] / 0.763) ** 5 for t, v in candidates.items()))
     assert sb.efficiency == pytest.approx(candidates[best_t] / (2 * 5e10))
-    assert sb.valid and sb.invalid_reason == ""
+    # every other rule holds; an official run also needs its regulated-score model audited (it is still training)
+    assert not sb.valid and sb.audit_status == "not audited" and sb.audit_model_id == mid
+    assert sb.invalid_reason == f"the model behind the regulated score (model {mid}) is not audited"
 
     # deadline: the background thread moves the run to stopping, then finished once the model ends
     clock.t = t0 + 3 * 3600 + 1
@@ -225,6 +227,9 @@ def test_scores_on_the_master_clock(master_server):
     # the tick came 1 s late, the run stopped at its deadline all the same
     assert final.run.stopped_at == final.run.deadline and final.elapsed_s == pytest.approx(3 * 3600)
     assert final.total_ops == pytest.approx(cumulative[3])
+    c.record_audit(mid, verdict="passed", architecture_ok=True, audited_accuracy=0.75, validation_images=50_000)
+    audited = c.scoreboard()
+    assert audited.valid and audited.invalid_reason == "" and audited.audit_status == "passed"
 
 
 def test_lost_worker_and_its_model_abandoned_with_progress_kept(master_server, small_graph):

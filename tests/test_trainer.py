@@ -274,3 +274,22 @@ def test_two_replicas_use_a_global_batch_and_count_every_image(tmp_path):
     line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT")), None)
     assert line, out.stderr[-3000:]
     assert line == "RESULT done 2 32 100 40 [32, 32, 32, 4]"
+
+
+def test_the_stored_weights_are_the_best_epochs(graph):
+    """on_weights (the checkpoint `aiperf audit` re-evaluates) gets the weights of the epoch that
+    validated best, not the last epoch's: evaluated again they give the round's best accuracy."""
+    from aiperf.keras_builder import build_model
+    from worker.steps import set_layer_weights
+
+    data = TinyDataset(n_train=64, n_val=40)
+    profile = dataclasses.replace(PROFILE, learning_rate=0.5, patience_base=6, patience_step=0, patience_max=6)
+    got: list[dict] = []
+    res = train_model(graph, {"batch_size": 16, "kernel_size": 3}, data, profile, 2,
+                      on_progress=lambda p: None, on_weights=got.append)
+    assert res.state == "done" and len(got) == 1 and len(res.val_accuracies) >= 2
+    model = build_model(graph, kernel_size=3)
+    set_layer_weights(model, got[0])
+    x, y = data._x[data.train_size:], data._y[data.train_size:]
+    accuracy = float(np.mean(np.argmax(model(x, training=False), -1) == np.argmax(y, -1)))
+    assert accuracy == pytest.approx(res.best_val_accuracy, abs=1e-9), res.val_accuracies

@@ -132,8 +132,9 @@ def train_model(graph: Graph, hyper: Hyperparameters | Mapping[str, int], datase
     """Train `graph` for round `round_index` (1-based) of `profile`: `prepare_round`, then `run_round`.
 
     `initial_weights` ({layer id: arrays}, e.g. from `aiperf.weight_transfer`) replace the
-    He initialisation; `on_weights` receives the trained weights when the round ends with at
-    least one validated epoch and not failed (the worker stores them as the model's checkpoint).
+    He initialisation; `on_weights` receives the weights of the round's best validated epoch (those
+    its best accuracy was measured on) when the round ends with at least one validated epoch and
+    not failed (the worker stores them as the model's checkpoint, which `aiperf audit` re-evaluates).
 
     `hyper` is a `Hyperparameters` (or its dict form; batch size per accelerator);
     `dataset` offers ``train(batch_size, seed=)``, ``validation(batch_size)``,
@@ -286,9 +287,11 @@ def _run(prepared: PreparedRound, on_progress: Callable[[Progress], None], shoul
         if prepared.compiled is None:
             state, reason = FAILED, prepared.failure
         else:
-            state, reason = _epochs(prepared.compiled, plan, tracker, phase_reports)
-            if on_weights is not None and state != FAILED and tracker.val_accuracies:
-                on_weights(layer_weights(prepared.compiled.model))  # before the model is released
+            state, reason = _epochs(prepared.compiled, plan, tracker, phase_reports,
+                                    keep_best=on_weights is not None)
+            if on_weights is not None and state != FAILED and tracker.best_weights is not None:
+                # the best epoch's weights: the ones its best_accuracy, the claim an audit checks, was measured on
+                on_weights(tracker.best_weights)
     except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
         if not _is_out_of_memory(exc, tf):
             raise
@@ -301,8 +304,10 @@ def _run(prepared: PreparedRound, on_progress: Callable[[Progress], None], shoul
     return _result(plan, tracker, profile, state, reason, duration_s=time.monotonic() - start, timings=timings)
 
 
-def _epochs(compiled: CompiledRound, plan: _RoundPlan, tracker: "_Tracker", phase_reports: bool) -> tuple[str, str]:
-    """The round's epochs: training steps, then a validation pass; returns the state and reason."""
+def _epochs(compiled: CompiledRound, plan: _RoundPlan, tracker: "_Tracker", phase_reports: bool,
+            keep_best: bool = False) -> tuple[str, str]:
+    """The round's epochs: training steps, then a validation pass; returns the state and reason.
+    keep_best: after each epoch that validated best so far, its weights are kept in `tracker.best_weights`."""
     tracker.start = tracker.last_report = time.monotonic()
     for epoch in range(1, plan.epochs + 1):
         tracker.epoch = epoch
@@ -315,6 +320,8 @@ def _epochs(compiled: CompiledRound, plan: _RoundPlan, tracker: "_Tracker", phas
         if accuracy is None:
             break
         tracker._end_epoch(accuracy)
+        if keep_best and tracker.since_best == 0:
+            tracker.best_weights = layer_weights(compiled.model)
         if tracker.early_stopped:
             break
     return tracker.outcome()
@@ -425,6 +432,7 @@ class _Tracker:
         self.validated = _ImageCount()
         self.train_s = 0.0       # in training steps
         self.validation_s = 0.0  # in validation steps
+        self.best_weights: dict[str, Any] | None = None  # {layer id: arrays} of the best epoch (keep_best)
 
     @property
     def epochs_run(self) -> int:

@@ -704,7 +704,7 @@ class GetScoreboardRequest(_message.Message):
     def __init__(self, run_id: _Optional[int] = ...) -> None: ...
 
 class Scoreboard(_message.Message):
-    __slots__ = ("run", "elapsed_s", "flops", "score", "provisional", "regulated_score", "valid_flops", "error", "best_accuracy", "target_accuracy", "valid", "invalid_reason", "official", "efficiency", "peak_flops", "total_ops", "worker_ops", "flops_mismatch_reports", "reports", "workers", "workers_alive", "accelerators", "models", "models_done", "best_model_id", "inventory", "master_software", "min_running_time_s", "score_time_s", "images_trained", "images_validated", "peak_verdict", "implausible_reports", "unofficial_reasons", "regulated_score_time_s", "valid_flops_time_s")
+    __slots__ = ("run", "elapsed_s", "flops", "score", "provisional", "regulated_score", "valid_flops", "error", "best_accuracy", "target_accuracy", "valid", "invalid_reason", "official", "efficiency", "peak_flops", "total_ops", "worker_ops", "flops_mismatch_reports", "reports", "workers", "workers_alive", "accelerators", "models", "models_done", "best_model_id", "inventory", "master_software", "min_running_time_s", "score_time_s", "images_trained", "images_validated", "peak_verdict", "implausible_reports", "unofficial_reasons", "regulated_score_time_s", "valid_flops_time_s", "audit_status", "audit_model_id", "audit")
     RUN_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
     FLOPS_FIELD_NUMBER: _ClassVar[int]
@@ -741,6 +741,9 @@ class Scoreboard(_message.Message):
     UNOFFICIAL_REASONS_FIELD_NUMBER: _ClassVar[int]
     REGULATED_SCORE_TIME_S_FIELD_NUMBER: _ClassVar[int]
     VALID_FLOPS_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_STATUS_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_FIELD_NUMBER: _ClassVar[int]
     run: RunInfo
     elapsed_s: float
     flops: float
@@ -777,7 +780,38 @@ class Scoreboard(_message.Message):
     unofficial_reasons: _containers.RepeatedScalarFieldContainer[str]
     regulated_score_time_s: float
     valid_flops_time_s: float
-    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., flops: _Optional[float] = ..., score: _Optional[float] = ..., provisional: _Optional[bool] = ..., regulated_score: _Optional[float] = ..., valid_flops: _Optional[float] = ..., error: _Optional[float] = ..., best_accuracy: _Optional[float] = ..., target_accuracy: _Optional[float] = ..., valid: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., official: _Optional[bool] = ..., efficiency: _Optional[float] = ..., peak_flops: _Optional[float] = ..., total_ops: _Optional[float] = ..., worker_ops: _Optional[float] = ..., flops_mismatch_reports: _Optional[int] = ..., reports: _Optional[int] = ..., workers: _Optional[int] = ..., workers_alive: _Optional[int] = ..., accelerators: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelCount, _Mapping]]] = ..., models_done: _Optional[int] = ..., best_model_id: _Optional[int] = ..., inventory: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., master_software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., min_running_time_s: _Optional[float] = ..., score_time_s: _Optional[float] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., peak_verdict: _Optional[str] = ..., implausible_reports: _Optional[int] = ..., unofficial_reasons: _Optional[_Iterable[str]] = ..., regulated_score_time_s: _Optional[float] = ..., valid_flops_time_s: _Optional[float] = ...) -> None: ...
+    audit_status: str
+    audit_model_id: int
+    audit: Audit
+    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., flops: _Optional[float] = ..., score: _Optional[float] = ..., provisional: _Optional[bool] = ..., regulated_score: _Optional[float] = ..., valid_flops: _Optional[float] = ..., error: _Optional[float] = ..., best_accuracy: _Optional[float] = ..., target_accuracy: _Optional[float] = ..., valid: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., official: _Optional[bool] = ..., efficiency: _Optional[float] = ..., peak_flops: _Optional[float] = ..., total_ops: _Optional[float] = ..., worker_ops: _Optional[float] = ..., flops_mismatch_reports: _Optional[int] = ..., reports: _Optional[int] = ..., workers: _Optional[int] = ..., workers_alive: _Optional[int] = ..., accelerators: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelCount, _Mapping]]] = ..., models_done: _Optional[int] = ..., best_model_id: _Optional[int] = ..., inventory: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., master_software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., min_running_time_s: _Optional[float] = ..., score_time_s: _Optional[float] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., peak_verdict: _Optional[str] = ..., implausible_reports: _Optional[int] = ..., unofficial_reasons: _Optional[_Iterable[str]] = ..., regulated_score_time_s: _Optional[float] = ..., valid_flops_time_s: _Optional[float] = ..., audit_status: _Optional[str] = ..., audit_model_id: _Optional[int] = ..., audit: _Optional[_Union[Audit, _Mapping]] = ...) -> None: ...
+
+class Audit(_message.Message):
+    __slots__ = ("model_id", "run_id", "claimed_accuracy", "has_audited_accuracy", "audited_accuracy", "architecture_ok", "verdict", "auditor_host", "validation_images", "audited_at", "detail", "tolerance")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIMED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    HAS_AUDITED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    AUDITED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    ARCHITECTURE_OK_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    AUDITOR_HOST_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    AUDITED_AT_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    TOLERANCE_FIELD_NUMBER: _ClassVar[int]
+    model_id: int
+    run_id: int
+    claimed_accuracy: float
+    has_audited_accuracy: bool
+    audited_accuracy: float
+    architecture_ok: bool
+    verdict: str
+    auditor_host: str
+    validation_images: int
+    audited_at: float
+    detail: str
+    tolerance: float
+    def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., claimed_accuracy: _Optional[float] = ..., has_audited_accuracy: _Optional[bool] = ..., audited_accuracy: _Optional[float] = ..., architecture_ok: _Optional[bool] = ..., verdict: _Optional[str] = ..., auditor_host: _Optional[str] = ..., validation_images: _Optional[int] = ..., audited_at: _Optional[float] = ..., detail: _Optional[str] = ..., tolerance: _Optional[float] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ("run_id", "state", "limit", "offset", "include_graph")
@@ -894,3 +928,43 @@ class ListWorkersResponse(_message.Message):
     total: int
     master_time: float
     def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., total: _Optional[int] = ..., master_time: _Optional[float] = ...) -> None: ...
+
+class RecordAuditRequest(_message.Message):
+    __slots__ = ("model_id", "has_audited_accuracy", "audited_accuracy", "architecture_ok", "verdict", "auditor_host", "validation_images", "detail")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    HAS_AUDITED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    AUDITED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    ARCHITECTURE_OK_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    AUDITOR_HOST_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    model_id: int
+    has_audited_accuracy: bool
+    audited_accuracy: float
+    architecture_ok: bool
+    verdict: str
+    auditor_host: str
+    validation_images: int
+    detail: str
+    def __init__(self, model_id: _Optional[int] = ..., has_audited_accuracy: _Optional[bool] = ..., audited_accuracy: _Optional[float] = ..., architecture_ok: _Optional[bool] = ..., verdict: _Optional[str] = ..., auditor_host: _Optional[str] = ..., validation_images: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class RecordAuditResponse(_message.Message):
+    __slots__ = ("audit",)
+    AUDIT_FIELD_NUMBER: _ClassVar[int]
+    audit: Audit
+    def __init__(self, audit: _Optional[_Union[Audit, _Mapping]] = ...) -> None: ...
+
+class ListAuditsRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: int
+    def __init__(self, run_id: _Optional[int] = ...) -> None: ...
+
+class ListAuditsResponse(_message.Message):
+    __slots__ = ("run_id", "audits")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AUDITS_FIELD_NUMBER: _ClassVar[int]
+    run_id: int
+    audits: _containers.RepeatedCompositeFieldContainer[Audit]
+    def __init__(self, run_id: _Optional[int] = ..., audits: _Optional[_Iterable[_Union[Audit, _Mapping]]] = ...) -> None: ...

@@ -414,6 +414,16 @@ class ControlServiceStub:
                 request_serializer=aiperf__pb2.ListWorkersRequest.SerializeToString,
                 response_deserializer=aiperf__pb2.ListWorkersResponse.FromString,
                 _registered_method=True)
+        self.RecordAudit = channel.unary_unary(
+                '/aiperf.v1.ControlService/RecordAudit',
+                request_serializer=aiperf__pb2.RecordAuditRequest.SerializeToString,
+                response_deserializer=aiperf__pb2.RecordAuditResponse.FromString,
+                _registered_method=True)
+        self.ListAudits = channel.unary_unary(
+                '/aiperf.v1.ControlService/ListAudits',
+                request_serializer=aiperf__pb2.ListAuditsRequest.SerializeToString,
+                response_deserializer=aiperf__pb2.ListAuditsResponse.FromString,
+                _registered_method=True)
 
 
 class ControlServiceServicer:
@@ -470,6 +480,19 @@ class ControlServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordAudit(self, request, context):
+        """`aiperf audit`: record the re-evaluation of a model's stored weights; list a run's audits.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAudits(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -512,6 +535,16 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.ListWorkers,
                     request_deserializer=aiperf__pb2.ListWorkersRequest.FromString,
                     response_serializer=aiperf__pb2.ListWorkersResponse.SerializeToString,
+            ),
+            'RecordAudit': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordAudit,
+                    request_deserializer=aiperf__pb2.RecordAuditRequest.FromString,
+                    response_serializer=aiperf__pb2.RecordAuditResponse.SerializeToString,
+            ),
+            'ListAudits': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAudits,
+                    request_deserializer=aiperf__pb2.ListAuditsRequest.FromString,
+                    response_serializer=aiperf__pb2.ListAuditsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -730,6 +763,60 @@ class ControlService:
             '/aiperf.v1.ControlService/ListWorkers',
             aiperf__pb2.ListWorkersRequest.SerializeToString,
             aiperf__pb2.ListWorkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aiperf.v1.ControlService/RecordAudit',
+            aiperf__pb2.RecordAuditRequest.SerializeToString,
+            aiperf__pb2.RecordAuditResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAudits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aiperf.v1.ControlService/ListAudits',
+            aiperf__pb2.ListAuditsRequest.SerializeToString,
+            aiperf__pb2.ListAuditsResponse.FromString,
             options,
             channel_credentials,
             insecure,

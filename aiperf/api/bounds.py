@@ -89,6 +89,8 @@ MAX_PAGE = 100_000              # ListModels / GetHistory / ListRuns / ListWorke
 MAX_OFFSET = 2**31 - 1
 MAX_TIMELINE_POINTS = 1_000_000
 MAX_TIMELINE_BUCKETS = 100_000
+MAX_VERDICT_CHARS = 32          # an audit's verdict (aiperf.audit.VERDICTS; column: 32)
+MAX_AUDIT_IMAGES = 10**9        # images one audit evaluated (ImageNet's validation split: 50,000)
 
 LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_REQUEST_BYTES", "a serialized request; gRPC refuses a larger one with RESOURCE_EXHAUSTED"),
@@ -136,6 +138,8 @@ LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_OFFSET", "offset of ListModels, ListRuns and ListWorkers"),
     ("MAX_TIMELINE_POINTS", "max_points of GetTimeline"),
     ("MAX_TIMELINE_BUCKETS", "buckets of GetTimeline"),
+    ("MAX_VERDICT_CHARS", "an audit's verdict, printable (the master accepts only the listed verdicts)"),
+    ("MAX_AUDIT_IMAGES", "validation images of one audit"),
 )
 
 
@@ -483,6 +487,17 @@ RULES: dict[Any, dict[str, Rule]] = {
         "state": Enum(pb.WorkerState), "run_id": _ID_OR_0, "limit": Integer(0, MAX_PAGE),
         "offset": Integer(0, MAX_OFFSET),
     },
+    pb.RecordAuditRequest: {
+        "model_id": _ID,
+        "has_audited_accuracy": None,
+        "audited_accuracy": _ACCURACY,
+        "architecture_ok": None,
+        "verdict": Text(MAX_VERDICT_CHARS),  # the Master checks it is one of aiperf.audit.VERDICTS
+        "auditor_host": Text(MAX_NAME_CHARS),
+        "validation_images": Integer(0, MAX_AUDIT_IMAGES),
+        "detail": Text(MAX_REASON_CHARS, multiline=True),
+    },
+    pb.ListAuditsRequest: {"run_id": _ID_OR_0},
 }
 
 

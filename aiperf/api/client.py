@@ -498,3 +498,17 @@ class ControlClient(_Client):
         req = pb.ListWorkersRequest(state=WORKER_STATE_VALUES[state] if state else pb.WORKER_STATE_UNSPECIFIED,
                                     run_id=run_id, limit=limit, offset=offset)
         return self._call("ListWorkers", self._stub.ListWorkers, req, retry=True)
+
+    def record_audit(self, model_id: int, *, verdict: str, architecture_ok: bool,
+                     audited_accuracy: float | None = None, validation_images: int = 0,
+                     auditor_host: str = "", detail: str = "") -> pb.Audit:
+        """Record `aiperf audit`'s finding for a DONE model (aiperf.audit); the master checks the verdict."""
+        req = pb.RecordAuditRequest(
+            model_id=model_id, has_audited_accuracy=audited_accuracy is not None,
+            audited_accuracy=audited_accuracy or 0.0, architecture_ok=architecture_ok, verdict=verdict,
+            auditor_host=auditor_host, validation_images=validation_images, detail=clip_text(detail, MAX_REASON_CHARS),
+        )
+        return self._call("RecordAudit", self._stub.RecordAudit, req).audit
+
+    def list_audits(self, run_id: int = 0) -> pb.ListAuditsResponse:
+        return self._call("ListAudits", self._stub.ListAudits, pb.ListAuditsRequest(run_id=run_id), retry=True)

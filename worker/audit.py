@@ -1,0 +1,169 @@
+"""Re-evaluating a DONE model's stored weights (`aiperf audit`; docs/spec.md, "Audit").
+
+For one model of a run: read its checkpoint from the store it was recorded in
+(`worker.checkpoints.read_checkpoint`, SHA-256 checked), check that the weights
+are exactly the recorded graph at the model's kernel size, and measure their
+top-1 accuracy on the validation split here. The verdict comes from
+`aiperf.audit`; a model without a checkpoint, or whose checkpoint is missing,
+is NO_CHECKPOINT, one whose file differs from its recorded SHA-256 or cannot be
+read as weights is CORRUPT: never a pass.
+
+Architecture. Keras 3 saves weights by its own walk of the model (layer paths
+such as ``layers/conv2d_3/vars/0``), not by layer name. The expected layout is
+therefore Keras's own: the model `aiperf.keras_builder.build_model` builds from
+the recorded graph at the model's kernel size is saved empty, and every
+variable path and shape of the checkpoint is compared with it; a missing, an
+extra or a reshaped variable makes the architecture wrong (e.g. kernel 7
+claimed, kernel 3 trained: every inserted conv's kernel is 3x3, not 7x7).
+
+Evaluation runs the network in inference mode under the run's precision policy
+(the worker validated in it), over the whole validation split in its fixed
+order, at the model's batch size (which its worker fitted in memory).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiperf import audit as rule
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.graph import Graph
+from aiperf.precision import get_precision
+from worker.checkpoints import CheckpointError, read_checkpoint
+
+log = logging.getLogger(__name__)
+
+MAX_LISTED_MISMATCHES = 5  # variables named in an audit's detail
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What the audit of one model found (RecordAudit's figures)."""
+
+    model_id: int
+    claimed_accuracy: float | None
+    audited_accuracy: float | None  # None: the weights were not evaluated
+    architecture_ok: bool
+    verdict: str
+    validation_images: int
+    detail: str = ""
+
+
+def variable_shapes(weights_file: Path) -> dict[str, tuple[int, ...]]:
+    """{variable path: shape} of a Keras 3 ``.weights.h5`` file (OSError: not such a file)."""
+    import h5py
+
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            shapes[name] = tuple(int(n) for n in obj.shape)
+
+    with h5py.File(weights_file, "r") as f:
+        f.visititems(visit)
+    return shapes
+
+
+def _policy_model(graph: Graph, kernel_size: int, policy: str) -> Any:
+    """`build_model` of the graph at its kernel size under the Keras dtype `policy`."""
+    import keras
+
+    from aiperf.keras_builder import build_model
+
+    previous = keras.config.dtype_policy()
+    try:
+        keras.config.set_dtype_policy(policy)
+        return build_model(graph, kernel_size=kernel_size)
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def expected_shapes(graph: Graph, kernel_size: int, scratch: Path) -> dict[str, tuple[int, ...]]:
+    """The variable paths and shapes Keras writes for the recorded graph at `kernel_size`."""
+    model = _policy_model(graph, kernel_size, "float32")
+    path = scratch / "expected.weights.h5"
+    try:
+        model.save_weights(str(path))
+        return variable_shapes(path)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def architecture_mismatches(found: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]]) -> list[str]:
+    """Every missing, extra or reshaped variable, in words (empty: the architecture is the recorded one)."""
+    problems = [f"missing {name} {shape}" for name, shape in expected.items() if name not in found]
+    problems += [f"extra {name} {shape}" for name, shape in found.items() if name not in expected]
+    problems += [f"{name}: {found[name]} instead of {shape}" for name, shape in expected.items()
+                 if name in found and found[name] != shape]
+    return sorted(problems)
+
+
+def evaluate(weights_file: Path, graph: Graph, kernel_size: int, precision: str, dataset: Any,
+             batch_size: int) -> tuple[float, int]:
+    """(top-1 accuracy, images) of the weights on the dataset's validation split."""
+    import tensorflow as tf
+
+    model = _policy_model(graph, kernel_size, get_precision(precision).keras_policy)
+    model.load_weights(str(weights_file))
+
+    @tf.function(autograph=False, reduce_retracing=True)
+    def step(x: Any, y: Any) -> tuple[Any, Any]:
+        predicted = model(x, training=False)
+        hits = tf.equal(tf.argmax(y, -1), tf.argmax(predicted, -1))
+        return tf.reduce_sum(tf.cast(hits, tf.int64)), tf.shape(x, out_type=tf.int64)[0]
+
+    correct = images = 0
+    for x, y in dataset.validation(batch_size):
+        c, n = step(x, y)
+        correct, images = correct + int(c), images + int(n)
+    if images == 0:
+        raise ValueError("the validation split is empty")
+    return correct / images, images
+
+
+def audit_model(model: pb.Model, precision: str, dataset: Any, scratch: Path | None = None,
+                batch_size: int = 0) -> Finding:
+    """Audit one DONE model (its graph_json included): the checkpoint, its architecture, its accuracy.
+
+    batch_size 0: the model's own. A dataset that does not fit the graph raises (the auditor's
+    mistake, not the model's: nothing is recorded)."""
+    claimed = model.best_accuracy if model.has_accuracy else None
+
+    def unread(verdict: str, detail: str) -> Finding:
+        return Finding(model.model_id, claimed, None, False, verdict, 0, detail)
+
+    if not model.checkpoint_uri:
+        return unread(rule.NO_CHECKPOINT, "no checkpoint was recorded")
+    if model.checkpoint_deleted:
+        return unread(rule.NO_CHECKPOINT, f"checkpoint {model.checkpoint_uri} was deleted by retention")
+    graph = Graph.from_json(model.graph_json)
+    kernel = model.hyperparameters.kernel_size
+    with tempfile.TemporaryDirectory(prefix="aiperf-audit-", dir=scratch) as tmp:
+        work = Path(tmp)
+        try:
+            path = read_checkpoint(model.checkpoint_uri, model.checkpoint_sha256, work)
+        except CheckpointError as exc:
+            # read_checkpoint names absence "is missing"; every other failure is a bad file
+            verdict = rule.NO_CHECKPOINT if "is missing" in str(exc) else rule.CORRUPT
+            return unread(verdict, str(exc))
+        try:
+            found = variable_shapes(path)
+        except OSError as exc:
+            return unread(rule.CORRUPT, f"not a Keras weights file: {exc}")
+        problems = architecture_mismatches(found, expected_shapes(graph, kernel, work))
+        if problems:
+            detail = (f"{len(problems)} variables differ from the recorded graph at kernel {kernel}: "
+                      + "; ".join(problems[:MAX_LISTED_MISMATCHES]))
+            return Finding(model.model_id, claimed, None, False, rule.WRONG_ARCHITECTURE, 0, detail)
+        accuracy, images = evaluate(path, graph, kernel, precision, dataset,
+                                    batch_size or model.hyperparameters.batch_size or 32)
+    verdict = rule.verdict(claimed, accuracy, True, images)
+    log.info("event=model_audited model=%d claimed=%s audited=%.6f images=%d verdict=%r",
+             model.model_id, claimed, accuracy, images, verdict)
+    detail = "" if verdict == rule.PASSED else (
+        f"audited {accuracy:.4f} < claimed {claimed or 0.0:.4f} - tolerance {rule.tolerance(images):.4f}")
+    return Finding(model.model_id, claimed, accuracy, True, verdict, images, detail)
