@@ -103,6 +103,11 @@ class OpsCeilings:
             for key in [k for k in self._ceilings if k[0] == worker_id]:
                 del self._ceilings[key]
 
+    def cached(self, worker_id: int, run_id: int) -> bool:
+        """True when get(worker_id, run_id) will not touch the store."""
+        with self._lock:
+            return (worker_id, run_id) in self._ceilings
+
     def get(self, worker_id: int, run_id: int) -> Ceiling:
         with self._lock:
             hit = self._ceilings.get((worker_id, run_id))
