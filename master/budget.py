@@ -94,27 +94,27 @@ class OpsCeilings:
     def __init__(self, ceiling: Callable[[int, int], Ceiling]) -> None:
         self._ceiling = ceiling
         self._lock = threading.Lock()
-        self._ceilings: dict[tuple[int, int], Ceiling] = {}
+        # worker id -> run id -> ceiling: a registration forgets one worker's without scanning them all
+        self._ceilings: dict[int, dict[int, Ceiling]] = {}
         self._refused: dict[int, int] = {}
 
     def registered(self, worker_id: int) -> None:
         """Forget a (re-)registered worker's ceilings: its peaks may have changed."""
         with self._lock:
-            for key in [k for k in self._ceilings if k[0] == worker_id]:
-                del self._ceilings[key]
+            self._ceilings.pop(worker_id, None)
 
     def cached(self, worker_id: int, run_id: int) -> bool:
         """True when get(worker_id, run_id) will not touch the store."""
         with self._lock:
-            return (worker_id, run_id) in self._ceilings
+            return run_id in self._ceilings.get(worker_id, ())
 
     def get(self, worker_id: int, run_id: int) -> Ceiling:
         with self._lock:
-            hit = self._ceilings.get((worker_id, run_id))
+            hit = self._ceilings.get(worker_id, {}).get(run_id)
         if hit is None:
             hit = self._ceiling(worker_id, run_id)
             with self._lock:
-                self._ceilings[(worker_id, run_id)] = hit
+                self._ceilings.setdefault(worker_id, {})[run_id] = hit
         return hit
 
     def refused(self, run_id: int) -> None:

@@ -30,16 +30,12 @@ import asyncio
 import collections
 import logging
 import math
-import platform
 import threading
 import time
 from concurrent.futures import Executor
 from dataclasses import replace
 from typing import Callable
 
-import grpc
-
-import aiperf
 from aiperf import scoring, timeline
 from aiperf.api import bounds
 from aiperf.api.enums import (
@@ -92,6 +88,7 @@ from master.store import (
     Store,
     WorkerInput,
 )
+from master.versions import software_versions
 
 log = logging.getLogger(__name__)
 
@@ -104,24 +101,9 @@ LIST_LIMIT_DEFAULT = 1000
 LIST_LIMIT_MAX = 10000
 TIMELINE_BUCKETS = 200
 TIMELINE_BUCKETS_MAX = bounds.MAX_TIMELINE_BUCKETS
+# the model counts of the metrics: a query over the run's models (scrapes come every 15-30 s)
+METRICS_S = 5.0
 ALIVE_STAMP_S = 1.0  # liveness stamp period: an outage's start is known to within this (plus a tick)
-
-
-def software_versions() -> dict[str, str]:
-    """Versions of the master's software, recorded with every run."""
-    import alembic
-    import google.protobuf
-    import sqlalchemy
-
-    return {
-        "aiperf": aiperf.__version__,
-        "python": platform.python_version(),
-        "grpcio": grpc.__version__,
-        "protobuf": google.protobuf.__version__,
-        "sqlalchemy": sqlalchemy.__version__,
-        "alembic": alembic.__version__,
-        "platform": platform.platform(),
-    }
 
 
 class Master:
@@ -154,7 +136,7 @@ class Master:
         self._run_ops: dict[int, int] = {}
         now = clock()
         self._life_started_at = now
-        self._alive_stamped = time.monotonic()
+        self._alive_stamped = self._metrics_at = time.monotonic()
         outage = store.record_master_start(now)
         if outage is not None:
             log.warning("event=master_outage start=%.3f end=%.3f downtime_s=%.3f",
@@ -278,7 +260,9 @@ class Master:
                 self._flush_heartbeats()
             self._detect_lost(now)
             self._advance_runs(now)
-            self._update_metrics()
+            if flush or time.monotonic() - self._metrics_at >= METRICS_S:
+                self._metrics_at = time.monotonic()
+                self._update_metrics()
 
     def _flush_heartbeats(self) -> None:
         self._flushed_at = time.monotonic()
