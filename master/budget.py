@@ -117,7 +117,8 @@ class WorkerBudgets:
         self._ceiling = ceiling
         self._start = start
         self._lock = threading.Lock()
-        self._budgets: dict[tuple[int, int], WorkerBudget] = {}
+        # worker id -> run id -> budget: a registration forgets one worker's without scanning them all
+        self._budgets: dict[int, dict[int, WorkerBudget]] = {}
         self._refused: dict[tuple[int, int], int] = {}  # (run, worker) -> refusals not stored yet
 
     def refused(self, worker_id: int, run_id: int, n: int = 1) -> None:
@@ -137,16 +138,20 @@ class WorkerBudgets:
         """Forget a (re-)registered worker's budgets: its peaks may have changed (the
         work it reported is rebuilt from the store, so nothing is forgiven)."""
         with self._lock:
-            for key in [k for k in self._budgets if k[0] == worker_id]:
-                del self._budgets[key]
+            self._budgets.pop(worker_id, None)
+
+    def cached(self, worker_id: int, run_id: int) -> bool:
+        """True when get(worker_id, run_id) will not touch the store."""
+        with self._lock:
+            return run_id in self._budgets.get(worker_id, ())
 
     def get(self, worker_id: int, run_id: int) -> WorkerBudget:
         with self._lock:
-            hit = self._budgets.get((worker_id, run_id))
+            hit = self._budgets.get(worker_id, {}).get(run_id)
         if hit is None:
             ceiling = self._ceiling(worker_id, run_id)
             since, done = self._start(worker_id, run_id)
             fresh = WorkerBudget(worker_id, ceiling, since + done / ceiling.rate)
             with self._lock:
-                hit = self._budgets.setdefault((worker_id, run_id), fresh)
+                hit = self._budgets.setdefault(worker_id, {}).setdefault(run_id, fresh)
         return hit

@@ -51,6 +51,10 @@ class WorkerCredentials:
         self._load = load  # worker id -> stored hash (None: none yet); NotFound when unknown
         self._lock = threading.Lock()
         self._hashes: dict[int, str | None] = {}
+        # worker id -> (the credential object last proven, the hash it matched): a Connect
+        # stream passes the same str object with every message, which then skips the
+        # hash while that hash is still the worker's (identity, not equality: exact)
+        self._proven: dict[int, tuple[str, str]] = {}
 
     def cached(self, worker_id: int) -> bool:
         """True when verify(worker_id, ...) will not touch the store."""
@@ -60,6 +64,7 @@ class WorkerCredentials:
     def set(self, worker_id: int, digest: str | None) -> None:
         with self._lock:
             self._hashes[worker_id] = digest
+            self._proven.pop(worker_id, None)
 
     def _hash_of(self, worker_id: int) -> str | None:
         with self._lock:
@@ -74,7 +79,15 @@ class WorkerCredentials:
         stored = self._hash_of(worker_id)
         if stored is None or not credential or len(credential) > MAX_CREDENTIAL_CHARS:
             return False
-        return hmac.compare_digest(credential_hash(credential), stored)
+        with self._lock:
+            proven = self._proven.get(worker_id)
+        if proven is not None and proven[0] is credential and proven[1] is stored:
+            return True
+        if not hmac.compare_digest(credential_hash(credential), stored):
+            return False
+        with self._lock:
+            self._proven[worker_id] = (credential, stored)
+        return True
 
     def verify(self, worker_id: int, credential: str) -> None:
         """PermissionDenied unless `credential` is worker `worker_id`'s own.

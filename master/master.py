@@ -26,18 +26,16 @@ is served (the store never sets stopped_at after the deadline).
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import math
-import platform
 import threading
 import time
+from concurrent.futures import Executor
 from dataclasses import replace
 from typing import Callable
 
-import grpc
-
-import aiperf
 from aiperf import scoring, timeline
 from aiperf.api import bounds
 from aiperf.api.enums import (
@@ -89,34 +87,22 @@ from master.store import (
     Store,
     WorkerInput,
 )
+from master.versions import software_versions
 
 log = logging.getLogger(__name__)
 
 LOST_AFTER_BEATS = 3
 HEARTBEAT_FLUSH_MAX_S = 5.0
-FLOP_CACHE_SIZE = 4096
+# open models whose FLOPs and busy_until stay in memory: one per worker, for 10,000s of workers
+# (an evicted entry costs a database read on the report path and restarts its busy_until)
+FLOP_CACHE_SIZE = 1 << 17
 LIST_LIMIT_DEFAULT = 1000
 LIST_LIMIT_MAX = 10000
 TIMELINE_BUCKETS = 200
 TIMELINE_BUCKETS_MAX = bounds.MAX_TIMELINE_BUCKETS
+# the model counts of the metrics: a query over the run's models (scrapes come every 15-30 s)
+METRICS_S = 5.0
 ALIVE_STAMP_S = 1.0  # liveness stamp period: an outage's start is known to within this (plus a tick)
-
-
-def software_versions() -> dict[str, str]:
-    """Versions of the master's software, recorded with every run."""
-    import alembic
-    import google.protobuf
-    import sqlalchemy
-
-    return {
-        "aiperf": aiperf.__version__,
-        "python": platform.python_version(),
-        "grpcio": grpc.__version__,
-        "protobuf": google.protobuf.__version__,
-        "sqlalchemy": sqlalchemy.__version__,
-        "alembic": alembic.__version__,
-        "platform": platform.platform(),
-    }
 
 
 class Master:
@@ -151,7 +137,7 @@ class Master:
         self._run_ops: dict[int, int] = {}
         now = clock()
         self._life_started_at = now
-        self._alive_stamped = time.monotonic()
+        self._alive_stamped = self._metrics_at = time.monotonic()
         outage = store.record_master_start(now)
         if outage is not None:
             log.warning("event=master_outage start=%.3f end=%.3f downtime_s=%.3f",
@@ -256,7 +242,9 @@ class Master:
             self._detect_lost(now)
             self._advance_runs(now)
             self._store_refusals()
-            self._update_metrics()
+            if flush or time.monotonic() - self._metrics_at >= METRICS_S:
+                self._metrics_at = time.monotonic()
+                self._update_metrics()
 
     def _flush_heartbeats(self) -> None:
         self._flushed_at = time.monotonic()
@@ -359,16 +347,19 @@ class Master:
         self._credentials.verify(worker_id, credential)
 
     def _join(self, run: RunRecord | None, worker_id: int) -> None:
+        """Join the worker to a running run (once) and have its ceiling there in memory:
+        the report path reads it on the event loop."""
         if run is None or run.state != "running":
             return
         key = (run.id, worker_id)
         with self._lock:
-            if key in self._joined:
-                return
-        if self.store.join_run(run.id, worker_id, self.clock()):
-            log.info("event=worker_joined run_id=%d worker_id=%d", run.id, worker_id)
-        with self._lock:
-            self._joined.add(key)
+            joined = key in self._joined
+        if not joined:
+            if self.store.join_run(run.id, worker_id, self.clock()):
+                log.info("event=worker_joined run_id=%d worker_id=%d", run.id, worker_id)
+            with self._lock:
+                self._joined.add(key)
+        self.budgets.get(worker_id, run.id)
 
     def register(self, info: WorkerInput, credential: str = "") -> Registration:
         """Register (or re-register) a worker: it, the ids of the models of its
@@ -402,8 +393,20 @@ class Master:
         run = self.current_run()
         if not self._heartbeats.knows(worker_id) or not self._credentials.cached(worker_id):
             return False
+        if run is None or run.state != "running":
+            return True
         with self._lock:
-            return run is None or run.state != "running" or (run.id, worker_id) in self._joined
+            joined = (run.id, worker_id) in self._joined
+        return joined and self.budgets.cached(worker_id, run.id)
+
+    def report_is_in_memory(self, worker_id: int, model_id: int) -> bool:
+        """True when report_progress's checks will not touch the database (the worker,
+        its credential, the model's FLOPs and the worker's ceiling are cached)."""
+        if not self._heartbeats.knows(worker_id) or not self._credentials.cached(worker_id):
+            return False
+        with self._lock:
+            entry = self._flops.get(model_id)
+        return entry is not None and self.budgets.cached(entry.worker_id, entry.run_id)
 
     def heartbeat(self, worker_id: int, *, credential: str) -> tuple[RunRecord | None, str]:
         """The current run and the worker's state: "lost" once after the
@@ -543,11 +546,17 @@ class Master:
         )
         return item, entry.run_id
 
-    async def report_progress(self, report: ProgressReport, *, credential: str) -> ProgressResult:
+    async def report_progress(self, report: ProgressReport, *, credential: str,
+                              pool: Executor | None = None) -> ProgressResult:
         """Validate, count and record one report; awaits the progress writer's
         group commit without blocking the event loop. StoreError when refused;
-        a resent report (same seq) comes back as a duplicate, counted once."""
-        item, run_id = self._progress_input(report, credential)
+        a resent report (same seq) comes back as a duplicate, counted once.
+        Checks that need the database (nothing cached yet) run on `pool` when given."""
+        if pool is None or self.report_is_in_memory(report.worker_id, report.model_id):
+            item, run_id = self._progress_input(report, credential)
+        else:
+            item, run_id = await asyncio.get_running_loop().run_in_executor(
+                pool, self._progress_input, report, credential)
         [result] = await self._writer.write_async([item])
         if result.error is not None:
             raise result.error

@@ -45,6 +45,9 @@ SERVICE_NAMES = (
 )
 
 
+GC_YOUNG_THRESHOLD = 20_000  # allocations between young-generation collections (Python's default: 700)
+
+
 def default_db_url(data_dir: Path) -> str:
     return f"sqlite:///{(data_dir / 'master.db').resolve()}"
 
@@ -241,6 +244,10 @@ def _start_background(master: Master, period_s: float) -> tuple[threading.Event,
     # process: keep it out of the collector, so that full collections with
     # thousands of open worker streams stay short (they show up as RPC latency).
     gc.freeze()
+    # Every message allocates short-lived objects (requests, replies, futures, domain
+    # records); at the default threshold of 700 the collections took about 40% of the
+    # event loop's CPU per message (measured in-process at 500 workers: 120 -> 70 us).
+    gc.set_threshold(GC_YOUNG_THRESHOLD)
     thread = threading.Thread(target=_background, args=(master, stop, period_s), name="aiperf-master-tick",
                               daemon=True)
     thread.start()

@@ -248,7 +248,7 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
         return await asyncio.get_running_loop().run_in_executor(self.pool, self._beat, worker_id, credential)
 
     async def _report(self, report: pb.ProgressReport, credential: str) -> pb.ProgressAck:
-        result = await self.m.report_progress(cv.progress_report(report), credential=credential)
+        result = await self.m.report_progress(cv.progress_report(report), credential=credential, pool=self.pool)
         return cv.progress_ack(result, self.m.current_run())
 
     @worker_rpc

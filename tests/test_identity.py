@@ -204,6 +204,37 @@ def test_the_name_is_free_once_its_worker_is_lost(master_server):
     assert refused(old.register, name="node-1", host="node-1").code == grpc.StatusCode.ALREADY_EXISTS
 
 
+def test_an_open_streams_credential_is_void_once_its_name_is_taken_over(master_server):
+    # The master remembers the credential object a stream proved (it skips the hash on the
+    # stream's later messages); a new credential for the worker must void that memo.
+    import queue
+
+    clock = FakeClock()
+    h = master_server(clock=clock, heartbeat_interval_s=5.0, tick_s=3600.0)
+    old, _ = clients(h)
+    wid = register(old, "node-1")
+    outbox: queue.Queue = queue.Queue()
+    channel = grpc.insecure_channel(h.address)
+    metadata = (("authorization", f"Bearer {h.worker_token}"), (CREDENTIAL_METADATA, old.credential(wid)))
+    replies = pb_grpc.WorkerServiceStub(channel).Connect(iter(outbox.get, None), metadata=metadata, timeout=30)
+    beat = pb.WorkerMessage(heartbeat=pb.HeartbeatRequest(worker_id=wid))
+    try:
+        for _ in range(2):  # proven once, then from the memo
+            outbox.put(beat)
+            assert next(replies).heartbeat.worker_state == pb.WORKER_ALIVE
+        clock.t += 16
+        h.master.tick()
+        new = WorkerClient(h.address, h.worker_token, retries=0)
+        assert new.register(name="node-1", host="node-1").worker_id == wid  # a new credential for the name
+        outbox.put(beat)
+        reply = next(replies)
+        assert reply.WhichOneof("body") == "error" and reply.error.code == DENIED.value[0]
+        assert new.heartbeat(wid).worker_state == pb.WORKER_ALIVE
+    finally:
+        outbox.put(None)
+        channel.close()
+
+
 def test_only_the_hash_of_a_credential_is_stored(master_server, tmp_path: Path):
     db = tmp_path / "hash.db"
     h = master_server(f"sqlite:///{db}")
