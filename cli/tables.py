@@ -183,6 +183,7 @@ def workers_table(workers: list[dict[str, Any]], total: int, now: float, title: 
         model = f"{w['current_model_id']} (run {w['current_run_id']})" if w["current_model_id"] else "-"
         table.add_row(str(w["worker_id"]), w["name"], w["host"], accelerators_text(w["accelerators"]), w["state"],
                       age_text(w["last_heartbeat"], now), model)
+    return table
 
 
 def audit_text(d: dict[str, Any]) -> str:

@@ -35,6 +35,9 @@ from aiperf.morphism import deeper_at, deeper_positions
 from aiperf.resnet import resnet50
 
 H100 = Accelerator("NVIDIA H100 80GB HBM3", 80 << 30, 0.0, {"float32": 4e14, "float16": 8e14})
+# what an official run's worker reports of its dataset: ImageNet-1k's split sizes (docs/spec.md)
+IMAGENET = {"kind": "imagenet-tfrecord", "train_images": 1_281_167, "validation_images": 50_000,
+            "num_classes": 1000, "image_size": 224, "fingerprint": "ab" * 32}
 TOKENS = {"worker_token": "audit-worker", "admin_token": "audit-admin"}
 
 
@@ -331,7 +334,7 @@ def test_an_official_run_is_valid_only_when_its_regulated_model_passed(tmp_path)
         mids = []
         for n, accuracy in enumerate((0.74, 0.78)):
             mid = w.submit_model(wid, graph.to_json(), graph.hash(), 0, n + 1,
-                                 {"batch_size": 64, "kernel_size": 3}).model_id
+                                 {"batch_size": 64, "kernel_size": 3}, dataset=IMAGENET).model_id
             clock.t += 600
             images = int(0.2 * 8e14 * 600 / per_image.train)
             w.report_progress(wid, mid, 1, images, 0, 1, per_image.ops(images, 0), val_accuracy=accuracy)
