@@ -476,7 +476,10 @@ class Agent:
         log.info("event=round_start round=%d model=%d parent=%d source=%s batch=%d kernel=%d planned_s=%.1f ahead=%s",
                  round_index, model_id, planned.parent_id, planned.source, hyper.batch_size, hyper.kernel_size,
                  planned.seconds, planned.ahead)
-        result = self._train(ctx, planned, outbox, model_id)
+        try:
+            result = self._train(ctx, planned, outbox, model_id)
+        finally:
+            ahead.dispose(planned)
         self._current_model = 0
         self._finish(outbox, model_id, round_index, result)
         self.rounds_done += 1
@@ -560,7 +563,8 @@ class Agent:
                     or self._run_state(ctx.run_id) != pb.RUN_RUNNING)
 
         return run_round(planned.prepared, on_progress=on_progress, should_stop=should_stop,
-                         progress_interval_s=ctx.report_interval_s, phase_reports=self.config.phase_reports)
+                         progress_interval_s=ctx.report_interval_s, phase_reports=self.config.phase_reports,
+                         release=False)
 
     def _finish(self, outbox: Outbox, model_id: int, round_index: int, result: TrainResult) -> None:
         """Tell the master how the model ended: done with its accuracies, or failed with a reason."""
