@@ -42,7 +42,7 @@ from aiperf.profiles import Profile, get_profile
 from aiperf.hyperparameters import HyperparameterError, Hyperparameters
 from aiperf.search import HistoryEntry, derive_seed, worker_seed
 from worker.credentials import CredentialFile
-from worker.inventory import Inventory, inventory
+from worker.inventory import Inventory, core_shortage, inventory
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from worker.lookahead import Basis, PlannedRound
@@ -230,6 +230,9 @@ class Agent:
     # -- registration and heartbeat ---------------------------------------
     def _register(self) -> None:
         inv = self.inventory = inventory()
+        shortage = core_shortage(inv)
+        if shortage:
+            log.warning("event=few_cores %s", shortage)
         if self.peaks is None:
             self.peaks = [{} for _ in inv.accelerators]
             if self.config.measure_peak and inv.accelerators:
@@ -332,10 +335,11 @@ class Agent:
         from worker.data import load_dataset
 
         kind = self.config.dataset_kind or ctx.profile.dataset
-        key = (kind, self.config.dataset_path, ctx.profile.input_size)
-        if key not in self._datasets:
+        key = (kind, self.config.dataset_path, ctx.profile.input_size, ctx.deterministic)
+        if key not in self._datasets:  # a fixed element order only where the run asks for it (slower)
             self._datasets[key] = load_dataset(kind, self.config.dataset_path,
-                                               image_size=ctx.profile.input_size)
+                                               image_size=ctx.profile.input_size,
+                                               deterministic=ctx.deterministic)
         return self._datasets[key]
 
     def _work_on(self, run: pb.RunInfo) -> None:
