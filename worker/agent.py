@@ -474,7 +474,7 @@ class Agent:
             return None
         self._current_model = model_id
         following = self._basis(ctx, outbox)
-        if following is not None:
+        if following is not None and not (ctx.max_rounds and following.round_index > ctx.max_rounds):
             ahead.start(following)
         hyper = planned.hyper
         log.info("event=round_start round=%d model=%d parent=%d source=%s batch=%d kernel=%d planned_s=%.1f ahead=%s",
