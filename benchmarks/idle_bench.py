@@ -136,7 +136,7 @@ def measure(db_path: Path, run_id: int) -> tuple[list[WorkerShare], list[float],
 
 
 def run_demo(minutes: float, lookahead: bool, workdir: Path, seed: int = 1, max_rounds: int = 0,
-             max_epochs: int = 0) -> DemoResult:
+             max_epochs: int = 0, deterministic: bool = False) -> DemoResult:
     """One demo-like smoke run (master + one in-process worker); its training shares."""
     from aiperf.api import aiperf_pb2 as pb
     from aiperf.api.client import ControlClient
@@ -154,7 +154,8 @@ def run_demo(minutes: float, lookahead: bool, workdir: Path, seed: int = 1, max_
                                   lookahead=lookahead, phase_reports=True))
         with ControlClient(handle.address, ADMIN_TOKEN) as control:
             run = control.start_run(duration_s=minutes * 60, profile="smoke", seed=seed, min_workers=1,
-                                    max_rounds_per_worker=max_rounds, max_epochs_per_round=max_epochs)
+                                    max_rounds_per_worker=max_rounds, max_epochs_per_round=max_epochs,
+                                    deterministic=deterministic)
             run_id = run.config.run_id
             thread = threading.Thread(target=agent.run, name="agent", daemon=True)
             thread.start()
@@ -220,6 +221,7 @@ def official_handover(steps: int = 30) -> dict[str, float]:
     rate = result_a.images_trained / result_a.timings["train"]
     round_s = OFFICIAL_ROUND_EPOCHS * IMAGENET_TRAIN_IMAGES / rate
     return {"handover_gap_s": gap, "images_per_s": rate, "round_s": round_s, "share": gap / round_s,
+            "first_step_after_s": first_b[0] - a_end, "step_s": step_s,
             "prepared_ahead": float(b.ahead), "waited_s": ahead.waited_s, "prepare_s": b.seconds}
 
 
@@ -261,7 +263,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"official shape: {o['images_per_s']:.1f} images/s, next round prepared in {o['prepare_s']:.0f} s "
               f"(ahead: {bool(o['prepared_ahead'])}, hand-over waited {o['waited_s']:.1f} s for it); "
               f"hand-over gap {o['handover_gap_s']:.2f} s = {o['share']:.2e} of a {OFFICIAL_ROUND_EPOCHS}-epoch "
-              f"ImageNet round ({o['round_s'] / 3600:.0f} h at this rate)")
+              f"ImageNet round ({o['round_s'] / 3600:.0f} h at this rate); the next round's first step ended "
+              f"{o['first_step_after_s']:.2f} s after the last one's end, a step takes {o['step_s']:.2f} s")
         print(f"RESULT handover_gap_s={o['handover_gap_s']:.3f} handover_share_of_round={o['share']:.3g}")
 
 
