@@ -25,8 +25,10 @@ demo: $(STAMP)
 protos: $(STAMP)
 	$(PY) -m aiperf.api.generate
 
+# Every benchmarks/*_bench.py with its short options (BENCH_ARGS=--full: their defaults;
+# BENCH_ARGS="--only idle,data"), then one table: figure, baseline, ratio, goal (docs/benchmarks.md).
 bench: $(STAMP)
-	for b in benchmarks/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	$(PY) benchmarks/summary.py --run --logs bench-logs $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache bench-logs

@@ -45,6 +45,7 @@ def main() -> None:
     print(f"from_json + count_flops:                {parsed_ms:8.3f} ms (median of {len(parsed)})")
     print(f"TensorFlow profiler on the Keras model: {prof_ms:8.1f} ms (median of {len(prof)})")
     print(f"speed-up of the analytic count over the profiler: {prof_ms / ours_ms:,.0f}x")
+    print(f"RESULT count_flops_ms={ours_ms:.4g} profiler_ms={prof_ms:.4g} speedup_vs_profiler={prof_ms / ours_ms:.4g}")
 
 
 if __name__ == "__main__":

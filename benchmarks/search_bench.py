@@ -106,8 +106,10 @@ def main() -> None:
     cps = children_per_second(h100)
     print(f"children per second per core (morph + shapes + FLOPs + GP score, 100 models): {cps:8.1f}")
 
+    warm_by_size = {}
     for hist in (h100, h1000):
         cold, cold_wall, warm, warm_wall = selection_times(base, hist)
+        warm_by_size[len(hist)] = warm
         verdict = "PASS" if warm < TARGET_S else "FAIL"
         print(f"select_child, {len(hist):5d} models: warm {warm:5.2f} s CPU ({warm_wall:5.2f} s wall; "
               f"target < {TARGET_S:.0f} s: {verdict}); cold {cold:5.2f} s CPU ({cold_wall:5.2f} s wall; "
@@ -127,6 +129,8 @@ def main() -> None:
     ours_s = time.process_time() - t
     print(f"100x100 distance matrix (CPU): exact unbanded {exact_s:6.2f} s, banded + lineage-pruned {ours_s:6.2f} s "
           f"({exact_s / ours_s:.1f}x)")
+    print(f"RESULT select_child_warm_s_{len(h1000)}={warm_by_size[len(h1000)]:.3g} "
+          f"distance_speedup_vs_exact={exact_s / ours_s:.3g}")
 
 
 if __name__ == "__main__":

@@ -79,6 +79,7 @@ def main() -> None:
         run(f"round 3 child, batch {b}, kernel {k}", child, Hyperparameters(batch_size=b, kernel_size=k), 3)
     base = plain_fit_seconds(parent, dataset, SMOKE.epochs_for_round(3), SMOKE.batch_size)
     print(f"baseline plain model.fit, round 3 length: {base:6.1f} s; trainer/plain = {times[3] / base:.2f}")
+    print(f"RESULT smoke_round3_s={times[3]:.3g} plain_fit_round3_s={base:.3g} trainer_vs_plain_fit={times[3] / base:.3g}")
     # A demo worker runs rounds 1, 2, then round-3-length rounds.
     lengths = [times[1], times[2]] + [times[3]] * (DEMO_ARCHITECTURES - 2)
     print(f"{DEMO_ARCHITECTURES} architectures of training: {sum(lengths):.0f} s of the demo's {DEMO_SECONDS} s "

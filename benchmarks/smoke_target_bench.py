@@ -38,6 +38,7 @@ def main() -> None:
             if epochs == longest:
                 best.append(max(res.val_accuracies))
     print(f"mean best after {longest} epochs: {statistics.mean(best):.3f}; SMOKE_TOP1_TARGET = {SMOKE_TOP1_TARGET}")
+    print(f"RESULT smoke_mean_best={statistics.mean(best):.4g} smoke_top1_target={SMOKE_TOP1_TARGET}")
 
 
 if __name__ == "__main__":

@@ -116,8 +116,10 @@ def test_a_run_closing_just_before_a_submission_is_a_normal_end_not_a_crash(mast
     # that as the end of its work on the run (a worker exiting with an error here
     # was a real failure at the end of timed runs).
     from aiperf.api.client import ControlClient
+    from aiperf.hyperparameters import Hyperparameters
     from aiperf.search import Candidate
     from worker.agent import Agent, AgentConfig, _RunClosed
+    from worker.lookahead import Basis, LookAhead, PlannedRound
 
     h = master_server(stop_grace_s=600.0)  # the run stays STOPPING
     with ControlClient(h.address, h.admin_token) as control:
@@ -130,17 +132,25 @@ def test_a_run_closing_just_before_a_submission_is_a_normal_end_not_a_crash(mast
             ctx = agent._context(run)
             control.stop_run(reason="deadline")
 
-            class OneCandidate:
-                def child(self, round_index: int, history: list, timeout: float) -> Candidate:
-                    return Candidate(graph=small_graph, parent_model_id=None)
+            released = []
 
-                def prepare(self, round_index: int, history: list) -> None:
-                    raise AssertionError("nothing to prepare: no model was created")
+            class Prepared:
+                compiled = object()
+                failure = ""
+
+                def release(self) -> None:
+                    released.append(True)
+
+            def plan(basis: Basis) -> PlannedRound:
+                return PlannedRound(basis.key, Candidate(graph=small_graph, parent_model_id=None), 0,
+                                    Hyperparameters(32, 3), "default", Prepared())
 
             box = Outbox()
             try:
-                with pytest.raises(_RunClosed, match="stopping"):
-                    agent._round(ctx, None, OneCandidate(), box, 1, [])
+                with LookAhead(plan) as ahead, pytest.raises(_RunClosed, match="stopping"):
+                    agent._round(ctx, box, ahead, Basis.of(ctx.run_id, 1, [], {}))
+                assert ahead.misses == 1 and ahead.hits == 0, "nothing was prepared ahead: no model was created"
+                assert released == [True], "the refused round's model is dropped"
             finally:
                 box.close()
             assert control.list_models().total == 0, "nothing was created in the closed run"
@@ -359,16 +369,16 @@ def test_warmup_reuses_the_parents_hyperparameters_and_failures_reach_tpe(master
         assert (Hyperparameters(128, 7), 1e-6) in tuner.observations  # NNI drops a plain 0
 
         # warm-up: the parent's hyperparameters (a done parent), else the defaults
-        assert agent._hyperparameters(ctx, 1, ids[0]) == (Hyperparameters(64, 5), "parent")
-        assert agent._hyperparameters(ctx, 2, ids[1]) == (ctx.profile.default_hyperparameters(), "default")
-        assert agent._hyperparameters(ctx, 2, 0) == (ctx.profile.default_hyperparameters(), "default")
+        assert agent._hyperparameters(ctx, 1, ids[0], agent._history) == (Hyperparameters(64, 5), "parent")
+        assert agent._hyperparameters(ctx, 2, ids[1], agent._history) == (ctx.profile.default_hyperparameters(), "default")
+        assert agent._hyperparameters(ctx, 2, 0, agent._history) == (ctx.profile.default_hyperparameters(), "default")
         no_inherit = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, warmup_from_parent=False))
-        assert agent._hyperparameters(no_inherit, 1, ids[0])[1] == "default"
+        assert agent._hyperparameters(no_inherit, 1, ids[0], agent._history)[1] == "default"
         # after warm-up: TPE on the same observations, the same proposal for the same seed
-        hyper, source = agent._hyperparameters(ctx, 3, ids[0])
+        hyper, source = agent._hyperparameters(ctx, 3, ids[0], agent._history)
         assert source == "tpe" and hyper in {Hyperparameters(b, k) for b in ctx.profile.batch_sizes
                                              for k in ctx.profile.kernel_sizes}
-        assert agent._hyperparameters(ctx, 3, ids[0]) == (hyper, "tpe")
+        assert agent._hyperparameters(ctx, 3, ids[0], agent._history) == (hyper, "tpe")
     finally:
         _close(agent)
 

@@ -1,16 +1,19 @@
 """The worker agent: register, heartbeat, and loop over rounds while a run is running.
 
-A round: fetch the run's history (the round's snapshot: it numbers the round
-and is all the round's choices depend on, with the seeds), take the child the
+A round: the run's history as fetched right after the previous round's
+submission (the round's snapshot: it numbers the round and is all the round's
+choices depend on, with the seeds), take the child the
 generator pool computes for (round, snapshot), choose hyperparameters (the
 parent's or the defaults during warm-up, TPE on the snapshot after), give the
 child its parent's weights when the run inherits (worker/inheritance.py: from
 the parent's checkpoint; from scratch when it is unusable), submit the child
 (the master gives its model id), train it while streaming progress, store its
 weights in the checkpoint store and finish it with their URI (deleting what
-the master's retention lets go); the next round's child is prepared meanwhile. Every call to the master that
-carries results goes through `Outbox`, which sends in order and retries
-through master restarts and network drops, so no finished report is lost.
+the master's retention lets go). The next round is chosen, built and traced
+while one trains (`worker.lookahead`, which states the rule for each round's
+snapshot). Every call to the master that carries results goes through
+`Outbox`, which sends in order and retries through master restarts and network
+drops, so no finished report is lost.
 
 Identity: the credential Register returns is kept in the state directory
 (worker/credentials.py) and presented when the worker registers again, so a
@@ -29,7 +32,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
 
 import grpc
 import tenacity
@@ -46,10 +49,10 @@ from worker.checkpoints import Checkpoint, CheckpointStore, open_store
 from worker.credentials import CredentialFile
 from worker.data.fingerprint import checked_dataset
 from worker.inheritance import Inheritance
-from worker.inventory import Inventory, inventory
+from worker.inventory import Inventory, core_shortage, inventory
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from worker.data import Dataset
+    from worker.lookahead import Basis, PlannedRound
     from worker.trainer import Progress, TrainResult
 
 log = logging.getLogger(__name__)
@@ -151,6 +154,8 @@ class AgentConfig:
     state_dir: Path | None = None  # where the worker's credential is kept; None: not kept (tests)
     # checkpoint store URL (worker/checkpoints.py); None: <state_dir>/checkpoints, or none without a state_dir
     checkpoints: str | None = None
+    lookahead: bool = True  # prepare the next round while one trains (worker/lookahead.py)
+    phase_reports: bool = False  # extra progress reports that delimit training steps (idle_bench)
 
 
 @dataclass
@@ -252,6 +257,9 @@ class Agent:
     # -- registration and heartbeat ---------------------------------------
     def _register(self) -> None:
         inv = self.inventory = inventory()
+        shortage = core_shortage(inv)
+        if shortage:
+            log.warning("event=few_cores %s", shortage)
         if self.peaks is None:
             self.peaks = [{} for _ in inv.accelerators]
             if self.config.measure_peak and inv.accelerators:
@@ -362,10 +370,11 @@ class Agent:
         from worker.data import load_dataset
 
         kind = self.config.dataset_kind or ctx.profile.dataset
-        key = (kind, self.config.dataset_path, ctx.profile.input_size)
-        if key not in self._datasets:
+        key = (kind, self.config.dataset_path, ctx.profile.input_size, ctx.deterministic)
+        if key not in self._datasets:  # a fixed element order only where the run asks for it (slower)
             self._datasets[key] = load_dataset(kind, self.config.dataset_path,
-                                               image_size=ctx.profile.input_size)
+                                               image_size=ctx.profile.input_size,
+                                               deterministic=ctx.deterministic)
         return self._datasets[key]
 
     def _work_on(self, run: pb.RunInfo) -> None:
@@ -400,28 +409,44 @@ class Agent:
                      len(outbox.dropped))
 
     def _rounds(self, ctx: RunContext, dataset: Any, pool: Any, outbox: Outbox) -> None:
-        """Rounds until the run or the worker stops. Each starts from a fresh snapshot of the
-        run's history: it numbers the round (this worker's models the master created, plus
-        one) and it is all the round's choices depend on, with the seed."""
-        while not self._stop.is_set() and self._run_state(ctx.run_id) == pb.RUN_RUNNING:
-            if self._lost.is_set():
-                self._register()
-            snapshot = self._snapshot()
-            if snapshot is None:  # stopping while the master was unreachable
-                break
-            round_index = self._next_round()
-            if ctx.max_rounds and round_index > ctx.max_rounds:
-                log.info("event=max_rounds rounds=%d", ctx.max_rounds)
-                break
-            try:
-                self._round(ctx, dataset, pool, outbox, round_index, snapshot)
-            except _RunClosed as exc:
-                # The run ended (or hit its model limit) between our last heartbeat and this
-                # submission: a normal end of run, not an error.
-                log.info("event=run_closed run_id=%d reason=%s", ctx.run_id, exc)
-                self._closed_runs.add(ctx.run_id)
-                break
-            self.rounds_done += 1
+        """Rounds until the run or the worker stops, each prepared while the previous one trains
+        (`worker.lookahead`, which states the rule each round's basis follows)."""
+        from worker.lookahead import LookAhead
+
+        basis: Basis | None = None
+        with LookAhead(lambda b: self._plan(ctx, dataset, pool, b), enabled=self.config.lookahead) as ahead:
+            while not self._stop.is_set() and self._run_state(ctx.run_id) == pb.RUN_RUNNING:
+                if self._lost.is_set():
+                    self._register()
+                    basis = None  # the master may have abandoned models: a fresh basis
+                if basis is None:
+                    basis = self._basis(ctx, outbox)
+                    if basis is None:  # stopping while the master was unreachable
+                        break
+                if ctx.max_rounds and basis.round_index > ctx.max_rounds:
+                    log.info("event=max_rounds rounds=%d", ctx.max_rounds)
+                    break
+                try:
+                    basis = self._round(ctx, outbox, ahead, basis)
+                except _RunClosed as exc:
+                    # The run ended (or hit its model limit) between our last heartbeat and this
+                    # submission: a normal end of run, not an error.
+                    log.info("event=run_closed run_id=%d reason=%s", ctx.run_id, exc)
+                    self._closed_runs.add(ctx.run_id)
+                    break
+            log.info("event=lookahead hits=%d misses=%d discarded=%d waited_s=%.1f", ahead.hits,
+                     ahead.misses, ahead.discarded, ahead.waited_s)
+
+    def _basis(self, ctx: RunContext, outbox: Outbox) -> Basis | None:
+        """The next round's basis: this worker's finished reports flushed, then the run's history
+        fresh from the master (None when the worker stops first)."""
+        from worker.lookahead import Basis
+
+        outbox.flush()
+        snapshot = self._snapshot()
+        if snapshot is None:
+            return None
+        return Basis.of(ctx.run_id, self._next_round(), snapshot, self._history)
 
     def _next_round(self) -> int:
         """1 + this worker's models in the run, whatever became of them (done, failed,
@@ -470,54 +495,81 @@ class Agent:
                                         graph_hash=m.graph_hash))
         return entries
 
-    def _model_with_hash(self, graph_hash: str | None) -> int:
-        """The model id of an architecture in the history; 0 when unknown."""
-        if graph_hash:
-            for mid, m in sorted(self._history.items()):
-                if m.graph_hash == graph_hash:
-                    return mid
-        return 0
-
-    def _round(self, ctx: RunContext, dataset, pool, outbox: Outbox, round_index: int,
-               snapshot: list[HistoryEntry]) -> None:
-        """One round: the child of this round and snapshot, submitted, trained while
-        reporting progress, finished; the next round's child prepared meanwhile."""
-        candidate = pool.child(round_index, snapshot, timeout=600)
-        graph = candidate.graph
-        parent_id = candidate.parent_model_id or self._model_with_hash(graph.meta.get("parent"))
-        hyper, source = self._hyperparameters(ctx, round_index, parent_id)
-        start = self.inheritance.child_start(ctx.inherit, self._history.get(parent_id), self._graphs.get(parent_id),
-                                             graph, hyper)
-        hyper = start.hyperparameters
-        model_id = self._submit(graph, parent_id, round_index, hyper, ctx.dataset, start.inherited_from)
+    def _round(self, ctx: RunContext, outbox: Outbox, ahead: Any, basis: Basis) -> Basis | None:
+        """One round: its planned child submitted (the master gives its model id), the next
+        round's basis fetched and its planning started, then training while reporting progress,
+        its weights stored; returns the next round's basis (None: fetch a fresh one)."""
+        planned = ahead.take(basis)
+        round_index = basis.round_index
+        model_id = None
+        try:
+            model_id = self._submit(planned.graph, planned.parent_id, round_index, planned.hyper, ctx.dataset,
+                                    planned.inherited_from)
+        finally:
+            if model_id is None:  # not submitted (run closed, transient error): drop the model
+                planned.release()
         if model_id is None:
-            return
+            return None
         self._current_model = model_id
-        # Prefetch: used next round only if nothing else changed (see worker.generator).
-        pool.prepare(round_index + 1, snapshot + [HistoryEntry(model_id, graph, None, graph.hash())])
+        following = self._basis(ctx, outbox)
+        if following is not None and not (ctx.max_rounds and following.round_index > ctx.max_rounds):
+            ahead.start(following)
+        hyper = planned.hyper
         log.info("event=round_start round=%d model=%d parent=%d source=%s batch=%d kernel=%d inherited_from=%d "
-                 "start=%r", round_index, model_id, parent_id, source, hyper.batch_size, hyper.kernel_size,
-                 start.inherited_from, start.why)
+                 "start=%r planned_s=%.1f ahead=%s", round_index, model_id, planned.parent_id, planned.source,
+                 hyper.batch_size, hyper.kernel_size, planned.inherited_from, planned.start_why,
+                 planned.seconds, planned.ahead)
         saved: list[Checkpoint | None] = []
-        result = self._train(ctx, dataset, graph, hyper, outbox, model_id, round_index, start.weights,
-                             on_weights=lambda w: saved.append(self.inheritance.save(
-                                 ctx.run_id, model_id, graph, hyper.kernel_size, w)))
+        try:
+            result = self._train(ctx, planned, outbox, model_id, on_weights=lambda w: saved.append(
+                self.inheritance.save(ctx.run_id, model_id, planned.graph, hyper.kernel_size, w)))
+        finally:
+            ahead.dispose(planned)
         self._current_model = 0
-        self._finish(outbox, model_id, round_index, result, saved[0] if saved else None)
+        self._finish(outbox, model_id, round_index, result, saved[-1] if saved else None)
+        self.rounds_done += 1
+        return following
 
-    def _hyperparameters(self, ctx: RunContext, round_index: int, parent_id: int) -> tuple[Hyperparameters, str]:
+    def _plan(self, ctx: RunContext, dataset: Any, pool: Any, basis: Basis) -> PlannedRound:
+        """Everything round `basis.round_index` needs before its first step, from its basis only:
+        the child, its hyperparameters, the model built and its steps traced (any thread)."""
+        from worker.lookahead import PlannedRound
+        from worker.trainer import prepare_round
+
+        candidate = pool.child(basis.round_index, basis.entries, timeout=600)
+        graph = candidate.graph
+        parent_id = candidate.parent_model_id or _model_with_hash(basis.models, graph.meta.get("parent"))
+        hyper, source = self._hyperparameters(ctx, basis.round_index, parent_id, basis.models)
+        parent_graph = next((e.graph for e in basis.entries if e.model_id == parent_id), None)
+        start = self.inheritance.child_start(ctx.inherit, basis.models.get(parent_id), parent_graph, graph, hyper)
+        hyper = start.hyperparameters  # the kernel may be kept from the parent (never shrinks)
+        epochs = ctx.profile.epochs_for_round(basis.round_index)
+        if ctx.max_epochs_per_round:
+            epochs = min(epochs, ctx.max_epochs_per_round)
+        seed = derive_seed(ctx.seed, "train", self.worker_id, basis.round_index)
+        if ctx.deterministic:  # whatever the trainer does not seed itself starts the same
+            import keras
+
+            keras.utils.set_random_seed(seed % 2**32)
+        prepared = prepare_round(graph, hyper, dataset, ctx.profile, basis.round_index, precision=ctx.precision,
+                                 xla=ctx.xla, seed=seed, epochs=epochs, initial_weights=start.weights)
+        return PlannedRound(basis.key, candidate, parent_id, hyper, source, prepared,
+                            inherited_from=start.inherited_from, start_why=start.why)
+
+    def _hyperparameters(self, ctx: RunContext, round_index: int, parent_id: int,
+                         models: Mapping[int, pb.Model]) -> tuple[Hyperparameters, str]:
         """This round's hyperparameters and their source: the parent's during warm-up (where
-        the profile says so), else the defaults; TPE on the history snapshot after warm-up."""
+        the profile says so), else the defaults; TPE on the round's basis after warm-up."""
         from aiperf.hpo import choose_hyperparameters
 
-        parent = self._history.get(parent_id)
+        parent = models.get(parent_id)
         inherited = None
         if parent is not None and parent.state == pb.MODEL_DONE:
             try:
                 inherited = Hyperparameters.from_dict(hyperparameters_dict(parent.hyperparameters))
             except HyperparameterError as exc:  # the master checks them; never trust, though
                 log.warning("event=parent_hyperparameters_unusable model=%d error=%s", parent_id, exc)
-        observations = tpe_observations(self._history.values()) if round_index > ctx.warmup_rounds else []
+        observations = tpe_observations(models.values()) if round_index > ctx.warmup_rounds else []
         return choose_hyperparameters(ctx.profile, round_index, observations,
                                       seed=derive_seed(ctx.seed, "hpo", self.worker_id, round_index),
                                       warmup_rounds=ctx.warmup_rounds, parent=inherited)
@@ -543,11 +595,10 @@ class Agent:
             raise
         return sub.model_id
 
-    def _train(self, ctx: RunContext, dataset: Dataset, graph: Graph, hyper: Hyperparameters, outbox: Outbox,
-               model_id: int, round_index: int, initial_weights: Any = None,
+    def _train(self, ctx: RunContext, planned: PlannedRound, outbox: Outbox, model_id: int,
                on_weights: Callable[[Any], None] | None = None) -> TrainResult:
-        """Train the model, queueing each progress report on `outbox`; returns the `TrainResult`."""
-        from worker.trainer import train_model
+        """Train the planned round, queueing each progress report on `outbox`; returns the `TrainResult`."""
+        from worker.trainer import run_round
 
         seq = [0]
 
@@ -563,19 +614,9 @@ class Agent:
             return (self._stop.is_set() or self._lost.is_set()
                     or self._run_state(ctx.run_id) != pb.RUN_RUNNING)
 
-        epochs = ctx.profile.epochs_for_round(round_index)
-        if ctx.max_epochs_per_round:
-            epochs = min(epochs, ctx.max_epochs_per_round)
-        seed = derive_seed(ctx.seed, "train", self.worker_id, round_index)
-        if ctx.deterministic:  # whatever the trainer does not seed itself starts the same
-            import keras
-
-            keras.utils.set_random_seed(seed % 2**32)
-        return train_model(graph, hyper, dataset, ctx.profile, round_index,
-                           on_progress=on_progress, should_stop=should_stop,
-                           precision=ctx.precision,
-                           xla=ctx.xla, progress_interval_s=ctx.report_interval_s,
-                           seed=seed, epochs=epochs, initial_weights=initial_weights, on_weights=on_weights)
+        return run_round(planned.prepared, on_progress=on_progress, should_stop=should_stop,
+                         progress_interval_s=ctx.report_interval_s, phase_reports=self.config.phase_reports,
+                         release=False, on_weights=on_weights)
 
     def _finish(self, outbox: Outbox, model_id: int, round_index: int, result: TrainResult,
                 checkpoint: Checkpoint | None = None) -> None:
@@ -614,6 +655,15 @@ class Agent:
 
 class _RunClosed(Exception):
     """The master accepts no more models in this run."""
+
+
+def _model_with_hash(models: Mapping[int, pb.Model], graph_hash: str | None) -> int:
+    """The model id of an architecture in a history; 0 when unknown."""
+    if graph_hash:
+        for mid, m in sorted(models.items()):
+            if m.graph_hash == graph_hash:
+                return mid
+    return 0
 
 
 def tpe_observations(models: Iterable[pb.Model]) -> list[tuple[dict[str, int], float]]:

@@ -13,7 +13,9 @@ result only when the snapshot it is given is the very one the job was started
 on (same models, hashes and accuracies); otherwise it computes the child again
 on the given snapshot. A finished model changes the snapshot, so the prefetch
 pays off only when nothing finished meanwhile (the round's model failed, or
-was cut); determinism comes first.
+was cut); determinism comes first. The agent does not use it: its look-ahead
+(`worker.lookahead`) asks `child(r + 1, snapshot)` on its own thread, on the
+snapshot round r + 1 will use, and builds the model too.
 
 History reaches the processes through files rather than pickled arguments
 (1,000 graphs are ~20 MB of JSON): each architecture is written once, as

@@ -83,3 +83,29 @@ def inventory() -> Inventory:
         memory_bytes=int(psutil.virtual_memory().total),
         software=software_versions(),
     )
+
+
+# Input pipeline sizing (benchmarks/data_bench.py, docs/benchmarks.md): one H100 training
+# ResNet-50 in mixed precision consumes about 3,000 images/s; the ImageNet JPEG pipeline
+# decodes and augments about 250 images per CPU-second (the goal; 217-256 measured on a
+# shared 2-core machine).
+ACCELERATOR_IMAGES_PER_S = 3000
+PIPELINE_IMAGES_PER_CPU_SECOND = 250
+
+
+def input_cores_needed(accelerators: int, images_per_s: float = ACCELERATOR_IMAGES_PER_S,
+                       per_core: float = PIPELINE_IMAGES_PER_CPU_SECOND) -> int:
+    """Cores the input pipeline needs to keep `accelerators` fed, plus one for the rest of the worker."""
+    if accelerators <= 0:
+        return 1
+    return int(-(-accelerators * images_per_s // per_core)) + 1
+
+
+def core_shortage(inv: Inventory) -> str:
+    """A one-line warning when the node has too few cores for its accelerators; "" otherwise."""
+    needed = input_cores_needed(len(inv.accelerators))
+    if not inv.accelerators or inv.cpus >= needed:
+        return ""
+    return (f"{inv.cpus} CPUs for {len(inv.accelerators)} accelerators: an ImageNet input pipeline at "
+            f"{PIPELINE_IMAGES_PER_CPU_SECOND} images/CPU-s needs about {needed} to feed "
+            f"{ACCELERATOR_IMAGES_PER_S} images/s each; training will wait for data")

@@ -191,20 +191,23 @@ def prepare_round(graph: Graph, hyper: Hyperparameters | Mapping[str, int], data
 
 def run_round(prepared: PreparedRound, *, on_progress: Callable[[Progress], None],
               should_stop: Callable[[], bool] = lambda: False, progress_interval_s: float = 30.0,
-              phase_reports: bool = False,
+              phase_reports: bool = False, release: bool = True,
               on_weights: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
-    """Train a prepared round (see `train_model` for the arguments); its model is released at the end.
+    """Train a prepared round (see `train_model` for the arguments); its model is released at the end
+    unless `release` is false: then the caller releases it (`worker.lookahead` does so on its own
+    thread: freeing a model's functions while another thread traces waits on TensorFlow's locks).
 
     ``should_stop`` is asked before the first step (the round may have waited), then after every step.
     """
     if should_stop():
-        prepared.release()
+        if release:
+            prepared.release()
         tracker = _Tracker(prepared.plan.flop_count, on_progress, should_stop,
                            prepared.profile.patience(prepared.round_index), progress_interval_s)
         return _result(prepared.plan, tracker, prepared.profile, STOPPED, "stop requested", duration_s=0.0,
                        timings=prepared.timings)
     return _run(prepared, on_progress, should_stop, progress_interval_s=progress_interval_s,
-                phase_reports=phase_reports, on_weights=on_weights)
+                phase_reports=phase_reports, release=release, on_weights=on_weights)
 
 
 @dataclass(frozen=True)
@@ -274,7 +277,7 @@ def _prepare(plan: _RoundPlan, dataset: Any, profile: Profile, round_index: int,
 
 
 def _run(prepared: PreparedRound, on_progress: Callable[[Progress], None], should_stop: Callable[[], bool], *,
-         progress_interval_s: float, phase_reports: bool,
+         progress_interval_s: float, phase_reports: bool, release: bool = True,
          on_weights: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     """Train the prepared round to its end, its early stop or a stop request."""
     import tensorflow as tf
@@ -299,7 +302,8 @@ def _run(prepared: PreparedRound, on_progress: Callable[[Progress], None], shoul
         log.warning("round %d: %s", prepared.round_index, reason)
     finally:
         tracker.flush(epoch_end=False)
-        prepared.release()
+        if release:
+            prepared.release()
     timings = dict(prepared.timings, train=tracker.train_s, validation=tracker.validation_s)
     return _result(plan, tracker, profile, state, reason, duration_s=time.monotonic() - start, timings=timings)
 

@@ -63,7 +63,9 @@ class Dataset(ABC):
         """Shuffled, augmented training batches; each iteration is one epoch.
 
         The same seed gives the same sequence of epochs (order and
-        augmentation); each new iteration reshuffles and re-augments.
+        augmentation) when the spec is deterministic (the default); otherwise
+        the same elements with the same augmentation, in the order the parallel
+        steps finish them. Each new iteration reshuffles and re-augments.
         """
         check_batch_size(batch_size)
         elements = self._train_elements(seed)
@@ -72,8 +74,9 @@ class Dataset(ABC):
         tf = tensorflow()
         # seed (and seed + 1) order the elements; seed + 2 drives the augmentation
         examples = tf.data.Dataset.zip((elements, element_seeds(seed + 2)))
-        examples = examples.map(self._augmented_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return batch_and_prefetch(examples, batch_size, drop_remainder)
+        examples = examples.map(self._augmented_example, num_parallel_calls=tf.data.AUTOTUNE,
+                                deterministic=self.spec.deterministic)
+        return self._tuned(batch_and_prefetch(examples, batch_size, drop_remainder, self.spec.deterministic))
 
     def validation(self, batch_size: int) -> tf.data.Dataset:
         """Validation batches in a fixed order, identical on every iteration."""
@@ -127,10 +130,21 @@ class Dataset(ABC):
         tf = tensorflow()
         if self.prepare_whole_batches:
             batches = elements.batch(batch_size, drop_remainder=drop_remainder)
-            batches = batches.map(self._plain_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-            return batches.prefetch(tf.data.AUTOTUNE)
-        examples = elements.map(self._plain_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return batch_and_prefetch(examples, batch_size, drop_remainder)
+            batches = batches.map(self._plain_example, num_parallel_calls=tf.data.AUTOTUNE,
+                                  deterministic=self.spec.deterministic)
+            return self._tuned(batches.prefetch(tf.data.AUTOTUNE))
+        examples = elements.map(self._plain_example, num_parallel_calls=tf.data.AUTOTUNE,
+                                deterministic=self.spec.deterministic)
+        return self._tuned(batch_and_prefetch(examples, batch_size, drop_remainder, self.spec.deterministic))
+
+    def _tuned(self, batches: tf.data.Dataset) -> tf.data.Dataset:
+        """The pipeline's options: autotuned parallelism and prefetch within the RAM budget, the order."""
+        tf = tensorflow()
+        options = tf.data.Options()
+        options.deterministic = self.spec.deterministic
+        options.autotune.enabled = True
+        options.autotune.ram_budget = self.spec.ram_budget_bytes or default_ram_budget()
+        return batches.with_options(options)
 
 
 class ListedDataset(Dataset):
@@ -182,10 +196,19 @@ def element_seeds(seed: int) -> tf.data.Dataset:
     return tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
 
 
-def batch_and_prefetch(examples: tf.data.Dataset, batch_size: int, drop_remainder: bool) -> tf.data.Dataset:
+def default_ram_budget() -> int:
+    """A quarter of the node's memory: tf.data's buffers next to the model, TensorFlow and the generator."""
+    try:
+        return max(1 << 28, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4)
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 4 << 30
+
+
+def batch_and_prefetch(examples: tf.data.Dataset, batch_size: int, drop_remainder: bool,
+                       deterministic: bool = True) -> tf.data.Dataset:
     tf = tensorflow()
     batches = examples.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=tf.data.AUTOTUNE,
-                             deterministic=True)
+                             deterministic=deterministic)
     return batches.prefetch(tf.data.AUTOTUNE)
 
 

@@ -45,6 +45,12 @@ class DatasetSpec:
         in-memory and folder kinds shuffle their whole training split).
     cache_dir: where the TFRecord record counts are cached; ``None`` =
         ``$AIPERF_CACHE_DIR`` or ``~/.cache/aiperf``. Never the dataset directory.
+    deterministic: a fixed element order (the same seed, the same sequence of
+        batches); False lets the parallel steps hand elements on as they finish
+        (faster; every element still once per epoch, with the same augmentation).
+        The worker sets it from the run's --deterministic.
+    ram_budget_bytes: the memory tf.data's autotuner may use for its buffers
+        (prefetch, parallel steps); ``None`` = a quarter of the node's memory.
     """
 
     kind: str
@@ -56,6 +62,8 @@ class DatasetSpec:
     shard: tuple[int, int] | None = None
     shuffle_buffer: int = 10_000
     cache_dir: str | None = None
+    deterministic: bool = True
+    ram_budget_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict (for the run's recorded configuration)."""
@@ -93,6 +101,9 @@ def normalise(spec: DatasetSpec) -> DatasetSpec:
     shard = _checked_shard(spec.shard)
     if spec.shuffle_buffer < 1:
         raise DatasetError(f"shuffle_buffer must be >= 1, got {spec.shuffle_buffer}")
+    if spec.ram_budget_bytes is not None and (not isinstance(spec.ram_budget_bytes, int)
+                                              or spec.ram_budget_bytes < 1 << 20):
+        raise DatasetError(f"ram_budget_bytes must be an integer >= 1 MiB, got {spec.ram_budget_bytes!r}")
     return replace(spec, path=path, image_size=image_size, shard=shard)
 
 

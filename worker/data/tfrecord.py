@@ -135,12 +135,12 @@ class ImageNetTFRecords(Dataset):
             files = tf.data.Dataset.from_tensor_slices(self._shard_files).shuffle(
                 len(self._shard_files), seed=seed, reshuffle_each_iteration=True
             )
-            records = _interleaved_records(files, len(self._shard_files))
+            records = _interleaved_records(files, len(self._shard_files), self.spec.deterministic)
         return records.shuffle(self.spec.shuffle_buffer, seed=seed + 1, reshuffle_each_iteration=True)
 
     def _validation_elements(self) -> tf.data.Dataset:
         files = tensorflow().data.Dataset.from_tensor_slices(self.validation_files)
-        return _interleaved_records(files, len(self.validation_files))
+        return _interleaved_records(files, len(self.validation_files), self.spec.deterministic)
 
     def _plain_example(self, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:  # type: ignore[override]
         encoded, label = self._parse(record)
@@ -171,14 +171,15 @@ class ImageNetTFRecords(Dataset):
         return features[FEATURE_IMAGE], self._one_hot(label)
 
 
-def _interleaved_records(files: tf.data.Dataset, file_count: int) -> tf.data.Dataset:
-    """The records of `files`, read from up to 16 files at a time in a deterministic order."""
+def _interleaved_records(files: tf.data.Dataset, file_count: int, deterministic: bool = True) -> tf.data.Dataset:
+    """The records of `files`, read from up to 16 files at a time in parallel (in a fixed order
+    when `deterministic`)."""
     tf = tensorflow()
     return files.interleave(
         lambda f: tf.data.TFRecordDataset(f, buffer_size=_READ_BUFFER_BYTES),
         cycle_length=min(_MAX_PARALLEL_FILES, file_count),
         num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
+        deterministic=deterministic,
     )
 
 

@@ -1,0 +1,221 @@
+"""Look-ahead: the next round is chosen, built and traced while the current one trains.
+
+A round's work before its first training step (the child from the generator
+pool, its hyperparameters, the Keras model built, its train and eval functions
+traced and warmed up: `worker.trainer.prepare_round`) runs on one background
+thread while the previous round trains, so the accelerator waits only for the
+hand-over: submit the prepared child, fetch the history, start the next
+look-ahead, first step. The trained round's model is freed on the look-ahead
+thread too (`dispose`): freeing a model's functions while another thread
+traces waited up to 17 s on TensorFlow's locks on a loaded 2-core machine.
+
+Reproducibility. Everything a round chooses depends on its `Basis`: the run,
+the round index and the history snapshot. The rule (the same with the
+look-ahead on or off, so turning it off changes no child):
+
+- the basis of round r + 1 is the run's history as the master returns it right
+  after round r's model was submitted: every model submitted so far (round r's
+  own one still open, without accuracy) with the accuracies of those finished
+  by then. Round r's accuracy therefore reaches round r + 2, not r + 1 (one
+  round of lag, the price of overlapping); before the basis is fetched, the
+  worker's own finished reports are flushed, so a single worker's bases do not
+  depend on timing;
+- a prepared round is handed over only when its key (run, round index,
+  snapshot digest) equals the basis the agent holds at the hand-over. The agent
+  drops its basis, and so discards the prepared round and prepares again, when
+  the history it holds changed in a way that can change the child: the
+  submission of round r failed (no model was created, the round index does not
+  advance), the worker was re-registered after being marked lost (the master
+  may have abandoned models), or the basis could not be fetched;
+- a preparation that ran out of memory while the previous round still held its
+  memory, or that failed, is discarded and done again at the hand-over.
+
+In a deterministic run the global random seeds are set before the round is
+prepared (on the look-ahead thread); the trainer seeds its weights and data
+order itself.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from aiperf.search import Candidate, HistoryEntry
+from worker.generator import snapshot_digest, snapshot_rows
+
+log = logging.getLogger(__name__)
+
+Key = tuple[int, int, str]
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What a round's choices depend on: its run, its index and the history snapshot."""
+
+    run_id: int
+    round_index: int
+    entries: tuple[HistoryEntry, ...]
+    models: Mapping[int, Any] = field(default_factory=dict)  # the snapshot's models as the master sent them
+    digest: str = ""
+
+    @classmethod
+    def of(cls, run_id: int, round_index: int, entries: Sequence[HistoryEntry],
+           models: Mapping[int, Any]) -> "Basis":
+        entries = tuple(entries)
+        return cls(run_id, round_index, entries, dict(models), snapshot_digest(snapshot_rows(entries)))
+
+    @property
+    def key(self) -> Key:
+        return (self.run_id, self.round_index, self.digest)
+
+
+@dataclass
+class PlannedRound:
+    """A round ready to hand over: its child, hyperparameters and prepared model."""
+
+    key: Key
+    candidate: Candidate
+    parent_id: int
+    hyper: Any                  # aiperf.hyperparameters.Hyperparameters
+    source: str                 # where the hyperparameters came from (warm-up, parent, TPE)
+    prepared: Any               # worker.trainer.PreparedRound
+    seconds: float = 0.0        # time the planning took
+    ahead: bool = False         # prepared on the look-ahead thread
+    inherited_from: int = 0     # the parent whose weights the model starts from; 0: from scratch
+    start_why: str = ""         # for the log: "inherited", or why not (worker.inheritance)
+
+    @property
+    def graph(self) -> Any:
+        return self.candidate.graph
+
+    @property
+    def failed(self) -> bool:
+        return self.prepared.compiled is None
+
+    def release(self) -> None:
+        self.prepared.release()
+
+
+@dataclass
+class _Job:
+    key: Key
+    future: "Future[PlannedRound]"
+
+
+class LookAhead:
+    """Plans rounds on one background thread (or inline when disabled); see the module docstring.
+
+    `start(basis)` begins planning that round; `take(basis)` returns the planned round of that
+    basis, waiting for the look-ahead when it is under way, discarding it when its key differs
+    and planning inline then. `hits` counts the rounds handed over from the look-ahead, `misses`
+    those planned at the hand-over, `discarded` the preparations thrown away.
+    """
+
+    def __init__(self, plan: Callable[[Basis], PlannedRound], enabled: bool = True) -> None:
+        self._plan = plan
+        self.enabled = enabled
+        self.hits = self.misses = self.discarded = 0
+        self.waited_s = 0.0  # hand-over time spent waiting for an unfinished look-ahead
+        self._job: _Job | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lookahead") if enabled else None
+
+    def start(self, basis: Basis) -> None:
+        """Begin planning `basis`'s round in the background (a no-op when disabled or already under way)."""
+        if self._executor is None:
+            return
+        with self._lock:
+            if self._closed or (self._job is not None and self._job.key == basis.key):
+                return
+            self._drop_job()
+            self._job = _Job(basis.key, self._executor.submit(self._timed, basis, True))
+
+    def take(self, basis: Basis) -> PlannedRound:
+        """The planned round of `basis`: from the look-ahead when it was started on this very basis
+        and succeeded, else planned now (errors of planning now propagate)."""
+        with self._lock:
+            job, self._job = self._job, None
+        if job is not None and job.key == basis.key:
+            begin = time.monotonic()
+            try:
+                planned = job.future.result()
+            except Exception as exc:  # noqa: BLE001 - planned again below; a real error recurs there
+                log.warning("event=lookahead_failed round=%d error=%s", basis.round_index, exc)
+                planned = None
+            self.waited_s += time.monotonic() - begin
+            if planned is not None and planned.failed:
+                # out of memory while the previous round held its memory: try again without it
+                log.info("event=lookahead_discarded round=%d reason=%s", basis.round_index, planned.prepared.failure)
+                planned.release()
+                self.discarded += 1
+                planned = None
+            if planned is not None:
+                self.hits += 1
+                return planned
+        elif job is not None:
+            log.info("event=lookahead_discarded round=%d reason=basis changed", basis.round_index)
+            self._discard(job)
+        self.misses += 1
+        return self._timed(basis, False)
+
+    def dispose(self, planned: PlannedRound) -> None:
+        """Release a trained round's model on the look-ahead thread, after the preparation under
+        way (inline when disabled): freeing a model's functions while another thread traces
+        waits on TensorFlow's locks, and the training thread has better things to do."""
+        with self._lock:
+            if self._executor is not None and not self._closed:
+                self._executor.submit(_release_and_collect, planned)
+                return
+        planned.release()
+
+    def close(self) -> None:
+        """Discard what is under way (released once it ends) and stop the thread without waiting:
+        a planning blocked on the generator pool ends when the pool is closed."""
+        with self._lock:
+            self._closed = True
+            self._drop_job()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> "LookAhead":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals -----------------------------------------------------------
+    def _timed(self, basis: Basis, ahead: bool) -> PlannedRound:
+        begin = time.monotonic()
+        if ahead:
+            gc.collect()  # the previous round's model goes here, off the training thread
+        planned = self._plan(basis)
+        planned.seconds = time.monotonic() - begin
+        planned.ahead = ahead
+        return planned
+
+    def _drop_job(self) -> None:
+        if self._job is not None:
+            self._discard(self._job)
+            self._job = None
+
+    def _discard(self, job: _Job) -> None:
+        self.discarded += 1
+        job.future.cancel()
+        job.future.add_done_callback(_release_result)
+
+
+def _release_and_collect(planned: PlannedRound) -> None:
+    planned.release()
+    gc.collect()
+
+
+def _release_result(future: "Future[PlannedRound]") -> None:
+    if future.cancelled() or future.exception() is not None:
+        return
+    future.result().release()
