@@ -14,7 +14,7 @@ from worker.monitor import AcceleratorSample, ResourceSample
 
 
 def test_outbox_retries_transient_errors_in_order(monkeypatch):
-    monkeypatch.setattr("worker.agent.RETRY_WAIT", tenacity.wait_none())
+    monkeypatch.setattr("worker.outbox.RETRY_WAIT", tenacity.wait_none())
     sent: list[int] = []
     failures = {"left": 3}
 
@@ -36,7 +36,7 @@ def test_outbox_retries_transient_errors_in_order(monkeypatch):
 
 
 def test_call_until_done_retries_transient_errors_only_while_not_stopping(monkeypatch):
-    monkeypatch.setattr("worker.agent.RETRY_WAIT", tenacity.wait_none())
+    monkeypatch.setattr("worker.outbox.RETRY_WAIT", tenacity.wait_none())
     stopping = threading.Event()
     errors = [ApiError(grpc.StatusCode.UNAVAILABLE, "down"), ApiError(grpc.StatusCode.DEADLINE_EXCEEDED, "slow")]
     retries: list[str] = []
@@ -229,7 +229,7 @@ def test_the_agent_keeps_its_credential_and_gets_its_name_back(master_server, tm
         assert second.worker_id == first.worker_id and json.loads(path.read_text()) == kept
 
         # a worker whose state directory was lost waits until the master marks the old one lost
-        monkeypatch.setattr("worker.agent.RETRY_WAIT", tenacity.wait_fixed(0.05))
+        monkeypatch.setattr("worker.outbox.RETRY_WAIT", tenacity.wait_fixed(0.05))
         agents.append(third := Agent(dataclasses.replace(cfg, state_dir=tmp_path / "fresh")))
         waiting = threading.Thread(target=third._register)
         with caplog.at_level("WARNING", logger="worker.agent"):
