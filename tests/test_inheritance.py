@@ -43,20 +43,28 @@ def test_a_child_starts_at_its_parents_final_accuracy_end_to_end(master_server, 
     from aiperf.api.client import ControlClient
     from worker.agent import Agent, AgentConfig
 
-    real_train = trainer.train_model
+    real_prepare, real_run = trainer.prepare_round, trainer.run_round
     rounds: list[dict[str, Any]] = []
+    planned: dict[int, dict[str, Any]] = {}  # id(prepared round) -> what was seen when it was planned
 
-    def observed_train(graph, hyper, dataset, profile, round_index, **kwargs):
-        start = kwargs.get("initial_weights")
+    def observed_prepare(graph, hyper, dataset, profile, round_index, **kwargs):
+        start = kwargs.get("initial_weights")  # the weights the worker is about to train from
         seen: dict[str, Any] = {"graph": graph, "kernel": hyper.kernel_size, "inherited": start is not None}
-        if start is not None:  # the weights the worker is about to train from
+        if start is not None:
             seen["before"] = _accuracy(graph, hyper.kernel_size, start, dataset)
-        result = real_train(graph, hyper, dataset, profile, round_index, **kwargs)
+        prepared = real_prepare(graph, hyper, dataset, profile, round_index, **kwargs)
+        planned[id(prepared)] = seen
+        return prepared
+
+    def observed_run(prepared, **kwargs):
+        seen = planned[id(prepared)]
+        result = real_run(prepared, **kwargs)
         seen["final"] = result.val_accuracies[-1] if result.val_accuracies else None
         rounds.append(seen)
         return result
 
-    monkeypatch.setattr(trainer, "train_model", observed_train)
+    monkeypatch.setattr(trainer, "prepare_round", observed_prepare)
+    monkeypatch.setattr(trainer, "run_round", observed_run)
     h = master_server()
     control = ControlClient(h.address, h.admin_token)
     run = control.start_run(3600, profile="smoke", seed=3, max_rounds_per_worker=3, max_epochs_per_round=1)
