@@ -122,13 +122,17 @@ def cluster(tmp_path):
 
 
 def test_smoke_run_end_to_end(cluster):
-    start = cluster.cli("start", "--duration", "150s", "--profile", "smoke", "--seed", "7")
+    # Counted in models, not wall time, so a loaded machine makes the test slower, not red:
+    # the master refuses a fourth model, the worker takes that as the end of its run.
+    start = cluster.cli("start", "--duration", "30m", "--profile", "smoke", "--seed", "7",
+                        "--max-models", "3")
     assert start.returncode == 0, start.stderr
     status = cluster.control.run_status()
     run_id = status.run.config.run_id
     worker = cluster.worker("w1", "--exit-when-done")
-    cluster.wait_state(run_id, {pb.RUN_FINISHED}, timeout_s=420)
-    assert worker.wait(timeout=120) == 0, "the worker exits cleanly when the run ends"
+    assert worker.wait(timeout=900) == 0, "the worker exits cleanly when the run takes no more models"
+    cluster.control.stop_run(run_id, reason="three models done")
+    cluster.wait_state(run_id, {pb.RUN_FINISHED}, timeout_s=120)
 
     models = cluster.models(run_id)
     done = [m for m in models if m.state == pb.MODEL_DONE]
@@ -199,7 +203,7 @@ def test_smoke_run_end_to_end(cluster):
     assert node["cpu_peak_flops"]["float32"] == pytest.approx(board["peak_flops"])
     assert node["dataset"]["kind"] == "digits" and len(node["dataset"]["fingerprint"]) == 64
     assert (node["dataset"]["train_images"], node["dataset"]["validation_images"]) == (1437, 360)
-    assert board["unofficial_reasons"] == ["the smoke profile is never official"]
+    assert "the smoke profile is never official" in board["unofficial_reasons"]
     # The readable table shows the same run.
     table = cluster.cli("scoreboard")
     assert table.returncode == 0 and "smoke" in table.stdout
