@@ -216,6 +216,12 @@ def templates(ids: dict[str, int], graph_json: str, graph_hash: str) -> dict[str
         "GetScoreboard": lambda: pb.GetScoreboardRequest(run_id=run),
         "ListModels": lambda: pb.ListModelsRequest(run_id=run, limit=10),
         "GetTimeline": lambda: pb.GetTimelineRequest(run_id=run, max_points=10),
+        "ListRuns": lambda: pb.ListRunsRequest(limit=10),
+        "ListWorkers": lambda: pb.ListWorkersRequest(run_id=run, limit=10),
+        "RecordAudit": lambda: pb.RecordAuditRequest(model_id=bad_model, has_audited_accuracy=True,
+                                                     audited_accuracy=0.5, architecture_ok=True, verdict="failed",
+                                                     auditor_host="fuzzed", validation_images=100),
+        "ListAudits": lambda: pb.ListAuditsRequest(run_id=run),
     }
 
 

@@ -6,10 +6,12 @@
 - `master_server`: factory starting a real master on a loopback port
   (`master.server.serve`), stopped at teardown.
 - `small_graph`: a reduced ResNet-50 graph (32x32x3, 10 classes, width 1/4).
+- every test leaves the root logger as it found it (`_root_logging`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from pathlib import Path
@@ -18,6 +20,22 @@ from typing import Any, Callable, Iterator
 import pytest
 
 POSTGRES_ENV = "AIPERF_TEST_POSTGRES_URL"
+
+
+@pytest.fixture(autouse=True)
+def _root_logging() -> Iterator[None]:
+    """Restore the root logger's handlers and level after each test: a CLI command run in
+    process (`aiperf worker`, `aiperf master serve`) configures logging on the test's captured
+    stderr, which is closed once the test ends; a later test's log line would hit it."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in root.handlers:
+        if h not in handlers:
+            root.removeHandler(h)
+            h.close()
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def postgres_url() -> str | None:

@@ -65,7 +65,9 @@ def test_a_round_prepared_on_the_same_basis_is_handed_over_any_other_is_discarde
         # the history changed in a way that can change the child (an accuracy arrived): discarded
         gate.clear()
         ahead.start(basis(3))
-        time.sleep(0.1)
+        deadline = time.monotonic() + 30  # until the look-ahead thread has begun planning it
+        while len(planned_on) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
         first = planned_on[-1]
         gate.set()
         again = ahead.take(basis(3, accuracy=0.5))
