@@ -138,24 +138,24 @@ def resource_samples(req: pb.SendResourceSamplesRequest) -> list[ResourceSampleR
     ]
 
 
-def worker_state(state: int) -> str | None:
-    """A ListWorkers state filter: None for UNSPECIFIED (all)."""
+def _state_filter(state: int, names: dict[int, str], what: str) -> str | None:
+    """A list call's state filter: None for UNSPECIFIED (all), else the state's name."""
     if not state:
         return None
-    name = WORKER_STATES.get(state)
+    name = names.get(state)
     if name is None:
-        raise InvalidArgument(f"unknown worker state {state}")
+        raise InvalidArgument(f"unknown {what} state {state}")
     return name
+
+
+def worker_state(state: int) -> str | None:
+    """A ListWorkers state filter: None for UNSPECIFIED (all)."""
+    return _state_filter(state, WORKER_STATES, "worker")
 
 
 def model_state(state: int) -> str | None:
     """A ListModels state filter: None for UNSPECIFIED (all)."""
-    if not state:
-        return None
-    name = MODEL_STATES.get(state)
-    if name is None:
-        raise InvalidArgument(f"unknown model state {state}")
-    return name
+    return _state_filter(state, MODEL_STATES, "model")
 
 
 # ---------------------------------------------------------------- domain -> messages
