@@ -15,20 +15,45 @@ close can change its top-1 answer, a few images in 10,000. The tolerance is
 validation images, many times that) plus one image of the split (a 360-image
 smoke split moves in steps of 0.28 points). It is one-sided: only a claim above
 what the weights give fails; a claim below it raises no score.
+
+Throughput. The weights say nothing of how many images the worker trained, and
+a worker can claim its accelerator's whole datasheet peak (the master's
+physical bound) while training at a fifth of it. So the auditor also times the
+model's training steps, at its batch size, precision and XLA setting, on one
+device of its own hardware, on in-memory batches (no input pipeline, no
+validation, no reporting: an upper bound of what a worker's device does), and
+the master compares that rate with two claims, both per device of the worker:
+the model's images over its life (submission to finish), and the worker's
+counted operations over its whole time in the run. Either above the audited
+rate by more than `THROUGHPUT_TOLERANCE` is TOO_FAST, and a run with a TOO_FAST
+audit is invalid, whatever its profile. The tolerance covers clocks and
+thermals of one accelerator model against another unit of the same model
+(a few percent) and timing noise on a shared machine; a worker's own overheads
+(input pipeline, validation, checkpoints, reports) only lower its claims. A lie
+smaller than the tolerance goes unseen. The check needs the auditor on the
+worker's hardware (the same accelerator model; for a worker without
+accelerators the same CPU model and count): elsewhere it is DIFFERENT_HARDWARE.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Sequence
 
 ACCURACY_TOLERANCE = 0.005  # absolute top-1, see the module docstring
+THROUGHPUT_TOLERANCE = 0.25  # relative, see the module docstring
 
 PASSED = "passed"
 FAILED = "failed"                        # the weights give less accuracy than claimed
 WRONG_ARCHITECTURE = "wrong architecture"  # the weights are not the recorded graph at its kernel size
 NO_CHECKPOINT = "no checkpoint"          # none recorded, deleted by retention, or missing from the store
 CORRUPT = "corrupt"                      # its SHA-256 differs from the recorded one, or it cannot be read
-VERDICTS = (PASSED, FAILED, WRONG_ARCHITECTURE, NO_CHECKPOINT, CORRUPT)
+VERDICTS = (PASSED, FAILED, WRONG_ARCHITECTURE, NO_CHECKPOINT, CORRUPT)  # of the weights (the auditor's)
+TOO_FAST = "too fast"                    # the worker claimed more than the audited rate allows
+DIFFERENT_HARDWARE = "different hardware"  # the auditor's device is not the worker's: throughput unchecked
+NOT_TIMED = "not timed"                  # the auditor sent no timed rate
+THROUGHPUT_VERDICTS = (PASSED, TOO_FAST, DIFFERENT_HARDWARE, NOT_TIMED)
 
 # What the scoreboard says of the model behind the regulated score.
 STATUS_PASSED = "passed"
@@ -59,3 +84,48 @@ def status(latest_verdict: str | None) -> str:
     if latest_verdict is None:
         return STATUS_NOT_AUDITED
     return STATUS_PASSED if latest_verdict == PASSED else STATUS_FAILED
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """What the throughput check compares, per device (see the module docstring)."""
+
+    worker_hardware: str
+    auditor_hardware: str
+    claimed_images_per_second: float  # the model's images over its life, per device of its worker
+    audited_images_per_second: float  # the auditor's timed rate on one device; 0: not timed
+    worker_flops: float               # the worker's counted operations over its time in the run, per device
+    audited_flops: float              # audited_images_per_second x the model's operations per trained image
+
+
+def hardware_name(accelerator_models: Sequence[str], cpu_model: str, cpus: int) -> tuple[str, int]:
+    """(what the throughput check compares, devices): a node's accelerator model and how many it
+    has (distinct models joined by " + " when mixed, which no one device matches); without
+    accelerators its CPU model and count as one device ("" when the model is unknown)."""
+    if accelerator_models:
+        return " + ".join(sorted({" ".join(m.split()) for m in accelerator_models})), len(accelerator_models)
+    model = " ".join(cpu_model.split())
+    return (f"{model} ({cpus} CPUs)" if model else ""), 1
+
+
+def same_hardware(worker: str, auditor: str) -> bool:
+    """Whether two hardware descriptions name the same model (case and spacing aside; "" never matches)."""
+    a, b = " ".join(worker.split()).casefold(), " ".join(auditor.split()).casefold()
+    return bool(a) and a == b
+
+
+def throughput_verdict(t: Throughput) -> str:
+    """NOT_TIMED, DIFFERENT_HARDWARE, TOO_FAST or PASSED (see the module docstring)."""
+    if not (math.isfinite(t.audited_images_per_second) and t.audited_images_per_second > 0):
+        return NOT_TIMED
+    if not same_hardware(t.worker_hardware, t.auditor_hardware):
+        return DIFFERENT_HARDWARE
+    margin = 1.0 + THROUGHPUT_TOLERANCE
+    if t.claimed_images_per_second > t.audited_images_per_second * margin or t.worker_flops > t.audited_flops * margin:
+        return TOO_FAST
+    return PASSED
+
+
+def final_verdict(weights: str, throughput: str) -> str:
+    """The audit's verdict: the weights' when they did not pass, else the throughput check's."""
+    return weights if weights != PASSED else throughput

@@ -20,10 +20,15 @@ gives every model real weights (the smoke child at kernel 3, He-initialised and
 saved in a checkpoint store), has every worker claim the accuracy those weights
 give on the digits validation split (the accuracy liar claims 0.9999), and runs
 the audit (worker/audit.py, recorded through RecordAudit) on each model (the first
-one of a liar with several) before the scoreboard is read. The ratio after the
-audit is the score ratio when the audit passed and 0 when it did not: what an
-official run counts, since a failed audit of the model behind the regulated score
-makes it invalid (docs/spec.md, "Audit").
+one of a liar with several) before the scoreboard is read. The audit also times
+the model's training steps here (worker/throughput.py), so under `--audit` the
+worker is this machine, not an H100: it registers this CPU (its model, its
+count and its measured float32 GEMM rate), the honest worker claims
+HONEST_SHARE of the smoke child's training rate timed here at start, and a liar
+about its peak claims the same share of the peak it registered. The ratio after
+the audit is the score ratio when the audit passed and 0 when it did not: a
+failed audit of the model behind the regulated score makes an official run
+invalid, and a throughput found too fast any run (docs/spec.md, "Audit").
 """
 
 from __future__ import annotations
@@ -56,6 +61,30 @@ TOKENS = {"worker_token": "forgery-worker", "admin_token": "forgery-admin"}
 # stay within the worker's accepted peak, which bounds them (score <= peak) but cannot tell them
 # from a worker that trains at that rate.
 COVERED = ("images_x1e6", "worker_ops_9.2e18", "graph_512x512", "peak_1e18")
+HONEST_SHARE = 0.8     # under --audit: an honest worker's share of its timed step rate (it also reads data,
+                       # validates and reports)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The worker's hardware as it registers it, and the rate an honest worker reaches on it."""
+
+    accelerator: str       # the model registered ("" : a CPU worker)
+    peak: float            # its measured float32 GEMM rate
+    honest_ops_per_s: float
+    cpus: int = 0
+    cpu_model: str = ""
+
+    def register(self, w: WorkerClient, peak: float) -> int:
+        """Register with `peak` claimed (ApiError when refused): the worker id."""
+        if self.accelerator:
+            return w.register(name="w", host="w", accelerators=[Accelerator(self.accelerator, 80 << 30, 0.0,
+                                                                            {"float32": peak})]).worker_id
+        return w.register(name="w", host="w", cpus=self.cpus, cpu_peak_flops_by_dtype={"float32": peak},
+                          cpu_model=self.cpu_model).worker_id
+
+
+H100_MACHINE = Machine(H100, PEAK, UTILISATION * PEAK)
 
 
 class Clock:
@@ -91,22 +120,37 @@ class Audit:
     store: Any
     accuracy: float
     dataset: Any
+    timing: Any      # worker.audit.Timing: how the audit times training steps here
+    machine: Machine  # this machine, as a worker registers it
 
 
 def _audit_setup(graph: Graph, tmp: Path) -> Audit:
-    """Real weights of the smoke child at kernel 3 and their accuracy on the digits validation split."""
+    """Real weights of the smoke child at kernel 3, their accuracy on the digits validation split,
+    and this machine as a worker: its CPU, its GEMM rate and the honest rate timed here."""
     import numpy as np
 
     from aiperf.keras_builder import build_model
+    from aiperf.profiles import SMOKE
+    from worker.audit import Timing
     from worker.checkpoints import open_store, save_model_weights
     from worker.data import load_dataset
+    from worker.gemm import measure_cpu_peak
+    from worker.inventory import inventory
+    from worker.throughput import auditor_hardware, one_device, training_rate
 
     dataset = load_dataset("digits", None, image_size=32)
     model = build_model(graph, kernel_size=3, seed=11)
     xs, ys = zip(*[(x.numpy(), y.numpy()) for x, y in dataset.validation(64)])
     predicted = np.argmax(model.predict(np.concatenate(xs), verbose=0, batch_size=64), -1)
     accuracy = float(np.mean(predicted == np.argmax(np.concatenate(ys), -1)))
-    return Audit(save_model_weights(model, tmp, 0), open_store(str(tmp / "checkpoints")), accuracy, dataset)
+    device, strategy = one_device()
+    timing = Timing(xla=False, profile=SMOKE, strategy=strategy, hardware=auditor_hardware(device))
+    rate = training_rate(graph, 3, 32, "fp32", False, dataset, SMOKE, strategy)
+    inv = inventory()
+    machine = Machine("", measure_cpu_peak()["float32"], HONEST_SHARE * rate * count_flops(
+        with_inserted_kernel(graph, 3)).train, cpus=inv.cpus, cpu_model=inv.cpu_model)
+    return Audit(save_model_weights(model, tmp, 0), open_store(str(tmp / "checkpoints")), accuracy, dataset,
+                 timing, machine)
 
 
 def _audited(w: WorkerClient, c: ControlClient, wid: int, mid: int, lie: Lie, audit: Audit) -> str:
@@ -118,10 +162,12 @@ def _audited(w: WorkerClient, c: ControlClient, wid: int, mid: int, lie: Lie, au
     w.finish_model(wid, mid, "done", best_accuracy=lie.accuracy, checkpoint_uri=ckpt.uri,
                    checkpoint_sha256=ckpt.sha256)
     (model,) = [m for m in c.list_models(run_id, state="done", include_graph=True).models if m.model_id == mid]
-    f = audit_model(model, "fp32", audit.dataset, audit.weights.parent)
+    f = audit_model(model, "fp32", audit.dataset, audit.weights.parent, timing=audit.timing)
     return c.record_audit(mid, verdict=f.verdict, architecture_ok=f.architecture_ok,
                           audited_accuracy=f.audited_accuracy, validation_images=f.validation_images,
-                          auditor_host="forgery-bench", detail=f.detail).verdict
+                          auditor_host="forgery-bench", detail=f.detail,
+                          audited_images_per_second=f.audited_images_per_second,
+                          auditor_hardware=f.auditor_hardware).verdict
 
 
 def _graphs() -> dict[str, Graph]:
@@ -133,6 +179,7 @@ def _graphs() -> dict[str, Graph]:
 def _run(lie: Lie, graphs: dict[str, Graph], tmp: Path, audit: Audit | None = None) -> dict[str, Any]:
     from master.server import serve
 
+    machine = audit.machine if audit is not None else H100_MACHINE
     clock = Clock()
     h = serve(f"sqlite:///{tmp / (lie.name + '.db')}", port=0, host="127.0.0.1", data_dir=tmp / lie.name,
               heartbeat_interval_s=10_000.0, env={}, clock=clock, **TOKENS)
@@ -140,14 +187,12 @@ def _run(lie: Lie, graphs: dict[str, Graph], tmp: Path, audit: Audit | None = No
         w = WorkerClient(h.address, h.worker_token, retries=0)
         c = ControlClient(h.address, h.admin_token, retries=0)
         t0 = clock.t
+        claimed_peak = machine.peak if lie.peak == PEAK else lie.peak  # the lie, or this machine's own
         try:
-            wid = w.register(name="w", host="w", accelerators=[Accelerator(H100, 80 << 30, 0.0,
-                                                                           {"float32": lie.peak})]).worker_id
+            wid = machine.register(w, claimed_peak)
         except ApiError as exc:
             lie.refused.append(f"Register: {exc.details}")
-            # the liar falls back to the most it can register: the bound of the request
-            wid = w.register(name="w", host="w", accelerators=[Accelerator(H100, 80 << 30, 0.0,
-                                                                           {"float32": 1e16})]).worker_id
+            wid = machine.register(w, 1e16)  # the most it can register: the bound of the request
         c.start_run(600, profile="smoke", precision="fp32")
         honest_ops = count_flops(with_inserted_kernel(graphs["smoke"], 3))
         graph = graphs[lie.graph]
@@ -159,12 +204,17 @@ def _run(lie: Lie, graphs: dict[str, Graph], tmp: Path, audit: Audit | None = No
         except ApiError as exc:
             lie.refused.append(f"SubmitModel: {exc.details}")
             mids = []
-        # what the worker trains, at the rate an honest run reaches on the claimed peak
-        images_per_step = int(lie.utilisation * min(lie.peak, PEAK) * STEP_S / honest_ops.train)
+        # what the worker trains: the honest rate; a liar about its utilisation (two_models_at_peak)
+        # claims that share of its real peak, a liar about its peak the honest share of the claimed one
+        utilisation = machine.honest_ops_per_s / machine.peak
+        share = utilisation if lie.utilisation == UTILISATION else lie.utilisation
+        images_per_step = int(share * machine.peak * STEP_S / honest_ops.train)
+        peak_images = int(utilisation * claimed_peak * STEP_S / honest_ops.train)
         for seq in range(1, int(DURATION_S / STEP_S) + 1):
             clock.t = t0 + seq * STEP_S
             for mid in mids:
-                _report(w, lie, wid, mid, seq, images_per_step, honest_ops, claimed_ops)
+                _report(w, lie, wid, mid, seq, peak_images if claimed_peak > machine.peak else images_per_step,
+                        claimed_ops)
         verdict = _audited(w, c, wid, mids[0], lie, audit) if audit is not None and mids else None
         clock.t = t0 + DURATION_S + STEP_S
         sb = c.scoreboard()
@@ -176,14 +226,11 @@ def _run(lie: Lie, graphs: dict[str, Graph], tmp: Path, audit: Audit | None = No
 
 
 def _report(w: WorkerClient, lie: Lie, wid: int, mid: int, seq: int, images_per_step: int,
-            honest_ops: Any, claimed_ops: Any) -> None:
+            claimed_ops: Any) -> None:
     """One report of the liar on one model (a refusal is recorded, and the liar goes on)."""
     n = int(lie.images_per_s * STEP_S) if lie.images_per_s else int(images_per_step * lie.image_factor)
     # a consistent liar sends the count the master will make (else the run is invalid at once)
     own = int(lie.worker_ops) if lie.worker_ops is not None else claimed_ops.ops(n, 0)
-    if lie.peak > PEAK:  # a liar about its peak reports at the rate of the peak it claimed
-        n = int(UTILISATION * lie.peak * STEP_S / honest_ops.train)
-        own = honest_ops.ops(n, 0)
     try:
         w.report_progress(wid, mid, seq, n, 0, 1, min(own, 2**63 - 1), val_accuracy=lie.accuracy)
     except ApiError as exc:

@@ -1,6 +1,7 @@
 """`aiperf audit`: re-evaluate a run's best models from their stored weights (docs/spec.md, "Audit").
 
     aiperf audit [--run ID] [--top N] [--json] [--dataset PATH --dataset-format F] [--scratch DIR]
+                 [--no-timing]
 
 Run where the validation split is (a worker pod, or any machine with the
 dataset) and where the checkpoint store is readable (the worker's --checkpoints
@@ -10,7 +11,11 @@ model behind the regulated score when it is not among them, are each read from
 their checkpoint (SHA-256 checked), checked against their recorded graph at
 their kernel size, and re-evaluated on the validation split here; each finding
 is recorded in the master (RecordAudit, with the admin token), which checks the
-verdict. Exit code 0 when every model was audited and recorded, whatever the
+verdict. Each model's training steps are also timed on one device here (the
+first GPU, else the CPU; `worker/throughput.py`) and the master compares the
+rate with its worker's claims: run it on the workers' hardware (docs/spec.md,
+"Audit"). `--no-timing` skips that, and the master records "not timed", which
+never passes. Exit code 0 when every model was audited and recorded, whatever the
 verdicts (the scoreboard shows them); 2 for a bad dataset; 3 and 4 as for the
 other control commands.
 """
@@ -87,6 +92,8 @@ def audit_cmd(
         None, "--dataset-format", envvar="AIPERF_DATASET_FORMAT", help="Dataset format (default: the profile's)."),
     scratch: Optional[Path] = typer.Option(None, "--scratch", help="Where checkpoints are copied while audited "
                                            "(default: the system's temporary directory)."),
+    no_timing: bool = typer.Option(False, "--no-timing", help="Do not time the models' training steps (the "
+                                   "master then records 'not timed', which never passes)."),
     log_level: LogLevel = typer.Option("warning", case_sensitive=False, help="Log level."),
 ) -> None:
     """Re-evaluate the run's best models from their stored weights and record the audit in the master."""
@@ -97,42 +104,53 @@ def audit_cmd(
     _check_dataset(dataset, kind, log_level.value)
     setup_logging(log_level.value)
     # TensorFlow's start-up lines (cli/worker.py's docstring): shown on a crash or with --log-level debug
-    run_id, rows = held_stderr(lambda: ctl.call(audit_run, ctl.client(), run, top, kind, dataset, scratch),
+    run_id, rows = held_stderr(lambda: ctl.call(audit_run, ctl.client(), run, top, kind, dataset, scratch,
+                                                not no_timing),
                                show=lambda exc: log_level.value == "debug" or not (
                                    exc is None or isinstance(exc, UsageError)))
     ctl.show({"run_id": run_id, "audits": rows}, lambda: audits_table(run_id, rows))
 
 
 def audit_run(client: Any, run: int, top: int, kind: Optional[str], dataset: Optional[str],
-              scratch: Optional[Path] = None) -> tuple[int, list[dict[str, Any]]]:
+              scratch: Optional[Path] = None, timed: bool = True) -> tuple[int, list[dict[str, Any]]]:
     """Audit the run's top models (and the regulated score's) and record each finding in the master:
     (run id, the recorded audits as rows). The master's refusals raise ApiError; a dataset that is not
     there or does not fit the graphs, one line (exit 2)."""
     from aiperf.api.enums import PRECISIONS, PROFILES
     from aiperf.profiles import get_profile
+    from worker.audit import Timing
 
     board = client.scoreboard(run)
     run_id, profile = board.run.config.run_id, get_profile(PROFILES[board.run.config.profile])
     precision = PRECISIONS[board.run.config.precision]
     picked = chosen(ranked_done_models(client, run_id), top, board.audit_model_id)
     data = _dataset(kind or profile.dataset, dataset, profile.input_size) if picked else None
-    return run_id, [_audit_one(client, run_id, position, model, precision, data, scratch)
+    timing = None
+    if timed and picked:
+        from worker.throughput import auditor_hardware, one_device
+
+        device, strategy = one_device()
+        timing = Timing(xla=board.run.config.xla, profile=profile, strategy=strategy,
+                        hardware=auditor_hardware(device)[:bounds.MAX_HARDWARE_CHARS])
+    return run_id, [_audit_one(client, run_id, position, model, precision, data, scratch, timing)
                     for position, model in picked]
 
 
 def _audit_one(client: Any, run_id: int, position: int, model: Any, precision: str, data: Any,
-               scratch: Optional[Path]) -> dict[str, Any]:
+               scratch: Optional[Path], timing: Any) -> dict[str, Any]:
     """Audit one model and record it; the recorded audit as a row."""
     from worker.audit import audit_model
 
     full = with_graph(client, run_id, position, model.model_id)
     try:
-        f = audit_model(full, precision, data, scratch)
+        f = audit_model(full, precision, data, scratch, timing=timing)
     except (ValueError, TypeError) as exc:  # the dataset does not fit the graph: the auditor's mistake
         fail(f"model {model.model_id}: cannot evaluate on this dataset: {' '.join(str(exc).split())[:300]}")
     recorded = client.record_audit(f.model_id, verdict=f.verdict, architecture_ok=f.architecture_ok,
                                    audited_accuracy=f.audited_accuracy, validation_images=f.validation_images,
-                                   auditor_host=socket.gethostname()[:bounds.MAX_NAME_CHARS], detail=f.detail)
+                                   auditor_host=socket.gethostname()[:bounds.MAX_NAME_CHARS], detail=f.detail,
+                                   audited_images_per_second=f.audited_images_per_second,
+                                   auditor_hardware=f.auditor_hardware)
     return audit_to_dict(recorded)
 
 

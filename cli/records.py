@@ -176,6 +176,14 @@ def audit_to_dict(a: pb.Audit) -> dict[str, Any]:
         "auditor_host": a.auditor_host,
         "audited_at": a.audited_at,
         "detail": a.detail or None,
+        "throughput": a.throughput or None,
+        "worker_hardware": a.worker_hardware or None,
+        "auditor_hardware": a.auditor_hardware or None,
+        "claimed_images_per_second": a.claimed_images_per_second,
+        "audited_images_per_second": a.audited_images_per_second or None,
+        "worker_flops": a.worker_flops,
+        "audited_flops": a.audited_flops or None,
+        "throughput_tolerance": a.throughput_tolerance,
     }
 
 

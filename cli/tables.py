@@ -205,12 +205,13 @@ def audits_table(run_id: int, rows: list[dict[str, Any]]) -> "Table":
     from rich.table import Table
 
     table = Table(title=f"run {run_id}: audit of {len(rows)} models")
-    for col in ("model", "claimed", "audited", "architecture", "verdict", "detail"):
+    for col in ("model", "claimed", "audited", "architecture", "img/s claimed/timed", "verdict", "detail"):
         table.add_column(col)
     for r in rows:
+        timed = f"{r['audited_images_per_second']:.3g}" if r["audited_images_per_second"] else "-"
         table.add_row(str(r["model_id"]), accuracy_text(r["claimed_accuracy"]), accuracy_text(r["audited_accuracy"]),
                       "ok" if r["architecture_ok"] else "wrong" if r["verdict"] == "wrong architecture" else "-",
-                      r["verdict"], (r.get("detail") or "")[:120])
+                      f"{r['claimed_images_per_second']:.3g}/{timed}", r["verdict"], (r.get("detail") or "")[:120])
     return table
 
 

@@ -19,7 +19,10 @@ def _audit(r: AuditRow) -> AuditRecord:
         id=r.id, run_id=r.run_id, model_id=r.model_id, audited_at=r.audited_at, auditor_host=r.auditor_host,
         verdict=r.verdict, architecture_ok=bool(r.architecture_ok), claimed_accuracy=r.claimed_accuracy,
         audited_accuracy=r.audited_accuracy, validation_images=int(r.validation_images), tolerance=r.tolerance,
-        detail=r.detail,
+        detail=r.detail, throughput=r.throughput or "", worker_hardware=r.worker_hardware or "",
+        auditor_hardware=r.auditor_hardware or "", claimed_images_per_second=r.claimed_images_per_second or 0.0,
+        audited_images_per_second=r.audited_images_per_second or 0.0, worker_flops=r.worker_flops or 0.0,
+        audited_flops=r.audited_flops or 0.0, throughput_tolerance=r.throughput_tolerance or 0.0,
     )
 
 
@@ -39,6 +42,10 @@ class AuditSql:
                 auditor_host=audit.auditor_host, verdict=audit.verdict, architecture_ok=audit.architecture_ok,
                 claimed_accuracy=audit.claimed_accuracy, audited_accuracy=audit.audited_accuracy,
                 validation_images=audit.validation_images, tolerance=audit.tolerance, detail=audit.detail,
+                throughput=audit.throughput, worker_hardware=audit.worker_hardware,
+                auditor_hardware=audit.auditor_hardware, claimed_images_per_second=audit.claimed_images_per_second,
+                audited_images_per_second=audit.audited_images_per_second, worker_flops=audit.worker_flops,
+                audited_flops=audit.audited_flops, throughput_tolerance=audit.throughput_tolerance,
             )
             s.add(row)
             s.flush()

@@ -7,7 +7,11 @@ validation accuracy) with `aiperf.audit.verdict`, and refuses a request whose
 verdict disagrees. The master stamps the time. The model behind the regulated
 score is the one whose report gave acc(t) at the regulated score's time t; an
 official run is valid only when that model's latest audit passed
-(docs/spec.md, "Audit"). Smoke runs show the audit but it does not decide their
+(docs/spec.md, "Audit"). The master also checks the model's throughput
+(`aiperf.audit.throughput_verdict`) from the auditor's timed rate and its own
+records of the model and its worker, and records the final verdict; a run with
+a TOO_FAST audit is invalid, whatever its profile (a proven false count of
+work). Smoke runs show the accuracy audit but it does not decide their
 validity: they are unofficial anyway, and the demo would otherwise depend on a
 worker's checkpoint store being readable from where the scoreboard is asked.
 """
@@ -21,11 +25,13 @@ from typing import Callable
 from aiperf import audit as rule
 from aiperf import scoring
 from master.domain import AuditSubmission, RegulatedAudit
-from master.store import AuditInput, AuditRecord, FailedPrecondition, InvalidArgument, RunRecord, Store
+from master.store import (AuditInput, AuditRecord, FailedPrecondition, InvalidArgument, ModelRecord, RunRecord,
+                          Store)
 
 log = logging.getLogger(__name__)
 
 _UNREAD = (rule.NO_CHECKPOINT, rule.CORRUPT)  # verdicts of a checkpoint that was not read
+MIN_SPAN_S = 1.0  # the shortest time a claim is spread over (a model finished at once claims per second)
 
 
 class Audits:
@@ -55,16 +61,49 @@ class Audits:
                 raise InvalidArgument(f"verdict {sub.verdict!r} disagrees with the figures: claimed "
                                       f"{model.best_accuracy}, audited {sub.audited_accuracy}, architecture_ok "
                                       f"{sub.architecture_ok}, {sub.validation_images} images give {expected!r}")
+        if sub.audited_images_per_second > 0 and not sub.auditor_hardware.strip():
+            raise InvalidArgument("a timed rate (audited_images_per_second) needs the auditor_hardware it ran on")
+        t = self._throughput(model, sub)
+        throughput = rule.throughput_verdict(t)
         record = self.store.add_audit(AuditInput(
-            model_id=model.id, audited_at=self.clock(), auditor_host=sub.auditor_host, verdict=sub.verdict,
+            model_id=model.id, audited_at=self.clock(), auditor_host=sub.auditor_host,
+            verdict=rule.final_verdict(sub.verdict, throughput),
             architecture_ok=sub.architecture_ok, claimed_accuracy=model.best_accuracy,
             audited_accuracy=sub.audited_accuracy, validation_images=sub.validation_images,
             tolerance=rule.tolerance(sub.validation_images), detail=sub.detail,
+            throughput=throughput, worker_hardware=t.worker_hardware, auditor_hardware=t.auditor_hardware,
+            claimed_images_per_second=t.claimed_images_per_second,
+            audited_images_per_second=t.audited_images_per_second, worker_flops=t.worker_flops,
+            audited_flops=t.audited_flops, throughput_tolerance=rule.THROUGHPUT_TOLERANCE,
         ))
         log.info("event=audit_recorded model_id=%d run_id=%d verdict=%r claimed=%s audited=%s architecture_ok=%s "
-                 "auditor=%s", model.id, record.run_id, record.verdict, record.claimed_accuracy,
-                 record.audited_accuracy, record.architecture_ok, record.auditor_host)
+                 "throughput=%r claimed_ips=%.4g audited_ips=%.4g worker_flops=%.4g audited_flops=%.4g auditor=%s",
+                 model.id, record.run_id, record.verdict, record.claimed_accuracy, record.audited_accuracy,
+                 record.architecture_ok, throughput, t.claimed_images_per_second, t.audited_images_per_second,
+                 t.worker_flops, t.audited_flops, record.auditor_host)
         return record
+
+    def _throughput(self, model: ModelRecord, sub: AuditSubmission) -> rule.Throughput:
+        """The model's and its worker's claims per device, from the master's own records, beside the
+        auditor's timed rate (aiperf.audit's module docstring)."""
+        run = self.store.get_run(model.run_id)
+        joined = next((rw for rw in self.store.run_workers(run.id) if rw.worker.id == model.worker_id), None)
+        inv = joined.inventory if joined is not None else {}
+        hardware, devices = rule.hardware_name([str(a.get("model", "")) for a in inv.get("accelerators", [])],
+                                               str(inv.get("cpu", {}).get("model", "")), int(inv.get("cpus", 0)))
+        now = self.clock()
+        life = (model.finished_at or now) - model.created_at
+        end = min(t for t in (now, run.stopped_at, run.deadline) if t is not None)
+        start = max([t for t in (run.started_at, joined.joined_at if joined else None) if t is not None]
+                    or [model.created_at])
+        ops = self.store.worker_run_ops(run.id, model.worker_id)
+        return rule.Throughput(
+            worker_hardware=hardware, auditor_hardware=" ".join(sub.auditor_hardware.split()),
+            claimed_images_per_second=model.images_trained / max(life, MIN_SPAN_S) / devices,
+            audited_images_per_second=sub.audited_images_per_second,
+            worker_flops=ops / max(end - start, MIN_SPAN_S) / devices,
+            audited_flops=sub.audited_images_per_second * model.flops_per_train_image,
+        )
 
     def of_run(self, run_id: int) -> list[AuditRecord]:
         """Every audit of the run, oldest first."""
@@ -79,6 +118,19 @@ class Audits:
             return RegulatedAudit(None, "", None)
         latest = self.store.latest_audit(model_id)
         return RegulatedAudit(model_id, rule.status(latest.verdict if latest else None), latest)
+
+
+def with_throughput_rule(result: scoring.ScoreResult, audits: list[AuditRecord]) -> scoring.ScoreResult:
+    """`result`, made invalid when the latest audit of any of the run's models found its worker's
+    claims TOO_FAST (any profile: a count of work the hardware cannot do)."""
+    latest = {a.model_id: a for a in audits}  # oldest first: the last one of each model stays
+    caught = [a for a in latest.values() if a.throughput == rule.TOO_FAST]
+    if not caught:
+        return result
+    why = "; ".join(f"model {a.model_id}'s worker claimed {a.claimed_images_per_second:.4g} images/s and "
+                    f"{a.worker_flops:.4g} FLOPS per device, the audit timed {a.audited_images_per_second:.4g} "
+                    f"images/s ({a.audited_flops:.4g} FLOPS) on {a.auditor_hardware}" for a in caught[:3])
+    return replace(result, valid=False, invalid_reasons=(*result.invalid_reasons, f"throughput audit: {why}"))
 
 
 def with_audit_rule(result: scoring.ScoreResult, rules: scoring.ProfileRules,

@@ -91,9 +91,18 @@ def worker_input(req: pb.RegisterRequest) -> WorkerInput:
         cpus=int(req.cpus),
         memory_bytes=int(req.memory_bytes),
         software={s.name: s.version for s in req.software},
-        cpu={"peak_flops_by_dtype": {k: float(v) for k, v in sorted(req.cpu_peak_flops_by_dtype.items())}}
-        if req.cpu_peak_flops_by_dtype else {},
+        cpu=_cpu_inventory(req),
     )
+
+
+def _cpu_inventory(req: pb.RegisterRequest) -> dict[str, Any]:
+    """A worker's CPU as it registered it: its measured GEMM rates and model name (each when sent)."""
+    cpu: dict[str, Any] = {}
+    if req.cpu_peak_flops_by_dtype:
+        cpu["peak_flops_by_dtype"] = {k: float(v) for k, v in sorted(req.cpu_peak_flops_by_dtype.items())}
+    if req.cpu_model:
+        cpu["model"] = req.cpu_model
+    return cpu
 
 
 def model_submission(req: pb.SubmitModelRequest) -> ModelSubmission:
@@ -247,6 +256,7 @@ def worker_message(w: WorkerRecord, inventory: dict[str, Any] | None = None) -> 
     }
     return pb.WorkerInfo(
         cpu_peak_flops_by_dtype=inv.get("cpu", {}).get("peak_flops_by_dtype", {}),
+        cpu_model=inv.get("cpu", {}).get("model", ""),
         worker_id=w.id, name=w.name, host=inv.get("host", w.host),
         accelerators=[
             pb.Accelerator(model=a.get("model", ""), memory_bytes=int(a.get("memory_bytes", 0)),
@@ -384,6 +394,7 @@ def audit_submission(req: pb.RecordAuditRequest) -> AuditSubmission:
         audited_accuracy=req.audited_accuracy if req.has_audited_accuracy else None,
         architecture_ok=req.architecture_ok, verdict=req.verdict, auditor_host=req.auditor_host,
         validation_images=req.validation_images, detail=req.detail,
+        audited_images_per_second=req.audited_images_per_second, auditor_hardware=req.auditor_hardware,
     )
 
 
@@ -393,6 +404,9 @@ def audit_message(a: AuditRecord) -> pb.Audit:
         has_audited_accuracy=a.audited_accuracy is not None, audited_accuracy=a.audited_accuracy or 0.0,
         architecture_ok=a.architecture_ok, verdict=a.verdict, auditor_host=a.auditor_host,
         validation_images=a.validation_images, audited_at=a.audited_at, detail=a.detail, tolerance=a.tolerance,
+        throughput=a.throughput, worker_hardware=a.worker_hardware, auditor_hardware=a.auditor_hardware,
+        claimed_images_per_second=a.claimed_images_per_second, audited_images_per_second=a.audited_images_per_second,
+        worker_flops=a.worker_flops, audited_flops=a.audited_flops, throughput_tolerance=a.throughput_tolerance,
     )
 
 

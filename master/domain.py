@@ -79,6 +79,8 @@ class AuditSubmission:
     auditor_host: str
     validation_images: int
     detail: str = ""
+    audited_images_per_second: float = 0.0  # the model's steps timed on one device of the auditor; 0: not timed
+    auditor_hardware: str = ""              # that device's model (aiperf.audit.hardware_name)
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ from master.heartbeats import Heartbeats
 from master.identity import WorkerCredentials, credential_hash
 from master.metrics import MasterMetrics
 from master import retention
-from master.audits import Audits, with_audit_rule
+from master.audits import Audits, with_audit_rule, with_throughput_rule
 from master.progress import ProgressWriter
 from master.officiality import run_config, unofficial_reasons
 from master.run_rules import (accelerator_peaks, check_accelerators, check_graph_fits, parse_graph, peak_verdict,
@@ -654,7 +654,7 @@ class Master:
         joined = self.store.run_workers(run.id)
         result = self.score(run, joined)
         audit = self.audits.regulated(run, result)
-        result = with_audit_rule(result, rules_of(run), audit)
+        result = with_throughput_rule(with_audit_rule(result, rules_of(run), audit), self.audits.of_run(run.id))
         ranked = self.store.ranked_done_ids(run.id)
         images_trained, images_validated = self.store.run_images(run.id)
         return Scoreboard(

@@ -61,6 +61,8 @@ def with_checked_peaks(info: WorkerInput) -> WorkerInput:
     its CPU's rates, checked the same way; a worker with accelerators has no CPU peak."""
     cpu_rates = dict(info.cpu.get("peak_flops_by_dtype", {})) if not info.accelerators else {}
     cpu = {"peak_flops_by_dtype": cpu_rates, "peak_checks": checked_cpu_rates(info.cpus, cpu_rates)} if cpu_rates else {}
+    if info.cpu.get("model") and not info.accelerators:  # the hardware an audit must time on
+        cpu["model"] = info.cpu["model"]
     return replace(info, accelerators=[{**a, "peak_checks": checked_rates(a)} for a in info.accelerators], cpu=cpu)
 
 
@@ -72,7 +74,7 @@ def _worker_checks(accelerators: list[dict], cpu: dict, dtype: str | None) -> li
     """The check behind each peak of one worker: one per accelerator, or its CPU's when it has none."""
     if accelerators:
         return [_check_of(a, dtype) for a in accelerators]
-    return [_cpu_check(cpu, dtype)] if cpu else []
+    return [_cpu_check(cpu, dtype)] if "peak_checks" in cpu else []
 
 
 def accelerator_peaks(run: RunRecord, joined: list[RunWorker]) -> list[float]:

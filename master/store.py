@@ -238,6 +238,15 @@ class AuditInput:
     validation_images: int
     tolerance: float
     detail: str = ""
+    # the throughput check (aiperf.audit.Throughput; "" and zeros in audits recorded before it)
+    throughput: str = ""
+    worker_hardware: str = ""
+    auditor_hardware: str = ""
+    claimed_images_per_second: float = 0.0
+    audited_images_per_second: float = 0.0
+    worker_flops: float = 0.0
+    audited_flops: float = 0.0
+    throughput_tolerance: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ H100 = Accelerator("NVIDIA H100 80GB HBM3", 80 << 30, 0.0, {"float32": 4e14, "fl
 IMAGENET = {"kind": "imagenet-tfrecord", "train_images": 1_281_167, "validation_images": 50_000,
             "num_classes": 1000, "image_size": 224, "fingerprint": "ab" * 32}
 TOKENS = {"worker_token": "audit-worker", "admin_token": "audit-admin"}
+# an auditor timing the official models on the workers' own H100: 5,000 images/s, above the
+# ~3,500 images/s they claim (the throughput check, tests/test_audit_throughput.py)
+TIMED = {"audited_images_per_second": 5000.0, "auditor_hardware": H100.model}
 
 
 def tiny_graph() -> Graph:
@@ -66,6 +69,14 @@ def _serve(tmp: Path, **kwargs: Any) -> Any:
                  heartbeat_interval_s=10_000.0, env={}, **TOKENS, **kwargs)
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.t = 2_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
 class Scenario:
     """The smoke run's models by role, the audit's rows and the master it ran against."""
 
@@ -75,11 +86,17 @@ class Scenario:
         from aiperf.keras_builder import build_model
         from worker.checkpoints import open_store, save_model_weights
 
+        from worker.inventory import inventory
+
         self.tmp = tmp
-        self.h = _serve(tmp)
+        self.clock = Clock()
+        self.h = _serve(tmp, clock=self.clock)
         self.w = WorkerClient(self.h.address, self.h.worker_token, retries=0)
         self.c = ControlClient(self.h.address, self.h.admin_token, retries=0)
-        self.wid = self.w.register(name="w", host="w", accelerators=[H100]).worker_id
+        # this machine, as a CPU worker registers it: the audit times the steps here (throughput)
+        inv = inventory()
+        self.wid = self.w.register(name="w", host="w", cpus=inv.cpus, cpu_model=inv.cpu_model,
+                                   cpu_peak_flops_by_dtype={"float32": 1e11}).worker_id
         self.run_id = self.c.start_run(600, profile="smoke", precision="fp32").config.run_id
         self.store = open_store(str(tmp / "checkpoints"))
         graph = tiny_graph()
@@ -101,6 +118,7 @@ class Scenario:
             mid = self.w.submit_model(self.wid, graph.to_json(), graph.hash(), 0, len(self.ids) + 1,
                                       {"batch_size": 32, "kernel_size": kernel}).model_id
             seq += 1
+            self.clock.t += 30  # 64 images in 30 s: far below what any machine trains
             ops = count_flops(with_inserted_kernel(graph, kernel)).ops(64, 64)
             self.w.report_progress(self.wid, mid, 1, 64, 64, 1, ops, val_accuracy=claim)
             if role == "garbage":  # a worker that stores bytes that are no weights file, with their true SHA-256
@@ -165,6 +183,9 @@ def test_honest_weights_pass(scenario, audited):
     assert row["audited_accuracy"] == pytest.approx(scenario.honest_accuracy, abs=1e-9)
     assert row["validation_images"] > 0
     assert row["tolerance"] == pytest.approx(rule.ACCURACY_TOLERANCE + 1 / row["validation_images"])
+    # its training steps were timed here, on the hardware it registered, and its claims are far below
+    assert row["throughput"] == rule.PASSED and row["auditor_hardware"] == row["worker_hardware"]
+    assert row["audited_images_per_second"] > row["claimed_images_per_second"] > 0
 
 
 def test_a_claim_above_what_the_weights_give_fails(scenario, audited):
@@ -309,14 +330,6 @@ def test_record_audit_bounds_at_their_edges():
 # ---------------------------------------------------------------- the official rule
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 2_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def test_an_official_run_is_valid_only_when_its_regulated_model_passed(tmp_path):
     """Official ResNet-50 at 224 px on a scripted clock: two models report, the better one is behind
     the regulated score; the run is invalid until that model passes an audit, and a later failed
@@ -346,15 +359,15 @@ def test_an_official_run_is_valid_only_when_its_regulated_model_passed(tmp_path)
         assert board.audit_status == rule.STATUS_NOT_AUDITED and not board.valid
         assert f"model {mids[1]}) is not audited" in board.invalid_reason
         c.record_audit(mids[0], verdict=rule.PASSED, architecture_ok=True, audited_accuracy=0.74,
-                       validation_images=50_000)
+                       validation_images=50_000, **TIMED)
         assert not c.scoreboard().valid  # the other model's audit does not count
         c.record_audit(mids[1], verdict=rule.PASSED, architecture_ok=True, audited_accuracy=0.776,
-                       validation_images=50_000)  # 0.4 points below the claim: within the tolerance
+                       validation_images=50_000, **TIMED)  # 0.4 points below the claim: within the tolerance
         board = c.scoreboard()
         assert board.valid, board.invalid_reason
         assert board.audit_status == rule.STATUS_PASSED and board.audit.audited_accuracy == pytest.approx(0.776)
         c.record_audit(mids[1], verdict=rule.FAILED, architecture_ok=True, audited_accuracy=0.70,
-                       validation_images=50_000)
+                       validation_images=50_000, **TIMED)
         board = c.scoreboard()
         assert not board.valid and "failed its audit: failed" in board.invalid_reason
     finally:

@@ -221,6 +221,9 @@ def test_nothing_but_workers_requests_gpus(target: str) -> None:
         for c in containers(obj):
             if obj["metadata"]["name"] == "aiperf-worker" and target in GPU_DEPLOYMENTS:
                 continue
+            if target == "jobs/audit":  # one GPU: the audit times training steps on the workers' hardware
+                assert str(gpu_limit(c)) == "1", f"k8s/{target}: {gpu_limit(c)}"
+                continue
             assert gpu_limit(c) is None, f"k8s/{target}: {obj['metadata']['name']} requests GPUs"
 
 
@@ -506,12 +509,21 @@ def test_jobs_run_the_control_commands_once(target: str) -> None:
         config = _job_config()
         assert config["AIPERF_RUN_DURATION"] == "1h" and config["AIPERF_RUN_PRECISION"] == "mixed_fp16"
     elif target == "jobs/audit":
-        # the worker image (TensorFlow), the workers' dataset, read-only; no GPU (checked above)
+        # the worker image (TensorFlow), the workers' dataset and checkpoint store, read-only, on a
+        # worker node (one GPU, checked above)
         assert container["args"][0] == "audit" and container["image"].startswith("aiperf-worker")
         assert option_value(container["args"], "--dataset") == "$(AIPERF_DATASET)"
         assert option_value(container["args"], "--dataset-format") == "$(AIPERF_DATASET_FORMAT)"
         (mount,) = [m for m in container["volumeMounts"] if m["name"] == "dataset"]
         assert mount["readOnly"] is True and _job_config()["AIPERF_DATASET"].startswith(mount["mountPath"] + "/")
+        worker = find(render("base"), "DaemonSet", "aiperf-worker")
+        (wc,) = pod_spec(worker)["containers"]
+        store = {e["name"]: e.get("value") for e in wc["env"]}["AIPERF_CHECKPOINTS"]
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "checkpoints"]
+        assert mount["mountPath"] == store and mount["readOnly"] is True
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "checkpoints"]
+        assert volume["persistentVolumeClaim"]["claimName"] == "aiperf-checkpoints"
+        assert spec["nodeSelector"] == pod_spec(worker)["nodeSelector"]
     else:
         assert container["args"] == ["scoreboard"]
     # By the CLI's exit codes: a master that is not up yet (3) is retried; bad input (2)

@@ -201,7 +201,7 @@ class Agent:
                               for a, peaks in zip(inv.accelerators, self.peaks)],
                 cpus=inv.cpus, memory_bytes=inv.memory_bytes, software=inv.software,
                 credential=kept,  # "" : the client presents the one it got for the name, if any
-                cpu_peak_flops_by_dtype=self.cpu_peaks),
+                cpu_peak_flops_by_dtype=self.cpu_peaks, cpu_model=inv.cpu_model),
             self._stop,
             lambda exc, delay: log.warning("event=register_retry code=%s in=%.1fs detail=%s", exc.code.name, delay,
                                            exc.details),

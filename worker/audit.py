@@ -19,13 +19,17 @@ claimed, kernel 3 trained: every inserted conv's kernel is 3x3, not 7x7).
 Evaluation runs the network in inference mode under the run's precision policy
 (the worker validated in it), over the whole validation split in its fixed
 order, at the model's batch size (which its worker fitted in memory).
+
+Throughput. Whatever became of its checkpoint, the model's training steps are
+timed on one device here (`worker.throughput`), unless the caller says not to
+(then the master records "not timed", which never passes).
 """
 
 from __future__ import annotations
 
 import logging
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +55,8 @@ class Finding:
     verdict: str
     validation_images: int
     detail: str = ""
+    audited_images_per_second: float = 0.0  # the model's training steps timed on one device here; 0: not timed
+    auditor_hardware: str = ""              # that device (aiperf.audit.hardware_name)
 
 
 def variable_shapes(weights_file: Path) -> dict[str, tuple[int, ...]]:
@@ -125,12 +131,48 @@ def evaluate(weights_file: Path, graph: Graph, kernel_size: int, precision: str,
     return correct / images, images
 
 
+@dataclass(frozen=True)
+class Timing:
+    """How `audit_model` times training steps: the run's XLA setting and profile, the one-device
+    strategy and that device's hardware name (`worker.throughput.one_device`, `auditor_hardware`).
+    Rates are kept per (graph, kernel, batch, precision): models that train the same steps are
+    timed once."""
+
+    xla: bool
+    profile: Any
+    strategy: Any
+    hardware: str
+    rates: dict[tuple[str, int, int, str], float] = field(default_factory=dict)
+
+    def rate(self, model: pb.Model, precision: str, dataset: Any) -> float:
+        """The model's training images per second on the one device (`worker.throughput`)."""
+        from worker.throughput import training_rate
+
+        hp = model.hyperparameters
+        key = (model.graph_hash or model.graph_json, hp.kernel_size, hp.batch_size or 32, precision)
+        if key not in self.rates:
+            self.rates[key] = training_rate(Graph.from_json(model.graph_json), hp.kernel_size, key[2], precision,
+                                            self.xla, dataset, self.profile, self.strategy)
+        return self.rates[key]
+
+
 def audit_model(model: pb.Model, precision: str, dataset: Any, scratch: Path | None = None,
-                batch_size: int = 0) -> Finding:
-    """Audit one DONE model (its graph_json included): the checkpoint, its architecture, its accuracy.
+                batch_size: int = 0, timing: Timing | None = None) -> Finding:
+    """Audit one DONE model (its graph_json included): the checkpoint, its architecture, its
+    accuracy, and with `timing` its training rate on one device here.
 
     batch_size 0: the model's own. A dataset that does not fit the graph raises (the auditor's
     mistake, not the model's: nothing is recorded)."""
+    finding = _audit_weights(model, precision, dataset, scratch, batch_size)
+    if timing is None:
+        return finding
+    return replace(finding, audited_images_per_second=timing.rate(model, precision, dataset),
+                   auditor_hardware=timing.hardware)
+
+
+def _audit_weights(model: pb.Model, precision: str, dataset: Any, scratch: Path | None,
+                   batch_size: int) -> Finding:
+    """The checkpoint, its architecture and its accuracy (the Finding without a timed rate)."""
     claimed = model.best_accuracy if model.has_accuracy else None
 
     def unread(verdict: str, detail: str) -> Finding:

@@ -26,6 +26,7 @@ class Inventory:
     cpus: int
     memory_bytes: int
     software: dict[str, str] = field(default_factory=dict)
+    cpu_model: str = ""  # "" when the system does not say
 
 
 def nvml_accelerators() -> list[AcceleratorInfo] | None:
@@ -63,6 +64,20 @@ def tensorflow_accelerators() -> list[AcceleratorInfo]:
     return out
 
 
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name: Linux's /proc/cpuinfo "model name" line (x86), "Model" or "Hardware"
+    (Arm), else what `platform` says ("" when nothing does)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return " ".join((platform.processor() or platform.machine()).split())
+
+
 def software_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for name in SOFTWARE:
@@ -82,6 +97,7 @@ def inventory() -> Inventory:
         cpus=psutil.cpu_count(logical=True) or 1,
         memory_bytes=int(psutil.virtual_memory().total),
         software=software_versions(),
+        cpu_model=cpu_model(),
     )
 
 

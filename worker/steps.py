@@ -48,9 +48,9 @@ class CompiledRound:
     model: Any
     strategy: Any
     train_step: Callable[[Any], tuple[Any, Any]]  # (iterator) -> (loss, images)
-    eval_step: Callable[[Any], tuple[Any, Any]]   # (iterator) -> (correct predictions, images)
+    eval_step: Callable[[Any], tuple[Any, Any]] | None  # (iterator) -> (correct predictions, images)
     train_iterator: Any                           # every training epoch of the round, in order
-    validation_iterator: Any                      # one validation pass per epoch, in order
+    validation_iterator: Any                      # one validation pass per epoch, in order (None: no evaluation)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per preparation phase
 
     def release(self) -> None:
@@ -75,26 +75,31 @@ class StepSettings:
     initial_weights: Mapping[str, Sequence[Any]] | None = None
 
 
-def compile_round(settings: StepSettings, dataset: Any, profile: Profile, *, warm: bool = True) -> CompiledRound:
-    """Build, compile, trace and warm up the round's model and steps (see the module docstring)."""
+def compile_round(settings: StepSettings, dataset: Any, profile: Profile, *, warm: bool = True,
+                  evaluate: bool = True) -> CompiledRound:
+    """Build, compile, trace and warm up the round's model and steps (see the module docstring).
+    `evaluate` False: no evaluation function or validation iterator (an audit's timed steps)."""
     timings: dict[str, float] = {}
     clock = _Clock(timings)
     model = _compiled_model(settings, profile)
     clock.lap("build")
     strategy = settings.strategy
     train_data = dataset.train(settings.global_batch, seed=settings.seed)
-    validation_data = dataset.validation(settings.global_batch)
     train_iterator = iter(strategy.experimental_distribute_dataset(train_data.repeat(settings.epochs)))
-    validation_iterator = iter(strategy.experimental_distribute_dataset(validation_data.repeat(settings.epochs)))
+    validation_iterator = None
+    if evaluate:
+        validation_data = dataset.validation(settings.global_batch)
+        validation_iterator = iter(strategy.experimental_distribute_dataset(validation_data.repeat(settings.epochs)))
     clock.lap("data")
     train_step = _train_function(model, strategy, settings.xla)
-    eval_step = _eval_function(model, strategy, settings.xla)
+    eval_step = _eval_function(model, strategy, settings.xla) if evaluate else None
     dummy = _dummy_iterator(train_data.element_spec, strategy)
     train_step.get_concrete_function(dummy)
     clock.lap("trace_train")
-    eval_step.get_concrete_function(dummy)
-    clock.lap("trace_eval")
-    if warm and not settings.xla:
+    if eval_step is not None:
+        eval_step.get_concrete_function(dummy)
+        clock.lap("trace_eval")
+    if warm and evaluate and not settings.xla:
         _warm_up(model, train_step, eval_step, lambda: _dummy_iterator(train_data.element_spec, strategy))
         clock.lap("warm")
     return CompiledRound(model=model, strategy=strategy, train_step=train_step, eval_step=eval_step,

@@ -216,7 +216,7 @@ class SoftwareVersion(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "state", "registered_at", "last_heartbeat", "current_model_id", "current_run_id", "cpu_peak_flops_by_dtype", "dataset", "has_dataset", "implausible_reports")
+    __slots__ = ("worker_id", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "state", "registered_at", "last_heartbeat", "current_model_id", "current_run_id", "cpu_peak_flops_by_dtype", "dataset", "has_dataset", "implausible_reports", "cpu_model")
     class CpuPeakFlopsByDtypeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -240,6 +240,7 @@ class WorkerInfo(_message.Message):
     DATASET_FIELD_NUMBER: _ClassVar[int]
     HAS_DATASET_FIELD_NUMBER: _ClassVar[int]
     IMPLAUSIBLE_REPORTS_FIELD_NUMBER: _ClassVar[int]
+    CPU_MODEL_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     name: str
     host: str
@@ -256,7 +257,8 @@ class WorkerInfo(_message.Message):
     dataset: DatasetInfo
     has_dataset: bool
     implausible_reports: int
-    def __init__(self, worker_id: _Optional[int] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., state: _Optional[_Union[WorkerState, str]] = ..., registered_at: _Optional[float] = ..., last_heartbeat: _Optional[float] = ..., current_model_id: _Optional[int] = ..., current_run_id: _Optional[int] = ..., cpu_peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ..., dataset: _Optional[_Union[DatasetInfo, _Mapping]] = ..., has_dataset: _Optional[bool] = ..., implausible_reports: _Optional[int] = ...) -> None: ...
+    cpu_model: str
+    def __init__(self, worker_id: _Optional[int] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., state: _Optional[_Union[WorkerState, str]] = ..., registered_at: _Optional[float] = ..., last_heartbeat: _Optional[float] = ..., current_model_id: _Optional[int] = ..., current_run_id: _Optional[int] = ..., cpu_peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ..., dataset: _Optional[_Union[DatasetInfo, _Mapping]] = ..., has_dataset: _Optional[bool] = ..., implausible_reports: _Optional[int] = ..., cpu_model: _Optional[str] = ...) -> None: ...
 
 class Model(_message.Message):
     __slots__ = ("model_id", "run_id", "parent_id", "worker_id", "round", "graph_json", "graph_hash", "hyperparameters", "state", "best_accuracy", "predicted_accuracy", "has_accuracy", "created_at", "finished_at", "reason", "flops_per_train_image", "flops_per_eval_image", "images_trained", "images_validated", "epochs", "checkpoint_uri", "checkpoint_sha256", "inherited_from", "checkpoint_deleted")
@@ -311,7 +313,7 @@ class Model(_message.Message):
     def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., parent_id: _Optional[int] = ..., worker_id: _Optional[int] = ..., round: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., created_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., reason: _Optional[str] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., epochs: _Optional[int] = ..., checkpoint_uri: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ..., inherited_from: _Optional[int] = ..., checkpoint_deleted: _Optional[bool] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("api_version", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "credential", "cpu_peak_flops_by_dtype")
+    __slots__ = ("api_version", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "credential", "cpu_peak_flops_by_dtype", "cpu_model")
     class CpuPeakFlopsByDtypeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -328,6 +330,7 @@ class RegisterRequest(_message.Message):
     SOFTWARE_FIELD_NUMBER: _ClassVar[int]
     CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     CPU_PEAK_FLOPS_BY_DTYPE_FIELD_NUMBER: _ClassVar[int]
+    CPU_MODEL_FIELD_NUMBER: _ClassVar[int]
     api_version: ApiVersion
     name: str
     host: str
@@ -337,7 +340,8 @@ class RegisterRequest(_message.Message):
     software: _containers.RepeatedCompositeFieldContainer[SoftwareVersion]
     credential: str
     cpu_peak_flops_by_dtype: _containers.ScalarMap[str, float]
-    def __init__(self, api_version: _Optional[_Union[ApiVersion, str]] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., credential: _Optional[str] = ..., cpu_peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    cpu_model: str
+    def __init__(self, api_version: _Optional[_Union[ApiVersion, str]] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., credential: _Optional[str] = ..., cpu_peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ..., cpu_model: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("worker_id", "heartbeat_interval_s", "has_run", "run", "master_time", "api_version", "abandoned_model_ids", "credential")
@@ -786,7 +790,7 @@ class Scoreboard(_message.Message):
     def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., flops: _Optional[float] = ..., score: _Optional[float] = ..., provisional: _Optional[bool] = ..., regulated_score: _Optional[float] = ..., valid_flops: _Optional[float] = ..., error: _Optional[float] = ..., best_accuracy: _Optional[float] = ..., target_accuracy: _Optional[float] = ..., valid: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., official: _Optional[bool] = ..., efficiency: _Optional[float] = ..., peak_flops: _Optional[float] = ..., total_ops: _Optional[float] = ..., worker_ops: _Optional[float] = ..., flops_mismatch_reports: _Optional[int] = ..., reports: _Optional[int] = ..., workers: _Optional[int] = ..., workers_alive: _Optional[int] = ..., accelerators: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelCount, _Mapping]]] = ..., models_done: _Optional[int] = ..., best_model_id: _Optional[int] = ..., inventory: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., master_software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., min_running_time_s: _Optional[float] = ..., score_time_s: _Optional[float] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., peak_verdict: _Optional[str] = ..., implausible_reports: _Optional[int] = ..., unofficial_reasons: _Optional[_Iterable[str]] = ..., regulated_score_time_s: _Optional[float] = ..., valid_flops_time_s: _Optional[float] = ..., audit_status: _Optional[str] = ..., audit_model_id: _Optional[int] = ..., audit: _Optional[_Union[Audit, _Mapping]] = ...) -> None: ...
 
 class Audit(_message.Message):
-    __slots__ = ("model_id", "run_id", "claimed_accuracy", "has_audited_accuracy", "audited_accuracy", "architecture_ok", "verdict", "auditor_host", "validation_images", "audited_at", "detail", "tolerance")
+    __slots__ = ("model_id", "run_id", "claimed_accuracy", "has_audited_accuracy", "audited_accuracy", "architecture_ok", "verdict", "auditor_host", "validation_images", "audited_at", "detail", "tolerance", "throughput", "worker_hardware", "auditor_hardware", "claimed_images_per_second", "audited_images_per_second", "worker_flops", "audited_flops", "throughput_tolerance")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CLAIMED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
@@ -799,6 +803,14 @@ class Audit(_message.Message):
     AUDITED_AT_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     TOLERANCE_FIELD_NUMBER: _ClassVar[int]
+    THROUGHPUT_FIELD_NUMBER: _ClassVar[int]
+    WORKER_HARDWARE_FIELD_NUMBER: _ClassVar[int]
+    AUDITOR_HARDWARE_FIELD_NUMBER: _ClassVar[int]
+    CLAIMED_IMAGES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    AUDITED_IMAGES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    AUDITED_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    THROUGHPUT_TOLERANCE_FIELD_NUMBER: _ClassVar[int]
     model_id: int
     run_id: int
     claimed_accuracy: float
@@ -811,7 +823,15 @@ class Audit(_message.Message):
     audited_at: float
     detail: str
     tolerance: float
-    def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., claimed_accuracy: _Optional[float] = ..., has_audited_accuracy: _Optional[bool] = ..., audited_accuracy: _Optional[float] = ..., architecture_ok: _Optional[bool] = ..., verdict: _Optional[str] = ..., auditor_host: _Optional[str] = ..., validation_images: _Optional[int] = ..., audited_at: _Optional[float] = ..., detail: _Optional[str] = ..., tolerance: _Optional[float] = ...) -> None: ...
+    throughput: str
+    worker_hardware: str
+    auditor_hardware: str
+    claimed_images_per_second: float
+    audited_images_per_second: float
+    worker_flops: float
+    audited_flops: float
+    throughput_tolerance: float
+    def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., claimed_accuracy: _Optional[float] = ..., has_audited_accuracy: _Optional[bool] = ..., audited_accuracy: _Optional[float] = ..., architecture_ok: _Optional[bool] = ..., verdict: _Optional[str] = ..., auditor_host: _Optional[str] = ..., validation_images: _Optional[int] = ..., audited_at: _Optional[float] = ..., detail: _Optional[str] = ..., tolerance: _Optional[float] = ..., throughput: _Optional[str] = ..., worker_hardware: _Optional[str] = ..., auditor_hardware: _Optional[str] = ..., claimed_images_per_second: _Optional[float] = ..., audited_images_per_second: _Optional[float] = ..., worker_flops: _Optional[float] = ..., audited_flops: _Optional[float] = ..., throughput_tolerance: _Optional[float] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ("run_id", "state", "limit", "offset", "include_graph")
@@ -930,7 +950,7 @@ class ListWorkersResponse(_message.Message):
     def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., total: _Optional[int] = ..., master_time: _Optional[float] = ...) -> None: ...
 
 class RecordAuditRequest(_message.Message):
-    __slots__ = ("model_id", "has_audited_accuracy", "audited_accuracy", "architecture_ok", "verdict", "auditor_host", "validation_images", "detail")
+    __slots__ = ("model_id", "has_audited_accuracy", "audited_accuracy", "architecture_ok", "verdict", "auditor_host", "validation_images", "detail", "audited_images_per_second", "auditor_hardware")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     HAS_AUDITED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     AUDITED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
@@ -939,6 +959,8 @@ class RecordAuditRequest(_message.Message):
     AUDITOR_HOST_FIELD_NUMBER: _ClassVar[int]
     VALIDATION_IMAGES_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    AUDITED_IMAGES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    AUDITOR_HARDWARE_FIELD_NUMBER: _ClassVar[int]
     model_id: int
     has_audited_accuracy: bool
     audited_accuracy: float
@@ -947,7 +969,9 @@ class RecordAuditRequest(_message.Message):
     auditor_host: str
     validation_images: int
     detail: str
-    def __init__(self, model_id: _Optional[int] = ..., has_audited_accuracy: _Optional[bool] = ..., audited_accuracy: _Optional[float] = ..., architecture_ok: _Optional[bool] = ..., verdict: _Optional[str] = ..., auditor_host: _Optional[str] = ..., validation_images: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+    audited_images_per_second: float
+    auditor_hardware: str
+    def __init__(self, model_id: _Optional[int] = ..., has_audited_accuracy: _Optional[bool] = ..., audited_accuracy: _Optional[float] = ..., architecture_ok: _Optional[bool] = ..., verdict: _Optional[str] = ..., auditor_host: _Optional[str] = ..., validation_images: _Optional[int] = ..., detail: _Optional[str] = ..., audited_images_per_second: _Optional[float] = ..., auditor_hardware: _Optional[str] = ...) -> None: ...
 
 class RecordAuditResponse(_message.Message):
     __slots__ = ("audit",)

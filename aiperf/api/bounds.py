@@ -91,6 +91,8 @@ MAX_TIMELINE_POINTS = 1_000_000
 MAX_TIMELINE_BUCKETS = 100_000
 MAX_VERDICT_CHARS = 32          # an audit's verdict (aiperf.audit.VERDICTS; column: 32)
 MAX_AUDIT_IMAGES = 10**9        # images one audit evaluated (ImageNet's validation split: 50,000)
+MAX_AUDIT_IMAGES_PER_S = 10**7  # an audit's timed training rate on one device (ResNet-50 on an H100: ~3,000)
+MAX_HARDWARE_CHARS = 300        # an auditor's hardware: an accelerator model, or a CPU model and count (column: 300)
 
 LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_REQUEST_BYTES", "a serialized request; gRPC refuses a larger one with RESOURCE_EXHAUSTED"),
@@ -140,6 +142,8 @@ LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_TIMELINE_BUCKETS", "buckets of GetTimeline"),
     ("MAX_VERDICT_CHARS", "an audit's verdict, printable (the master accepts only the listed verdicts)"),
     ("MAX_AUDIT_IMAGES", "validation images of one audit"),
+    ("MAX_AUDIT_IMAGES_PER_S", "an audit's timed training images per second on one device"),
+    ("MAX_HARDWARE_CHARS", "an auditor's hardware (accelerator model, or CPU model and count), printable"),
 )
 
 
@@ -409,6 +413,7 @@ RULES: dict[Any, dict[str, Rule]] = {
         "credential": Text(MAX_CREDENTIAL_CHARS),
         "cpu_peak_flops_by_dtype": Mapping(MAX_DTYPES_PER_ACCELERATOR, Text(16),
                                            Real(0.0, MAX_OPS_PER_S_PER_ACCELERATOR)),
+        "cpu_model": Text(MAX_MODEL_NAME_CHARS),
     },
     pb.HeartbeatRequest: {"worker_id": _ID, "model_id": _ID_OR_0},
     pb.ProgressReport: {
@@ -496,6 +501,8 @@ RULES: dict[Any, dict[str, Rule]] = {
         "auditor_host": Text(MAX_NAME_CHARS),
         "validation_images": Integer(0, MAX_AUDIT_IMAGES),
         "detail": Text(MAX_REASON_CHARS, multiline=True),
+        "audited_images_per_second": Real(0.0, MAX_AUDIT_IMAGES_PER_S),
+        "auditor_hardware": Text(MAX_HARDWARE_CHARS),
     },
     pb.ListAuditsRequest: {"run_id": _ID_OR_0},
 }

@@ -241,13 +241,15 @@ class WorkerClient(_Client):
         software: Mapping[str, str] | None = None,
         credential: str = "",
         cpu_peak_flops_by_dtype: Mapping[str, float] | None = None,
+        cpu_model: str = "",
     ) -> pb.RegisterResponse:
         """Register (idempotent on `name` for the worker that holds its credential:
         a restarted worker gets its id back and its unfinished models are abandoned,
         listed in abandoned_model_ids). `credential`: the one an earlier register of
         this name returned (default: the one this client got for the name, if any).
         The reply's credential is kept and sent with every later call for the worker.
-        `cpu_peak_flops_by_dtype`: a worker without accelerators, its CPU's GEMM rates."""
+        `cpu_peak_flops_by_dtype`, `cpu_model`: a worker without accelerators, its CPU's GEMM
+        rates and model name."""
         with self._lock:
             presented = credential or self._by_name.get(name, "")
         req = pb.RegisterRequest(
@@ -264,6 +266,7 @@ class WorkerClient(_Client):
             software=[pb.SoftwareVersion(name=k, version=v) for k, v in sorted((software or {}).items())],
             credential=presented,
             cpu_peak_flops_by_dtype={k: float(v) for k, v in (cpu_peak_flops_by_dtype or {}).items()},
+            cpu_model=cpu_model,
         )
         reply = self._call("Register", self._stub.Register, req, retry=True)
         with self._lock:
@@ -501,12 +504,16 @@ class ControlClient(_Client):
 
     def record_audit(self, model_id: int, *, verdict: str, architecture_ok: bool,
                      audited_accuracy: float | None = None, validation_images: int = 0,
-                     auditor_host: str = "", detail: str = "") -> pb.Audit:
-        """Record `aiperf audit`'s finding for a DONE model (aiperf.audit); the master checks the verdict."""
+                     auditor_host: str = "", detail: str = "", audited_images_per_second: float = 0.0,
+                     auditor_hardware: str = "") -> pb.Audit:
+        """Record `aiperf audit`'s finding for a DONE model (aiperf.audit): `verdict` is the weights'
+        (the master checks it), `audited_images_per_second` the model's steps timed on one device of
+        `auditor_hardware` (0: not timed). The reply is the recorded audit, with the final verdict."""
         req = pb.RecordAuditRequest(
             model_id=model_id, has_audited_accuracy=audited_accuracy is not None,
             audited_accuracy=audited_accuracy or 0.0, architecture_ok=architecture_ok, verdict=verdict,
             auditor_host=auditor_host, validation_images=validation_images, detail=clip_text(detail, MAX_REASON_CHARS),
+            audited_images_per_second=audited_images_per_second, auditor_hardware=auditor_hardware,
         )
         return self._call("RecordAudit", self._stub.RecordAudit, req).audit
 
