@@ -7,6 +7,12 @@ the models still open (queued or training: a worker may be reading its
 parent's checkpoint right now). Every other stored checkpoint may go. A child
 whose parent's checkpoint is gone trains from scratch (and says so), so the
 rule trades disk for inheritance, never correctness.
+
+The audit needs one more: the model behind the regulated score (docs/spec.md,
+"Audit") is the one that held the run's best accuracy at the score's time, which
+may be long before the run ends and outside the final top K. Every model that
+ever held the run's best accuracy (`record_holders`) is therefore kept: a few
+models, since each one beat all before it.
 """
 
 from __future__ import annotations
@@ -28,17 +34,32 @@ class StoredModel:
     has_checkpoint: bool   # a checkpoint is recorded and not yet deleted
 
 
-def kept_checkpoints(models: Iterable[StoredModel], ranked_done_ids: Sequence[int], keep: int) -> frozenset[int]:
-    """Ids whose checkpoints must stay: the top `keep` of `ranked_done_ids` (best first) and the
-    parents of open models."""
+def record_holders(accuracies: Iterable[tuple[int, float]]) -> frozenset[int]:
+    """Ids of the models that held the best accuracy so far, from (model id, accuracy) reports in
+    the order the master received them (a tie keeps the earlier holder, as acc(t) does)."""
+    best = float("-inf")
+    holders: set[int] = set()
+    for model_id, accuracy in accuracies:
+        if accuracy > best:
+            best = accuracy
+            holders.add(model_id)
+    return frozenset(holders)
+
+
+def kept_checkpoints(models: Iterable[StoredModel], ranked_done_ids: Sequence[int], keep: int,
+                     holders: Iterable[int] = ()) -> frozenset[int]:
+    """Ids whose checkpoints must stay: the top `keep` of `ranked_done_ids` (best first), the
+    parents of open models and the accuracy record `holders`."""
     if keep < 0:
         raise ValueError(f"keep must be >= 0, got {keep}")
     kept = set(ranked_done_ids[:keep])
     kept.update(m.parent_id for m in models if m.state in OPEN_STATES and m.parent_id)
+    kept.update(holders)
     return frozenset(kept)
 
 
-def checkpoints_to_delete(models: Sequence[StoredModel], ranked_done_ids: Sequence[int], keep: int) -> list[int]:
+def checkpoints_to_delete(models: Sequence[StoredModel], ranked_done_ids: Sequence[int], keep: int,
+                          holders: Iterable[int] = ()) -> list[int]:
     """Ids of the models whose stored checkpoints may be deleted now, ascending."""
-    kept = kept_checkpoints(models, ranked_done_ids, keep)
+    kept = kept_checkpoints(models, ranked_done_ids, keep, holders)
     return sorted(m.model_id for m in models if m.has_checkpoint and m.model_id not in kept)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS, checkpoints_to_delete
+from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS, checkpoints_to_delete, record_holders
 from master.domain import ModelFinish
 from master.store import InvalidArgument, RunRecord, Store
 
@@ -43,7 +43,7 @@ def release_checkpoints(store: Store, run: RunRecord, worker_id: int) -> list[tu
     recorded as deleted; the worker deletes them from its store."""
     stored = store.stored_checkpoints(run.id)
     doomed = set(checkpoints_to_delete([m for m, _, _ in stored], store.ranked_done_ids(run.id),
-                                       keep_checkpoints(run)))
+                                       keep_checkpoints(run), record_holders(store.accuracy_reports(run.id))))
     mine = [(m.model_id, uri) for m, owner, uri in stored if owner == worker_id and m.model_id in doomed]
     if mine:
         store.mark_checkpoints_deleted([mid for mid, _ in mine])

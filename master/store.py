@@ -471,6 +471,10 @@ class Store(abc.ABC):
         """The model's most recent audit; None when it was never audited."""
 
     @abc.abstractmethod
+    def accuracy_reports(self, run_id: int) -> list[tuple[int, float]]:
+        """(model id, accuracy) of every report of the run that carried one, in the order received."""
+
+    @abc.abstractmethod
     def accuracy_model_at(self, run_id: int, t: float) -> int | None:
         """The model behind acc(t): of the run's reports received by t, the one with the highest
         accuracy (the earliest on a tie); None when none reported an accuracy."""

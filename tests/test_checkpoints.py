@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
-from aiperf.retention import StoredModel, checkpoints_to_delete, kept_checkpoints
+from aiperf.flops import count_flops
+from aiperf.graph import with_inserted_kernel
+from aiperf.retention import StoredModel, checkpoints_to_delete, kept_checkpoints, record_holders
 from worker.checkpoints import Checkpoint, CheckpointError, LocalStore, open_store, read_checkpoint
 
 HP = {"batch_size": 32, "kernel_size": 3}
@@ -216,10 +218,12 @@ def _worker(h, name: str = "node-1") -> tuple[WorkerClient, int]:
 
 
 def _done(w: WorkerClient, wid: int, graph, parent: int, rnd: int, acc: float, uri: str = "",
-          inherited_from: int = 0) -> tuple[int, pb.FinishModelResponse]:
+          inherited_from: int = 0, reported: bool = True) -> tuple[int, pb.FinishModelResponse]:
+    """A DONE model ranked by `acc` (its predicted accuracy); `reported` False: no accuracy
+    reported, so it never holds the run's best accuracy (retention's record holders)."""
     mid = w.submit_model(wid, graph.to_json(), graph.hash(), parent, rnd, HP, inherited_from=inherited_from).model_id
     sha = hashlib.sha256(uri.encode()).hexdigest() if uri else ""
-    return mid, w.finish_model(wid, mid, "done", best_accuracy=acc, predicted_accuracy=acc,
+    return mid, w.finish_model(wid, mid, "done", best_accuracy=acc if reported else None, predicted_accuracy=acc,
                                checkpoint_uri=uri, checkpoint_sha256=sha)
 
 
@@ -287,27 +291,29 @@ def test_retention_hands_each_worker_its_own_checkpoints_to_delete(master_server
     h = master_server()
     control = ControlClient(h.address, h.admin_token)
     run = control.start_run(600, profile="smoke", seed=1, keep_checkpoints=2)
+    # the models are ranked by predicted accuracy and report none, so no accuracy record holder is
+    # kept (tested below): the top K and the open models' parents alone decide
     assert run.config.keep_checkpoints == 2 and run.config.inherit
     w1, id1 = _worker(h, "node-1")
     w2, id2 = _worker(h, "node-2")
     graphs = _children(small_graph, 7)
     u = [f"file:///s/run-1/model-{i}.weights.h5" for i in range(7)]
-    m1, r = _done(w1, id1, small_graph, 0, 1, 0.30, u[0])  # ranks: m1
+    m1, r = _done(w1, id1, small_graph, 0, 1, 0.30, u[0], reported=False)  # ranks: m1
     assert not r.delete_checkpoints
-    m2, r = _done(w2, id2, graphs[0], m1, 1, 0.40, u[1])   # m2 > m1
+    m2, r = _done(w2, id2, graphs[0], m1, 1, 0.40, u[1], reported=False)   # m2 > m1
     assert not r.delete_checkpoints
     # w1 starts a child of m1: m1's checkpoint must stay while it trains
     open_child = w1.submit_model(id1, graphs[1].to_json(), graphs[1].hash(), m1, 2, HP).model_id
-    m3, r = _done(w2, id2, graphs[2], m2, 2, 0.50, u[2])   # top 2: m3, m2; m1 kept as a parent
+    m3, r = _done(w2, id2, graphs[2], m2, 2, 0.50, u[2], reported=False)   # top 2: m3, m2; m1 kept as a parent
     assert not r.delete_checkpoints
     # its child failed: m1 is no parent of an open model any more, nor in the top 2 (m3, m2)
     r = w1.finish_model(id1, open_child, "failed", reason="out of memory")
     assert [(d.model_id, d.uri) for d in r.delete_checkpoints] == [(m1, u[0])]
-    m5, r = _done(w1, id1, graphs[4], m3, 3, 0.55, u[4])   # top 2: m5, m3; m2 may go, but it is w2's
+    m5, r = _done(w1, id1, graphs[4], m3, 3, 0.55, u[4], reported=False)   # top 2: m5, m3; m2 may go, but it is w2's
     assert not r.delete_checkpoints
-    m4, r = _done(w2, id2, graphs[3], m3, 3, 0.60, u[3])   # top 2: m4, m5 -> m2 and m3 (w2's) go
+    m4, r = _done(w2, id2, graphs[3], m3, 3, 0.60, u[3], reported=False)   # top 2: m4, m5 -> m2 and m3 (w2's) go
     assert [(d.model_id, d.uri) for d in r.delete_checkpoints] == [(m2, u[1]), (m3, u[2])]
-    m6, r = _done(w2, id2, graphs[5], m4, 4, 0.70, u[5])   # top 2: m6, m4 -> m5 may go: w1's, not w2's
+    m6, r = _done(w2, id2, graphs[5], m4, 4, 0.70, u[5], reported=False)   # top 2: m6, m4 -> m5 may go: w1's, not w2's
     assert not r.delete_checkpoints
     r = w1.finish_model(id1, w1.submit_model(id1, graphs[6].to_json(), graphs[6].hash(), m6, 4, HP).model_id,
                         "failed", reason="out of memory")
@@ -315,6 +321,44 @@ def test_retention_hands_each_worker_its_own_checkpoints_to_delete(master_server
     models = {m.model_id: m for m in control.list_models().models}
     assert [mid for mid, m in sorted(models.items()) if m.checkpoint_deleted] == [m1, m2, m3, m5]
     assert models[m4].checkpoint_uri == u[3] and not models[m4].checkpoint_deleted
+
+
+def test_accuracy_record_holders_are_the_models_that_beat_all_before_them():
+    reports = [(1, 0.30), (2, 0.20), (3, 0.30), (4, 0.50), (2, 0.60), (5, 0.55)]
+    assert record_holders(reports) == {1, 4, 2}  # 3 only tied 1: acc(t) stays 1's
+    assert record_holders([]) == frozenset()
+    models = [StoredModel(i, None, "done", True) for i in range(1, 6)]
+    assert checkpoints_to_delete(models, [2, 5, 4, 1, 3], 1, record_holders(reports)) == [3, 5]
+
+
+@given(st.lists(st.tuples(st.integers(1, 20), st.floats(0, 1)), max_size=60))
+def test_the_model_behind_any_acc_t_is_a_record_holder(reports):
+    """Whatever prefix of the reports acc(t) is taken over, the model that first reached its
+    maximum holds a record (so retention keeps the regulated score's model for the audit)."""
+    holders = record_holders(reports)
+    for end in range(1, len(reports) + 1):
+        best = max(a for _, a in reports[:end])
+        first = next(m for m, a in reports[:end] if a == best)
+        assert first in holders
+
+
+def test_retention_keeps_an_early_record_holder_outside_the_top_k(master_server, small_graph):
+    """keep 1: m1 held the run's best accuracy before m2 beat it; m2 is the top 1, m1 stays (it may
+    be behind the regulated score), and m3, never the best, goes."""
+    h = master_server()
+    ControlClient(h.address, h.admin_token).start_run(600, profile="smoke", seed=1, keep_checkpoints=1)
+    w, wid = _worker(h, "node-1")
+    graphs = _children(small_graph, 3)
+    deleted = []
+    for i, (graph, acc) in enumerate(zip([small_graph, *graphs[:2]], (0.50, 0.70, 0.40))):
+        mid = w.submit_model(wid, graph.to_json(), graph.hash(), 0, i + 1, HP).model_id
+        w.report_progress(wid, mid, 1, 10, 10, 1, count_flops(with_inserted_kernel(graph, 3)).ops(10, 10),
+                          val_accuracy=acc)
+        uri = f"file:///s/run-1/model-{mid}.weights.h5"
+        r = w.finish_model(wid, mid, "done", best_accuracy=acc, predicted_accuracy=acc, checkpoint_uri=uri,
+                           checkpoint_sha256=hashlib.sha256(uri.encode()).hexdigest())
+        deleted += [d.model_id for d in r.delete_checkpoints]
+    assert deleted == [3]
 
 
 # ---------------------------------------------------------------- migration 0005
@@ -386,15 +430,16 @@ def test_the_worker_deletes_what_retention_lets_go_from_its_store(master_server,
                  for mid in ids]
         box = Outbox()
         with caplog.at_level(logging.INFO, logger="worker.inheritance"):
-            for n, (mid, acc) in enumerate(zip(ids, (0.5, 0.6))):
+            # the second is below the first: neither the top 1 nor ever the run's best accuracy
+            for n, (mid, acc) in enumerate(zip(ids, (0.6, 0.5))):
                 agent._finish(box, mid, n + 1, TrainResult("done", (acc,), 1, 100, 10, 1, acc, acc), ckpts[n])
             box.close()
         files = {mid: Path(c.uri[len("file://"):]) for mid, c in zip(ids, ckpts)}
-        assert not files[ids[0]].exists() and files[ids[1]].exists()  # only the top 1 stays
-        assert f"event=checkpoint_deleted model={ids[0]}" in caplog.text
+        assert files[ids[0]].exists() and not files[ids[1]].exists()  # only the top 1 stays
+        assert f"event=checkpoint_deleted model={ids[1]}" in caplog.text
         models = {m.model_id: m for m in control.list_models().models}
-        assert models[ids[0]].checkpoint_deleted and not models[ids[1]].checkpoint_deleted
-        assert models[ids[1]].checkpoint_sha256 == hashlib.sha256(b"w" * (ids[1] + 1)).hexdigest()
+        assert models[ids[1]].checkpoint_deleted and not models[ids[0]].checkpoint_deleted
+        assert models[ids[0]].checkpoint_sha256 == hashlib.sha256(b"w" * (ids[0] + 1)).hexdigest()
     finally:
         agent.stream.close()
         agent.client.close()
