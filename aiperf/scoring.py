@@ -274,11 +274,14 @@ def score_run(
     precision: str,
     end: float | None = None,
     peaks: Iterable[float] = (),
+    peak_slack_s: float = 0.0,
 ) -> ScoreResult:
     """Score a run from its time line.
 
     t0: start; now: the master's current time; end: when the run left RUNNING
-    (None while running). Points after `end` are ignored.
+    (None while running). Points after `end` are ignored. A score above the sum of
+    `peaks` (plus the clock slack its reports were allowed, `peak_slack_s`, over the
+    minimum running time) makes the run invalid: more work than the hardware does.
     """
     stop = now if end is None else min(now, end)
     scored = [p for p in points if p.t <= stop]
@@ -290,6 +293,10 @@ def score_run(
     best_acc = max(accuracies) if accuracies else None
     err = error_of(best_acc)
     reasons = _invalid_reasons(elapsed, err, precision, total, worker_total, rules)
+    eff = efficiency(best.flops.value, peaks)
+    if eff is not None and eff > 1.0 + peak_slack_s / max(rules.min_running_time_s, 1.0):
+        reasons += (f"the score is {eff:.3g} x the sum of the accepted peaks: more work than the "
+                    f"hardware can do",)
     return ScoreResult(
         elapsed_s=elapsed,
         flops=total / elapsed if elapsed > 0 else 0.0,
@@ -300,7 +307,7 @@ def score_run(
         error=err,
         regulated_score=best.regulated.value,
         valid_flops=best.valid.value,
-        efficiency=efficiency(best.flops.value, peaks),
+        efficiency=eff,
         total_ops=total,
         worker_ops=worker_total,
         reports=len(scored),

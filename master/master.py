@@ -635,6 +635,7 @@ class Master:
         return scoring.score_run(
             run.started_at, self.clock(), self.store.timeline(run.id), rules, run.precision,
             end=run.stopped_at if run.stopped_at is not None else run.deadline, peaks=peaks,
+            peak_slack_s=bounds.CLOCK_SLACK_S,
         )
 
     def run_status(self, run_id: int) -> RunStatus:

@@ -266,3 +266,20 @@ def test_valid_flops_never_above_flops_below_the_target_and_regulated_below_the_
         assert r.valid_flops <= r.score * (1 + 1e-12)
     # R(t) pairs FLOPS(t) <= score with Error(t) >= the final error
     assert r.regulated_score <= -math.log(r.error) * r.score * (1 + 1e-12) + 0.0
+
+
+def test_a_score_above_the_accepted_peaks_is_invalid():
+    """The score is the highest FLOPS(t) over t >= t0 + 1 h: 1e12 FLOPS on a 1e12 peak is valid,
+    with the reports' clock slack (5 s over the hour) too; 2% above that is more work than the
+    hardware can do (a CPU worker's reports are bounded by the physical bound, not its rate)."""
+    pts = [Point(T0 + 3600, ops=3600 * 10**12, worker_ops=3600 * 10**12, accuracy=0.8)]
+    slack = 5.0
+    ok = score_run(T0, T0 + 3600, pts, OFFICIAL, "mixed_fp16", peaks=[1e12], peak_slack_s=slack)
+    assert ok.efficiency == pytest.approx(1.0) and ok.valid, ok.invalid_reasons
+    edge = score_run(T0, T0 + 3600, pts, OFFICIAL, "mixed_fp16", peaks=[1e12 / (1 + slack / 3600)],
+                     peak_slack_s=slack)
+    assert edge.valid, edge.invalid_reasons
+    over = score_run(T0, T0 + 3600, pts, OFFICIAL, "mixed_fp16", peaks=[1e12 / 1.02], peak_slack_s=slack)
+    assert not over.valid and "1.02 x the sum of the accepted peaks" in over.invalid_reasons[0]
+    unknown = score_run(T0, T0 + 3600, pts, OFFICIAL, "mixed_fp16", peaks=[1e12 / 2, 0.0])
+    assert unknown.efficiency is None and unknown.valid  # a peak unknown: no efficiency to judge
