@@ -209,3 +209,40 @@ def test_training_rate_times_the_models_steps_on_one_device():
     assert int(InMemory(Tiny(), 64).batch[0].shape[0]) == 64
     rate = training_rate(tiny_graph(), 3, 64, "fp32", False, Tiny(), SMOKE)
     assert math.isfinite(rate) and rate > 0
+
+
+def test_migration_0007_round_trips_and_older_audits_read_unchecked(db_url: str):
+    """Down to 0006 and up again: an audit recorded before the throughput check keeps its verdict
+    and reads "" and zeros for it (db_url: SQLite, and PostgreSQL when configured)."""
+    from alembic import command
+
+    from master.sqlstore import SqlStore, _alembic_config, make_engine
+    from master.store import AuditInput, NewModel, NewRun, WorkerInput
+
+    s = SqlStore(db_url)
+    try:
+        run = s.start_run(s.create_run(NewRun("smoke", 1, 600.0, "fp32", {"limits": {}}, {}), 100.0).id, 100.0)
+        w, _ = s.register_worker(WorkerInput("n", "n", [], 1, 1, {}), 100.0)
+        mid = s.add_model(NewModel(run.id, None, w.id, 1, "{}", "ab" * 32, 32, 3, "training", 30, 10), 101.0).id
+        s.finish_model(mid, w.id, "done", "", 0.5, None, 103.0, "", "")
+        s.add_audit(AuditInput(mid, 104.0, "auditor", rule.TOO_FAST, True, 0.5, 0.5, 360, 0.008,
+                               throughput=rule.TOO_FAST, worker_hardware=HARDWARE, auditor_hardware=HARDWARE,
+                               claimed_images_per_second=900.0, audited_images_per_second=500.0))
+        assert s.audits(run.id)[0].claimed_images_per_second == 900.0
+    finally:
+        s.close()
+    engine = make_engine(db_url)
+    with engine.begin() as conn:
+        cfg = _alembic_config()
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0006")
+        command.upgrade(cfg, "head")
+    engine.dispose()
+    s = SqlStore(db_url)
+    try:
+        (a,) = s.audits(run.id)
+        assert a.verdict == rule.TOO_FAST and a.audited_accuracy == 0.5
+        assert (a.throughput, a.worker_hardware, a.claimed_images_per_second, a.audited_images_per_second) == (
+            "", "", 0.0, 0.0)
+    finally:
+        s.close()
