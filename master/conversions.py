@@ -279,14 +279,15 @@ def model_counts(counts: dict[str, int]) -> list[pb.ModelCount]:
     return [pb.ModelCount(state=MODEL_STATE_VALUES[s], count=counts.get(s, 0)) for s in MODEL_STATE_NAMES]
 
 
-def progress_ack(res: ProgressResult, run: RunRecord | None) -> pb.ProgressAck:
-    """The ack of a recorded report; `run`: the current run, whose state it carries."""
-    return pb.ProgressAck(
-        model_id=res.model_id, seq=res.seq, duplicate=res.duplicate, master_flops=res.master_flops,
-        flops_mismatch=res.flops_mismatch,
-        run_state=RUN_STATE_VALUES[run.state] if run is not None else pb.RUN_STATE_UNSPECIFIED,
-        model_state=MODEL_STATE_VALUES.get(res.model_state, pb.MODEL_STATE_UNSPECIFIED),
-    )
+def progress_ack(res: ProgressResult, run: RunRecord | None, into: pb.ProgressAck | None = None) -> pb.ProgressAck:
+    """The ack of a recorded report; `run`: the current run, whose state it carries.
+    `into`: an empty ack to fill (the field of a reply: filled in place, not copied into it)."""
+    ack = pb.ProgressAck() if into is None else into
+    ack.model_id, ack.seq, ack.duplicate = res.model_id, res.seq, res.duplicate
+    ack.master_flops, ack.flops_mismatch = res.master_flops, res.flops_mismatch
+    ack.run_state = RUN_STATE_VALUES[run.state] if run is not None else pb.RUN_STATE_UNSPECIFIED
+    ack.model_state = MODEL_STATE_VALUES.get(res.model_state, pb.MODEL_STATE_UNSPECIFIED)
+    return ack
 
 
 def history_message(h: History) -> pb.GetHistoryResponse:

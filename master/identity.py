@@ -24,6 +24,7 @@ from master.store import AlreadyExists, PermissionDenied, WorkerRecord
 
 CREDENTIAL_BYTES = 32  # 256 random bits (at least 128 are required)
 MAX_CREDENTIAL_CHARS = 128  # ours have 43; a longer one cannot match and is not worth hashing
+_UNKNOWN = object()  # a worker whose hash is not cached yet
 
 
 def new_credential() -> str:
@@ -76,11 +77,13 @@ class WorkerCredentials:
 
     def matches(self, worker_id: int, credential: str) -> bool:
         """True when `credential` is the worker's own (never for a worker without one)."""
-        stored = self._hash_of(worker_id)
+        with self._lock:  # one acquisition on the hot path: the hash and the last proof together
+            stored = self._hashes.get(worker_id, _UNKNOWN)
+            proven = self._proven.get(worker_id)
+        if stored is _UNKNOWN:
+            stored = self._hash_of(worker_id)
         if stored is None or not credential or len(credential) > MAX_CREDENTIAL_CHARS:
             return False
-        with self._lock:
-            proven = self._proven.get(worker_id)
         if proven is not None and proven[0] is credential and proven[1] is stored:
             return True
         if not hmac.compare_digest(credential_hash(credential), stored):

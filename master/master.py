@@ -387,18 +387,6 @@ class Master:
                  "kept" if secret == credential else "new")
         return Registration(worker, abandoned, secret)
 
-    def heartbeat_is_in_memory(self, worker_id: int) -> bool:
-        """True when heartbeat(worker_id) will not touch the database (the
-        worker is known and has joined the running run): safe on an event loop."""
-        run = self.current_run()
-        if not self._heartbeats.knows(worker_id) or not self._credentials.cached(worker_id):
-            return False
-        if run is None or run.state != "running":
-            return True
-        with self._lock:
-            joined = (run.id, worker_id) in self._joined
-        return joined and self.budgets.cached(worker_id, run.id)
-
     def report_is_in_memory(self, worker_id: int, model_id: int) -> bool:
         """True when report_progress's checks will not touch the database (the worker,
         its credential, the model's FLOPs and the worker's ceiling are cached)."""
@@ -408,16 +396,36 @@ class Master:
             entry = self._flops.get(model_id)
         return entry is not None and self.budgets.cached(entry.worker_id, entry.run_id)
 
+    def heartbeat_in_memory(self, worker_id: int, *, credential: str) -> tuple[RunRecord | None, str] | None:
+        """heartbeat(), when it will not touch the database (the worker and its credential
+        are known and, in a running run, it joined and its budget is cached): safe on an
+        event loop. None (nothing done) when it would: call heartbeat on a pool."""
+        run = self.current_run()
+        if not self._heartbeats.knows(worker_id) or not self._credentials.cached(worker_id):
+            return None
+        if run is not None and run.state == "running":
+            with self._lock:
+                joined = (run.id, worker_id) in self._joined
+            if not joined or not self.budgets.cached(worker_id, run.id):
+                return None  # heartbeat joins it and loads its budget
+        self._credentials.verify(worker_id, credential)  # cached: no store (the worker is known)
+        return run, self._beat(worker_id)
+
+    def _beat(self, worker_id: int) -> str:
+        """Record the beat of an authorized worker; its state ("lost" once after it was)."""
+        was_lost = self._heartbeats.beat(worker_id, self.clock())
+        if was_lost:
+            log.info("event=worker_back worker_id=%d", worker_id)
+        return "lost" if was_lost else "alive"
+
     def heartbeat(self, worker_id: int, *, credential: str) -> tuple[RunRecord | None, str]:
         """The current run and the worker's state: "lost" once after the
         master gave up on it (its model was abandoned), else "alive"."""
         self._authorize(worker_id, credential)
-        was_lost = self._heartbeats.beat(worker_id, self.clock())
-        if was_lost:
-            log.info("event=worker_back worker_id=%d", worker_id)
+        state = self._beat(worker_id)
         run = self.current_run()
         self._join(run, worker_id)
-        return run, "lost" if was_lost else "alive"
+        return run, state
 
     def send_resource_samples(self, worker_id: int, samples: list[ResourceSampleReport], *, credential: str) -> int:
         """Store a worker's resource samples (stamped now - age_s); returns how many."""
