@@ -102,16 +102,29 @@ class Cluster:
     def log(self, name: str) -> str:
         return (self.dir / f"{name}.log").read_text()
 
-    def close(self) -> None:
+    def close(self, grace_s: float = 5.0) -> None:
+        """SIGTERM everything, then SIGKILL what is left after `grace_s` (children included):
+        by teardown the test has checked what it needs, so a worker draining its round is not
+        waited for."""
         self.control.close()
+        tree: list[psutil.Process] = []
         for p in reversed(self.procs):
             if p.poll() is None:
+                try:
+                    tree += psutil.Process(p.pid).children(recursive=True)
+                except psutil.NoSuchProcess:
+                    pass
                 p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
         for p in self.procs:
             try:
-                p.wait(timeout=60)
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait(timeout=30)
+        _, alive = psutil.wait_procs(tree, timeout=max(0.1, deadline - time.monotonic()))
+        for child in alive:
+            child.kill()
 
 
 @pytest.fixture
