@@ -264,7 +264,11 @@ def test_killed_worker_loses_nothing_reported(cluster):
 def test_worker_survives_a_master_restart(tmp_path):
     cluster = Cluster(tmp_path, heartbeat_interval_s=3.0)
     try:
-        assert cluster.cli("start", "--duration", "120s", "--profile", "smoke", "--seed", "5").returncode == 0
+        # The run's clock starts when the worker registers (--min-workers 1), not during its start-up.
+        # 90 s: on two cores at load ~6 the last event the checks need (the first model after the
+        # restart) came 48 s after registration; the deadline only has to come after it.
+        assert cluster.cli("start", "--duration", "90s", "--profile", "smoke", "--seed", "5",
+                           "--min-workers", "1").returncode == 0
         run_id = cluster.control.run_status().run.config.run_id
         worker = cluster.worker("w1", "--exit-when-done")
         victim = cluster.wait_for_training_model(run_id)
@@ -280,7 +284,7 @@ def test_worker_survives_a_master_restart(tmp_path):
         # the outage is recorded from the last liveness stamp (at most ~1 s before the kill)
         [outage] = final.run.outages
         assert killed_at - 2.5 <= outage.start <= killed_at and outage.end - outage.start >= 2.0
-        assert final.run.stopped_at == final.run.deadline and final.elapsed_s == pytest.approx(120.0)
+        assert final.run.stopped_at == final.run.deadline and final.elapsed_s == pytest.approx(90.0)
         assert "master down" in cluster.cli("status", "--run", str(run_id)).stdout
         assert worker.wait(timeout=120) == 0, "the worker rode through the restart and exited cleanly"
         models = {m.model_id: m for m in cluster.models(run_id)}
