@@ -23,7 +23,9 @@ def _run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AIPERF_", "_AIPERF"))}
     line = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "cli", *args))
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return subprocess.run(["bash", "-c", line], env={**base, "PYTHONPATH": path, **(env or {})},
+    # `; exit $?`: bash would exec a lone command in its own place, and the shell typer looks for
+    # would then be whatever started the tests (none when they run detached from a terminal)
+    return subprocess.run(["bash", "-c", line + "; exit $?"], env={**base, "PYTHONPATH": path, **(env or {})},
                           capture_output=True, text=True, timeout=120, cwd=cwd)
 
 

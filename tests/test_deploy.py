@@ -419,6 +419,8 @@ def test_every_reference_resolves(target: str) -> None:
         # Jobs run against a deployment applied before them.
         configs = {"aiperf-config": _job_config()}
     claims = {o["metadata"]["name"] for o in objs if o["kind"] == "PersistentVolumeClaim"}
+    if target in JOBS:  # ... and may mount the claims that deployment creates (the checkpoints')
+        claims |= {o["metadata"]["name"] for o in render("base") if o["kind"] == "PersistentVolumeClaim"}
     for obj in workloads(objs):
         spec = pod_spec(obj)
         volume_names = {v["name"] for v in spec.get("volumes", [])}
