@@ -44,19 +44,17 @@ def test_refused_lies_gain_nothing_and_no_lie_beats_its_peak():
 
 
 @pytest.mark.slow
-def test_the_audit_catches_the_accuracy_kernel_and_throughput_lies():
+def test_the_audit_catches_the_lies_physics_only_bounds():
     """With --audit every model has real weights in a checkpoint store and the worker is this
-    machine's CPU: the honest worker's claims pass their audit; the accuracy liar fails it, the
-    kernel liar's weights are the wrong architecture, and the liars that report at the datasheet
-    peak or at 100,000 images/s claim more than the audit's timed steps allow, which also makes
-    the run invalid. None counts (ratio after the audit 0)."""
+    machine's CPU: the honest worker's claims pass their audit; the liars that report at the
+    datasheet peak or at 100,000 images/s claim more than the audit's timed steps allow, which
+    also makes the run invalid. Neither counts (ratio after the audit 0). (The accuracy and kernel
+    lies fail the same audit_model through `aiperf audit` in tests/test_audit.py.)"""
     bench = _bench_module()
-    lies = ("accuracy_0.9999", "kernel_7_for_3", "peak_5e15_capped", "100k_img_per_s")
+    lies = ("peak_5e15_capped", "100k_img_per_s")
     res = bench.run_all(lies, audit=True)
     assert res["honest"]["audit"] == "passed"
-    assert res["accuracy_0.9999"]["audit"] == "failed"
-    assert res["kernel_7_for_3"]["audit"] == "wrong architecture"
-    for name in ("peak_5e15_capped", "100k_img_per_s"):
+    for name in lies:
         assert res[name]["ratio"] > 1.0 and res[name]["audit"] == "too fast", (name, res[name])
         assert "throughput audit" in res[name]["invalid_reason"]
     for name in lies:
