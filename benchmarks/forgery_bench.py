@@ -61,8 +61,10 @@ TOKENS = {"worker_token": "forgery-worker", "admin_token": "forgery-admin"}
 # stay within the worker's accepted peak, which bounds them (score <= peak) but cannot tell them
 # from a worker that trains at that rate.
 COVERED = ("images_x1e6", "worker_ops_9.2e18", "graph_512x512", "peak_1e18")
-HONEST_SHARE = 0.8     # under --audit: an honest worker's share of its timed step rate (it also reads data,
-                       # validates and reports)
+HONEST_SHARE = 0.5     # under --audit: an honest worker's share of its timed step rate (it also prepares,
+                       # reads data, validates and reports: the demo's workers claim 25-45% of the rate
+                       # the audit times); it leaves room for this machine to slow down between the
+                       # two timings
 
 
 @dataclass(frozen=True)
