@@ -33,6 +33,7 @@ from aiperf.flops import count_flops
 from aiperf.graph import Graph, with_inserted_kernel
 from aiperf.morphism import deeper_at, deeper_positions
 from aiperf.resnet import resnet50
+from tests.fake_clock import FakeClock
 
 H100 = Accelerator("NVIDIA H100 80GB HBM3", 80 << 30, 0.0, {"float32": 4e14, "float16": 8e14})
 # what an official run's worker reports of its dataset: ImageNet-1k's split sizes (docs/spec.md)
@@ -69,14 +70,6 @@ def _serve(tmp: Path, **kwargs: Any) -> Any:
                  heartbeat_interval_s=10_000.0, env={}, **TOKENS, **kwargs)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 2_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 class Scenario:
     """The smoke run's models by role, the audit's rows and the master it ran against."""
 
@@ -89,7 +82,7 @@ class Scenario:
         from worker.inventory import inventory
 
         self.tmp = tmp
-        self.clock = Clock()
+        self.clock = FakeClock(2_000_000.0)
         self.h = _serve(tmp, clock=self.clock)
         self.w = WorkerClient(self.h.address, self.h.worker_token, retries=0)
         self.c = ControlClient(self.h.address, self.h.admin_token, retries=0)
@@ -335,7 +328,7 @@ def test_an_official_run_is_valid_only_when_its_regulated_model_passed(tmp_path)
     """Official ResNet-50 at 224 px on a scripted clock: two models report, the better one is behind
     the regulated score; the run is invalid until that model passes an audit, and a later failed
     audit makes it invalid again. Auditing the other model changes nothing."""
-    clock = Clock()
+    clock = FakeClock(2_000_000.0)
     h = _serve(tmp_path, clock=clock)
     try:
         w = WorkerClient(h.address, h.worker_token, retries=0)

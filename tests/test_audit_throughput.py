@@ -22,6 +22,8 @@ from aiperf.api import bounds
 from aiperf.api.client import ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
+from tests.fake_clock import FakeClock
+from tests.schema_round_trip import down_and_up
 from tests.test_audit import TOKENS, tiny_graph
 
 CPU = "Test CPU 9000"
@@ -74,14 +76,6 @@ def test_hardware_names_and_the_final_verdict():
 # ---------------------------------------------------------------- through the master
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 3_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 class Run:
     """A smoke run with one CPU worker on a scripted clock; `model` reports `rate` images/s for
     `seconds` in 10 s reports and finishes it."""
@@ -89,7 +83,7 @@ class Run:
     def __init__(self, tmp: Path) -> None:
         from master.server import serve
 
-        self.clock = Clock()
+        self.clock = FakeClock(3_000_000.0)
         self.h = serve(f"sqlite:///{tmp / 'master.db'}", port=0, host="127.0.0.1", data_dir=tmp / "master",
                        heartbeat_interval_s=10_000.0, env={}, clock=self.clock, **TOKENS)
         self.w = WorkerClient(self.h.address, self.h.worker_token, retries=0)
@@ -208,9 +202,7 @@ def test_the_in_memory_batch_is_filled_from_a_small_split():
 def test_migration_0007_round_trips_and_older_audits_read_unchecked(db_url: str):
     """Down to 0006 and up again: an audit recorded before the throughput check keeps its verdict
     and reads "" and zeros for it (db_url: SQLite, and PostgreSQL when configured)."""
-    from alembic import command
-
-    from master.sqlstore import SqlStore, _alembic_config, make_engine
+    from master.sqlstore import SqlStore
     from master.store import AuditInput, NewModel, NewRun, WorkerInput
 
     s = SqlStore(db_url)
@@ -225,13 +217,7 @@ def test_migration_0007_round_trips_and_older_audits_read_unchecked(db_url: str)
         assert s.audits(run.id)[0].claimed_images_per_second == 900.0
     finally:
         s.close()
-    engine = make_engine(db_url)
-    with engine.begin() as conn:
-        cfg = _alembic_config()
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0006")
-        command.upgrade(cfg, "head")
-    engine.dispose()
+    down_and_up(db_url, "0006")
     s = SqlStore(db_url)
     try:
         (a,) = s.audits(run.id)

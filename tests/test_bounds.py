@@ -25,20 +25,13 @@ from aiperf.flops import count_flops
 from master.progress import ProgressWriter
 from master.sqlstore import SqlStore
 from master.store import NewModel, NewRun, ProgressInput, WorkerInput
+from tests.fake_clock import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
 HP = {"batch_size": 32, "kernel_size": 3}
 INT_RANGES = {  # the wire range of each integer field type
     "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1), "uint32": (0, 2**32 - 1), "uint64": (0, 2**64 - 1),
 }
-
-
-class FakeClock:
-    def __init__(self, t: float = 1_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def request_types() -> set[Any]:

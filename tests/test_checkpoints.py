@@ -20,6 +20,7 @@ from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
 from aiperf.retention import StoredModel, checkpoints_to_delete, kept_checkpoints, record_holders
+from tests.schema_round_trip import down_and_up
 from worker.checkpoints import Checkpoint, CheckpointError, LocalStore, open_store, read_checkpoint
 
 HP = {"batch_size": 32, "kernel_size": 3}
@@ -365,9 +366,7 @@ def test_retention_keeps_an_early_record_holder_outside_the_top_k(master_server,
 
 
 def test_migration_0005_round_trips_and_old_models_have_no_checkpoint(db_url: str):
-    from alembic import command
-
-    from master.sqlstore import SqlStore, _alembic_config, make_engine
+    from master.sqlstore import SqlStore
     from master.store import NewModel, NewRun, WorkerInput
 
     s = SqlStore(db_url)
@@ -382,13 +381,7 @@ def test_migration_0005_round_trips_and_old_models_have_no_checkpoint(db_url: st
         assert (s.get_model(a).checkpoint_uri, s.get_model(b).inherited_from) == ("file:///c/model-1.weights.h5", a)
     finally:
         s.close()
-    engine = make_engine(db_url)
-    with engine.begin() as conn:  # back to the previous release, and forward again
-        cfg = _alembic_config()
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0004")
-        command.upgrade(cfg, "head")
-    engine.dispose()
+    down_and_up(db_url, "0004")  # back to the previous release, and forward again
     s = SqlStore(db_url)
     try:
         old_a, old_b = s.get_model(a), s.get_model(b)

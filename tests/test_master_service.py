@@ -21,16 +21,9 @@ from aiperf.api.enums import MODEL_STATES
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
 from aiperf.morphism import deeper_at, deeper_positions
+from tests.fake_clock import FakeClock
 
 HP = {"batch_size": 32, "kernel_size": 3}
-
-
-class FakeClock:
-    def __init__(self, t: float = 1_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def clients(h) -> tuple[WorkerClient, ControlClient]:

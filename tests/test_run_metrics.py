@@ -12,16 +12,9 @@ import pytest
 
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
+from tests.fake_clock import FakeClock
 
 HP = {"batch_size": 32, "kernel_size": 3}
-
-
-class FakeClock:
-    def __init__(self, t: float = 1_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def scrape(port: int) -> dict[str, float]:

@@ -32,17 +32,10 @@ from master.store import (
     ProgressInput,
     WorkerInput,
 )
+from tests.fake_clock import FakeClock
 
 HP = {"batch_size": 32, "kernel_size": 3}
 UINT64_MAX = 2**64 - 1
-
-
-class FakeClock:
-    def __init__(self, t: float = 1_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def wait_for(cond, timeout: float = 10.0, what: str = "condition") -> None:
