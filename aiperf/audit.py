@@ -53,7 +53,6 @@ VERDICTS = (PASSED, FAILED, WRONG_ARCHITECTURE, NO_CHECKPOINT, CORRUPT)  # of th
 TOO_FAST = "too fast"                    # the worker claimed more than the audited rate allows
 DIFFERENT_HARDWARE = "different hardware"  # the auditor's device is not the worker's: throughput unchecked
 NOT_TIMED = "not timed"                  # the auditor sent no timed rate
-THROUGHPUT_VERDICTS = (PASSED, TOO_FAST, DIFFERENT_HARDWARE, NOT_TIMED)
 
 # What the scoreboard says of the model behind the regulated score.
 STATUS_PASSED = "passed"
