@@ -44,6 +44,7 @@ def test_refused_lies_gain_nothing_and_no_lie_beats_its_peak():
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive  # the honest claim is a share of one timing, the audit another: no other test may load the CPU
 def test_the_audit_catches_the_lies_physics_only_bounds():
     """With --audit every model has real weights in a checkpoint store and the worker is this
     machine's CPU: the honest worker's claims pass their audit; the liars that report at the
