@@ -17,7 +17,7 @@ models, since each one beat all before it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 DEFAULT_KEEP_CHECKPOINTS = 10  # `aiperf start --keep-checkpoints`; ResNet-50's weights: about 100 MB each
@@ -34,16 +34,27 @@ class StoredModel:
     has_checkpoint: bool   # a checkpoint is recorded and not yet deleted
 
 
+@dataclass
+class RecordHolders:
+    """The run's best accuracy so far and every model that held it, folded one report at a time
+    (in the order the master received them; a tie keeps the earlier holder, as acc(t) does)."""
+
+    best: float = float("-inf")
+    holders: set[int] = field(default_factory=set)
+
+    def add(self, model_id: int, accuracy: float) -> None:
+        if accuracy > self.best:
+            self.best = accuracy
+            self.holders.add(model_id)
+
+
 def record_holders(accuracies: Iterable[tuple[int, float]]) -> frozenset[int]:
     """Ids of the models that held the best accuracy so far, from (model id, accuracy) reports in
-    the order the master received them (a tie keeps the earlier holder, as acc(t) does)."""
-    best = float("-inf")
-    holders: set[int] = set()
+    the order the master received them."""
+    fold = RecordHolders()
     for model_id, accuracy in accuracies:
-        if accuracy > best:
-            best = accuracy
-            holders.add(model_id)
-    return frozenset(holders)
+        fold.add(model_id, accuracy)
+    return frozenset(fold.holders)
 
 
 def kept_checkpoints(models: Iterable[StoredModel], ranked_done_ids: Sequence[int], keep: int,

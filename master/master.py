@@ -147,6 +147,7 @@ class Master:
         self._register_lock = threading.Lock()  # one name decision at a time (read, decide, write)
         self._current: RunRecord | None = store.current_run()
         self._writer = ProgressWriter(store)
+        self.records = retention.AccuracyRecords(store)  # each run's accuracy record holders, for retention
         self._advance_runs(now)  # a deadline passed while the master was down: closed before serving
 
     def close(self) -> None:
@@ -579,6 +580,8 @@ class Master:
         with self._lock:
             if run_id in self._run_ops:
                 self._run_ops[run_id] += item.master_flops
+        if item.accuracy is not None:
+            self.records.add(run_id, item.model_id, item.accuracy)
         return result
 
     def finish_model(self, fin: ModelFinish, *,
@@ -597,10 +600,12 @@ class Master:
                                         fin.predicted_accuracy, self.clock(), fin.checkpoint_uri,
                                         fin.checkpoint_sha256)
         self._forget_models([model.id])
+        if model.best_accuracy is not None:  # a best above its reports entered the time line just now
+            self.records.add(model.run_id, model.id, model.best_accuracy)
         log.info("event=model_finished model_id=%d state=%s best_accuracy=%s predicted_accuracy=%s checkpoint=%s",
                  model.id, model.state, model.best_accuracy, model.predicted_accuracy, bool(model.checkpoint_uri))
         run = self.store.get_run(model.run_id)
-        return model, run.state, retention.release_checkpoints(self.store, run, fin.worker_id)
+        return model, run.state, retention.release_checkpoints(self.store, run, fin.worker_id, self.records)
 
     def history(self, worker_id: int, run_id: int, since_model_id: int = 0, limit: int = 0, *,
                 credential: str) -> History:

@@ -12,8 +12,9 @@ behind (it logs it), never a record that points at nothing it will keep.
 from __future__ import annotations
 
 import logging
+import threading
 
-from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS, checkpoints_to_delete, record_holders
+from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS, RecordHolders, checkpoints_to_delete
 from master.domain import ModelFinish
 from master.store import InvalidArgument, RunRecord, Store
 
@@ -38,12 +39,41 @@ def keep_checkpoints(run: RunRecord) -> int:
     return int(run.config.get("keep_checkpoints", DEFAULT_KEEP_CHECKPOINTS))
 
 
-def release_checkpoints(store: Store, run: RunRecord, worker_id: int) -> list[tuple[int, str]]:
+class AccuracyRecords:
+    """Each run's accuracy record holders (`aiperf.retention.RecordHolders`), read from the
+    store once per run and then folded report by report as the master records them, so that
+    a FinishModel does not read the run's whole time line. Thread-safe."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._runs: dict[int, RecordHolders] = {}
+
+    def holders(self, run_id: int) -> frozenset[int]:
+        with self._lock:  # held while reading: a report recorded meanwhile is folded after the read
+            if run_id not in self._runs:
+                fold = RecordHolders()
+                for model_id, accuracy in self._store.accuracy_reports(run_id):
+                    fold.add(model_id, accuracy)
+                self._runs[run_id] = fold
+            return frozenset(self._runs[run_id].holders)
+
+    def add(self, run_id: int, model_id: int, accuracy: float) -> None:
+        """A recorded accuracy (a run not read yet reads it from the store when first asked)."""
+        with self._lock:
+            if run_id in self._runs:
+                self._runs[run_id].add(model_id, accuracy)
+
+
+def release_checkpoints(store: Store, run: RunRecord, worker_id: int,
+                        records: AccuracyRecords) -> list[tuple[int, str]]:
     """(model id, URI) of `worker_id`'s checkpoints in `run` that retention lets go, now
-    recorded as deleted; the worker deletes them from its store."""
+    recorded as deleted; the worker deletes them from its store. Reads the models holding a
+    checkpoint or open, and the top `keep` ranked: not the run's history."""
     stored = store.stored_checkpoints(run.id)
-    doomed = set(checkpoints_to_delete([m for m, _, _ in stored], store.ranked_done_ids(run.id),
-                                       keep_checkpoints(run), record_holders(store.accuracy_reports(run.id))))
+    keep = keep_checkpoints(run)
+    top = store.ranked_done_ids(run.id, limit=keep) if keep > 0 else []
+    doomed = set(checkpoints_to_delete([m for m, _, _ in stored], top, keep, records.holders(run.id)))
     mine = [(m.model_id, uri) for m, owner, uri in stored if owner == worker_id and m.model_id in doomed]
     if mine:
         store.mark_checkpoints_deleted([mid for mid, _ in mine])

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from aiperf.api.enums import ACTIVE_RUN_STATES, FINISHED_MODEL_STATES, OPEN_MODEL_STATES, OVER_RUN_STATES
 from aiperf.retention import StoredModel
-from aiperf.scoring import Point, model_rank_key
+from aiperf.scoring import Point
 from master.audit_sql import AuditSql
 from master.models import MasterLifeRow, ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow
 from master.progress_rules import apply_reports
@@ -437,14 +437,13 @@ class SqlStore(AuditSql, Store):  # audits: master/audit_sql.py
                 stmt = stmt.limit(limit)
             return [_model(m) for m in s.scalars(stmt)]
 
-    def ranked_done_ids(self, run_id: int) -> list[int]:
+    def ranked_done_ids(self, run_id: int, limit: int = 0) -> list[int]:
+        # aiperf.scoring.model_rank_key in SQL, so that the database sorts and a limit reads only the top
+        best = func.coalesce(ModelRow.best_accuracy, -1.0)
+        query = (select(ModelRow.id).where(ModelRow.run_id == run_id, ModelRow.state == "done")
+                 .order_by(func.coalesce(ModelRow.predicted_accuracy, best).desc(), best.desc(), ModelRow.id))
         with self._read() as s:
-            rows = s.execute(
-                select(ModelRow.id, ModelRow.predicted_accuracy, ModelRow.best_accuracy).where(
-                    ModelRow.run_id == run_id, ModelRow.state == "done"
-                )
-            ).all()
-        return [r.id for r in sorted(rows, key=lambda r: model_rank_key(r.id, r.predicted_accuracy, r.best_accuracy))]
+            return list(s.scalars(query.limit(limit) if limit > 0 else query))
 
     def list_models(
         self, run_id: int, state: str | None = None, limit: int = 1000, offset: int = 0
@@ -511,9 +510,11 @@ class SqlStore(AuditSql, Store):  # audits: master/audit_sql.py
 
     def stored_checkpoints(self, run_id: int) -> list[tuple[StoredModel, int, str]]:
         with self._read() as s:
+            live = ModelRow.checkpoint_uri.is_not(None) & ~ModelRow.checkpoint_deleted
             rows = s.execute(
                 select(ModelRow.id, ModelRow.parent_id, ModelRow.state, ModelRow.worker_id, ModelRow.checkpoint_uri,
-                       ModelRow.checkpoint_deleted).where(ModelRow.run_id == run_id).order_by(ModelRow.id)
+                       ModelRow.checkpoint_deleted)
+                .where(ModelRow.run_id == run_id, live | ModelRow.state.in_(OPEN_MODEL_STATES)).order_by(ModelRow.id)
             ).all()
         return [(StoredModel(r.id, r.parent_id, r.state, r.checkpoint_uri is not None and not r.checkpoint_deleted),
                  r.worker_id, r.checkpoint_uri or "") for r in rows]

@@ -384,9 +384,10 @@ class Store(abc.ABC):
         """Models of the run with id > since_id, ascending."""
 
     @abc.abstractmethod
-    def ranked_done_ids(self, run_id: int) -> list[int]:
-        """Ids of DONE models, best first: predicted accuracy (best accuracy when
-        no prediction), then best accuracy, then id."""
+    def ranked_done_ids(self, run_id: int, limit: int = 0) -> list[int]:
+        """Ids of DONE models, best first (aiperf.scoring.model_rank_key): predicted accuracy
+        (best accuracy when no prediction), then best accuracy, then id; the first `limit`
+        (0: all)."""
 
     @abc.abstractmethod
     def list_models(
@@ -418,7 +419,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def stored_checkpoints(self, run_id: int) -> list[tuple[StoredModel, int, str]]:
-        """Every model of the run for retention, with its worker id and checkpoint URI ("" none)."""
+        """The run's models that retention looks at, with their worker id and checkpoint URI
+        ("" none): those whose checkpoint is recorded and not deleted, and the open ones
+        (queued, training), whose parents it keeps. Not the whole history: a FinishModel reads
+        this, at any run length."""
 
     @abc.abstractmethod
     def mark_checkpoints_deleted(self, model_ids: Sequence[int]) -> None:
