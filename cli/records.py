@@ -224,9 +224,10 @@ def model_to_dict(m: pb.Model) -> dict[str, Any]:
         "images_trained": m.images_trained,
         "images_validated": m.images_validated,
         "epochs": m.epochs,
-        # where its weights are (None: none stored); deleted: retention let them go
-        "checkpoint": ({"uri": m.checkpoint_uri, "sha256": m.checkpoint_sha256, "deleted": m.checkpoint_deleted}
-                       if m.checkpoint_uri else None),
+        # where its weights are (None: none stored); deleted: retention let them go; delete_error: the
+        # worker could not delete them (None: none reported)
+        "checkpoint": ({"uri": m.checkpoint_uri, "sha256": m.checkpoint_sha256, "deleted": m.checkpoint_deleted,
+                        "delete_error": m.checkpoint_delete_error or None} if m.checkpoint_uri else None),
         "inherited_from": m.inherited_from or None,  # None: trained from scratch
     }
     if m.graph_json:

@@ -134,6 +134,7 @@ def model_finish(req: pb.FinishModelRequest) -> ModelFinish:
         best_accuracy=req.best_accuracy if req.has_accuracy else None,
         predicted_accuracy=req.predicted_accuracy if req.predicted_accuracy != 0 else None,  # 0: unknown
         checkpoint_uri=req.checkpoint_uri, checkpoint_sha256=req.checkpoint_sha256,
+        undeleted=tuple((u.model_id, u.error) for u in req.undeleted_checkpoints),
     )
 
 
@@ -228,6 +229,7 @@ def model_message(m: ModelRecord, include_graph: bool = True) -> pb.Model:
         images_trained=m.images_trained, images_validated=m.images_validated, epochs=m.epochs,
         checkpoint_uri=m.checkpoint_uri, checkpoint_sha256=m.checkpoint_sha256,
         inherited_from=m.inherited_from, checkpoint_deleted=m.checkpoint_deleted,
+        checkpoint_delete_error=m.checkpoint_delete_error,
     )
 
 

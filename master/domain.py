@@ -109,6 +109,7 @@ class ModelFinish:
     predicted_accuracy: float | None = None
     checkpoint_uri: str = ""     # the model's weights in its worker's store; "" none
     checkpoint_sha256: str = ""
+    undeleted: tuple[tuple[int, str], ...] = ()  # (model id, error): let go earlier, not deleted
 
 
 @dataclass(frozen=True)

@@ -592,10 +592,10 @@ class Master:
         if fin.state not in FINISHED_MODEL_STATES:
             raise InvalidArgument("state must be MODEL_DONE or MODEL_FAILED")
         retention.check_checkpoint(fin)
-        for name in ("best_accuracy", "predicted_accuracy"):
-            v = getattr(fin, name)
+        for name, v in (("best_accuracy", fin.best_accuracy), ("predicted_accuracy", fin.predicted_accuracy)):
             if v is not None and not (0.0 <= v <= 1.0):
                 raise InvalidArgument(f"{name} must be in [0, 1], got {v}")
+        retention.take_back(self.store, fin)  # checkpoints it could not delete (before this finish's retention)
         model = self.store.finish_model(fin.model_id, fin.worker_id, fin.state, fin.reason, fin.best_accuracy,
                                         fin.predicted_accuracy, self.clock(), fin.checkpoint_uri,
                                         fin.checkpoint_sha256)

@@ -109,6 +109,8 @@ class ModelRow(Base):
     checkpoint_uri: Mapped[str | None] = mapped_column(String(1024), nullable=True)
     checkpoint_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     checkpoint_deleted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # why its worker could not delete it when retention let it go (migration 0008); NULL: none reported
+    checkpoint_delete_error: Mapped[str | None] = mapped_column(String(500), nullable=True)
     # the model whose weights it started from (its parent); NULL: trained from scratch
     inherited_from: Mapped[int | None] = mapped_column(Integer, nullable=True)
 

@@ -35,6 +35,17 @@ def check_inheritance(parent_id: int, inherited_from: int) -> None:
         raise InvalidArgument(f"inherited_from must be 0 or the parent_id ({parent_id}), got {inherited_from}")
 
 
+def take_back(store: Store, fin: ModelFinish) -> None:
+    """The checkpoints the finishing worker could not delete are recorded as stored, with the
+    error, and never let go again (the file is still there: an operator removes it)."""
+    if not fin.undeleted:
+        return
+    restored = store.restore_checkpoints(fin.worker_id, fin.undeleted)
+    for model_id, error in fin.undeleted:
+        log.warning("event=checkpoint_not_deleted worker_id=%d model_id=%d recorded_stored=%s error=%r",
+                    fin.worker_id, model_id, model_id in restored, error)
+
+
 def keep_checkpoints(run: RunRecord) -> int:
     return int(run.config.get("keep_checkpoints", DEFAULT_KEEP_CHECKPOINTS))
 

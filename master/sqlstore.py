@@ -95,6 +95,7 @@ def _model(m: ModelRow) -> ModelRecord:
         images_trained=m.images_trained, images_validated=m.images_validated, epochs=m.epochs,
         inherited_from=m.inherited_from or 0, checkpoint_uri=m.checkpoint_uri or "",
         checkpoint_sha256=m.checkpoint_sha256 or "", checkpoint_deleted=bool(m.checkpoint_deleted),
+        checkpoint_delete_error=m.checkpoint_delete_error or "",
     )
 
 
@@ -510,7 +511,8 @@ class SqlStore(AuditSql, Store):  # audits: master/audit_sql.py
 
     def stored_checkpoints(self, run_id: int) -> list[tuple[StoredModel, int, str]]:
         with self._read() as s:
-            live = ModelRow.checkpoint_uri.is_not(None) & ~ModelRow.checkpoint_deleted
+            live = (ModelRow.checkpoint_uri.is_not(None) & ~ModelRow.checkpoint_deleted
+                    & ModelRow.checkpoint_delete_error.is_(None))  # one its worker could not delete stays
             rows = s.execute(
                 select(ModelRow.id, ModelRow.parent_id, ModelRow.state, ModelRow.worker_id, ModelRow.checkpoint_uri,
                        ModelRow.checkpoint_deleted)
@@ -524,6 +526,25 @@ class SqlStore(AuditSql, Store):  # audits: master/audit_sql.py
             return
         with self._write() as s:
             s.execute(update(ModelRow).where(ModelRow.id.in_(list(model_ids))).values(checkpoint_deleted=True))
+
+    def restore_checkpoints(self, worker_id: int, undeleted: Sequence[tuple[int, str]]) -> list[int]:
+        errors = dict(undeleted)
+        wanted = sorted(errors)
+        if not wanted:
+            return []
+        with self._write() as s:
+            rows = s.execute(select(ModelRow.id, ModelRow.worker_id, ModelRow.checkpoint_deleted)
+                             .where(ModelRow.id.in_(wanted))).all()
+            missing = set(wanted) - {r.id for r in rows}
+            if missing:
+                raise NotFound(f"model {min(missing)} not found")
+            for r in rows:
+                if r.worker_id != worker_id:
+                    raise PermissionDenied(f"model {r.id} belongs to worker {r.worker_id}, not {worker_id}")
+            for mid in wanted:
+                s.execute(update(ModelRow).where(ModelRow.id == mid, ModelRow.checkpoint_deleted)
+                          .values(checkpoint_deleted=False, checkpoint_delete_error=errors[mid][:500] or "unknown"))
+            return sorted(r.id for r in rows if r.checkpoint_deleted)
 
     def hyperparameter_history(self, run_id: int) -> list[ModelRecord]:
         with self._read() as s:

@@ -178,6 +178,7 @@ class ModelRecord(NewModel):
     checkpoint_uri: str = ""        # "": none recorded
     checkpoint_sha256: str = ""
     checkpoint_deleted: bool = False  # retention told its worker to delete it
+    checkpoint_delete_error: str = ""  # its worker could not (it stays stored, never let go again); "" none
 
 
 @dataclass(frozen=True)
@@ -427,6 +428,13 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def mark_checkpoints_deleted(self, model_ids: Sequence[int]) -> None:
         """Record that these models' checkpoints were handed to their worker for deletion."""
+
+    @abc.abstractmethod
+    def restore_checkpoints(self, worker_id: int, undeleted: Sequence[tuple[int, str]]) -> list[int]:
+        """Record as stored, with the error, the checkpoints (model id, error) their worker could
+        not delete; stored_checkpoints leaves them out from then on (retention does not let them
+        go again). Returns the ids that were recorded as deleted. NotFound: no such model;
+        PermissionDenied: another worker's model (nothing is changed)."""
 
     @abc.abstractmethod
     def hyperparameter_history(self, run_id: int) -> list[ModelRecord]:

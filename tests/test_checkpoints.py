@@ -262,7 +262,8 @@ def test_finish_model_records_the_checkpoint_and_the_cli_shows_it(master_server,
     monkeypatch.setenv("AIPERF_ADMIN_TOKEN", h.admin_token)
     assert main(["models", "--json"]) == 0
     models = {m["model_id"]: m for m in json.loads(capsys.readouterr().out)["models"]}
-    assert models[a]["checkpoint"] == {"uri": uri, "sha256": reply.model.checkpoint_sha256, "deleted": False}
+    assert models[a]["checkpoint"] == {"uri": uri, "sha256": reply.model.checkpoint_sha256, "deleted": False,
+                                       "delete_error": None}
     assert models[a]["inherited_from"] is None
     assert models[b]["checkpoint"] is None and models[b]["inherited_from"] == a
 

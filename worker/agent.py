@@ -37,6 +37,7 @@ import grpc
 import tenacity
 
 from aiperf.api import aiperf_pb2 as pb
+from aiperf.api.bounds import MAX_UNDELETED_PER_FINISH
 from aiperf.api.client import Accelerator, ApiError, ResourceSample, WorkerClient, hyperparameters_dict
 from aiperf.api.enums import PRECISIONS, PROFILES
 from aiperf.graph import Graph
@@ -568,7 +569,9 @@ class Agent:
 
     def _send_finish(self, outbox: Outbox, model_id: int, state: str, **fields: Any) -> None:
         def send() -> None:  # then delete what retention let go (on the outbox's thread)
-            reply = self.client.finish_model(self.worker_id, model_id, state, **fields)
+            undeleted = self.inheritance.undeleted[:MAX_UNDELETED_PER_FINISH]  # what earlier deletes could not
+            reply = self.client.finish_model(self.worker_id, model_id, state, undeleted=undeleted, **fields)
+            del self.inheritance.undeleted[:len(undeleted)]
             self.inheritance.delete(reply.delete_checkpoints)
 
         outbox.put(f"finish model={model_id}", send)

@@ -77,6 +77,9 @@ class Inheritance:
         self._tmp = None if scratch is not None else tempfile.TemporaryDirectory(prefix="aiperf-ckpt-")
         self.scratch = scratch if scratch is not None else Path(self._tmp.name)  # type: ignore[union-attr]
         self.scratch.mkdir(parents=True, exist_ok=True)
+        # (model id, error) of checkpoints retention let go that could not be deleted: the agent
+        # reports them with its next FinishModel, and the master records them as stored
+        self.undeleted: list[tuple[int, str]] = []
 
     def close(self) -> None:
         if self._tmp is not None:
@@ -106,7 +109,8 @@ class Inheritance:
         return ckpt
 
     def delete(self, doomed: Iterable[pb.CheckpointToDelete]) -> None:
-        """Delete the checkpoints retention let go; a failure is logged (the file stays)."""
+        """Delete the checkpoints retention let go; a failure is logged and kept in `undeleted`
+        (the file stays)."""
         if self.store is None:
             return
         for d in doomed:
@@ -115,6 +119,7 @@ class Inheritance:
                 log.info("event=checkpoint_deleted model=%d uri=%s", d.model_id, d.uri)
             except CheckpointError as exc:
                 log.warning("event=checkpoint_not_deleted model=%d error=%s", d.model_id, exc)
+                self.undeleted.append((d.model_id, str(exc)))
 
     # -- reading --------------------------------------------------------------
     def parent_weights(self, parent: pb.Model, parent_graph: Graph) -> Weights:

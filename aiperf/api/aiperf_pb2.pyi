@@ -261,7 +261,7 @@ class WorkerInfo(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., state: _Optional[_Union[WorkerState, str]] = ..., registered_at: _Optional[float] = ..., last_heartbeat: _Optional[float] = ..., current_model_id: _Optional[int] = ..., current_run_id: _Optional[int] = ..., cpu_peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ..., dataset: _Optional[_Union[DatasetInfo, _Mapping]] = ..., has_dataset: _Optional[bool] = ..., implausible_reports: _Optional[int] = ..., cpu_model: _Optional[str] = ...) -> None: ...
 
 class Model(_message.Message):
-    __slots__ = ("model_id", "run_id", "parent_id", "worker_id", "round", "graph_json", "graph_hash", "hyperparameters", "state", "best_accuracy", "predicted_accuracy", "has_accuracy", "created_at", "finished_at", "reason", "flops_per_train_image", "flops_per_eval_image", "images_trained", "images_validated", "epochs", "checkpoint_uri", "checkpoint_sha256", "inherited_from", "checkpoint_deleted")
+    __slots__ = ("model_id", "run_id", "parent_id", "worker_id", "round", "graph_json", "graph_hash", "hyperparameters", "state", "best_accuracy", "predicted_accuracy", "has_accuracy", "created_at", "finished_at", "reason", "flops_per_train_image", "flops_per_eval_image", "images_trained", "images_validated", "epochs", "checkpoint_uri", "checkpoint_sha256", "inherited_from", "checkpoint_deleted", "checkpoint_delete_error")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PARENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -286,6 +286,7 @@ class Model(_message.Message):
     CHECKPOINT_SHA256_FIELD_NUMBER: _ClassVar[int]
     INHERITED_FROM_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_DELETED_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_DELETE_ERROR_FIELD_NUMBER: _ClassVar[int]
     model_id: int
     run_id: int
     parent_id: int
@@ -310,7 +311,8 @@ class Model(_message.Message):
     checkpoint_sha256: str
     inherited_from: int
     checkpoint_deleted: bool
-    def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., parent_id: _Optional[int] = ..., worker_id: _Optional[int] = ..., round: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., created_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., reason: _Optional[str] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., epochs: _Optional[int] = ..., checkpoint_uri: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ..., inherited_from: _Optional[int] = ..., checkpoint_deleted: _Optional[bool] = ...) -> None: ...
+    checkpoint_delete_error: str
+    def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., parent_id: _Optional[int] = ..., worker_id: _Optional[int] = ..., round: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., created_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., reason: _Optional[str] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., epochs: _Optional[int] = ..., checkpoint_uri: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ..., inherited_from: _Optional[int] = ..., checkpoint_deleted: _Optional[bool] = ..., checkpoint_delete_error: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("api_version", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "credential", "cpu_peak_flops_by_dtype", "cpu_model")
@@ -516,7 +518,7 @@ class ProgressAck(_message.Message):
     def __init__(self, model_id: _Optional[int] = ..., seq: _Optional[int] = ..., duplicate: _Optional[bool] = ..., master_flops: _Optional[int] = ..., flops_mismatch: _Optional[bool] = ..., run_state: _Optional[_Union[RunState, str]] = ..., model_state: _Optional[_Union[ModelState, str]] = ...) -> None: ...
 
 class FinishModelRequest(_message.Message):
-    __slots__ = ("worker_id", "model_id", "state", "reason", "best_accuracy", "predicted_accuracy", "has_accuracy", "checkpoint_uri", "checkpoint_sha256")
+    __slots__ = ("worker_id", "model_id", "state", "reason", "best_accuracy", "predicted_accuracy", "has_accuracy", "checkpoint_uri", "checkpoint_sha256", "undeleted_checkpoints")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -526,6 +528,7 @@ class FinishModelRequest(_message.Message):
     HAS_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_URI_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_SHA256_FIELD_NUMBER: _ClassVar[int]
+    UNDELETED_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     model_id: int
     state: ModelState
@@ -535,7 +538,8 @@ class FinishModelRequest(_message.Message):
     has_accuracy: bool
     checkpoint_uri: str
     checkpoint_sha256: str
-    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., state: _Optional[_Union[ModelState, str]] = ..., reason: _Optional[str] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., checkpoint_uri: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ...) -> None: ...
+    undeleted_checkpoints: _containers.RepeatedCompositeFieldContainer[CheckpointNotDeleted]
+    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., state: _Optional[_Union[ModelState, str]] = ..., reason: _Optional[str] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., checkpoint_uri: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ..., undeleted_checkpoints: _Optional[_Iterable[_Union[CheckpointNotDeleted, _Mapping]]] = ...) -> None: ...
 
 class CheckpointToDelete(_message.Message):
     __slots__ = ("model_id", "uri")
@@ -544,6 +548,14 @@ class CheckpointToDelete(_message.Message):
     model_id: int
     uri: str
     def __init__(self, model_id: _Optional[int] = ..., uri: _Optional[str] = ...) -> None: ...
+
+class CheckpointNotDeleted(_message.Message):
+    __slots__ = ("model_id", "error")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    model_id: int
+    error: str
+    def __init__(self, model_id: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class FinishModelResponse(_message.Message):
     __slots__ = ("model", "run_state", "delete_checkpoints")

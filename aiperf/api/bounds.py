@@ -53,6 +53,7 @@ MAX_STOP_REASON_CHARS = 200     # a run's stop reason (column: 200)
 MAX_GRAPH_HASH_CHARS = 64       # SHA-256 in hex (column: 64)
 MAX_CREDENTIAL_CHARS = 128      # a worker credential kept by a restarting worker (issued: 43 characters)
 MAX_CHECKPOINT_URI_CHARS = 1024  # a checkpoint's URI (column: 1024): a path or an object-store URL
+MAX_UNDELETED_PER_FINISH = 1000  # checkpoints a FinishModel reports it could not delete
 SHA256_HEX_CHARS = 64           # a checkpoint's SHA-256: 64 lowercase hex digits, or empty (none)
 MAX_KEEP_CHECKPOINTS = 10**6    # retention: checkpoints of the top this-many models kept
 # hardware of one worker (one node)
@@ -109,6 +110,7 @@ LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_GRAPH_HASH_CHARS", "graph hash"),
     ("MAX_CREDENTIAL_CHARS", "the worker credential a restarting worker presents to Register"),
     ("MAX_CHECKPOINT_URI_CHARS", "a checkpoint's URI, printable (empty: none)"),
+    ("MAX_UNDELETED_PER_FINISH", "checkpoints one FinishModel reports it could not delete"),
     ("MAX_KEEP_CHECKPOINTS", "a run's keep_checkpoints (0: the default)"),
     ("MAX_ACCELERATORS_PER_WORKER", "accelerators in one Register"),
     ("MAX_OPS_PER_S_PER_ACCELERATOR", "a peak, and the ceiling rate of a report's operations"),
@@ -455,7 +457,9 @@ RULES: dict[Any, dict[str, Rule]] = {
         "has_accuracy": None,
         "checkpoint_uri": Text(MAX_CHECKPOINT_URI_CHARS),
         "checkpoint_sha256": HexDigest(SHA256_HEX_CHARS),  # the Master checks both or neither
+        "undeleted_checkpoints": Repeated(MAX_UNDELETED_PER_FINISH, Nested(pb.CheckpointNotDeleted)),
     },
+    pb.CheckpointNotDeleted: {"model_id": _ID, "error": Text(MAX_REASON_CHARS, multiline=True)},
     pb.SendResourceSamplesRequest: {
         "worker_id": _ID, "samples": Repeated(MAX_SAMPLES_PER_CALL, Nested(pb.ResourceSample)),
     },

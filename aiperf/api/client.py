@@ -363,11 +363,13 @@ class WorkerClient(_Client):
         reason: str = "",
         checkpoint_uri: str = "",
         checkpoint_sha256: str = "",
+        undeleted: Sequence[tuple[int, str]] = (),
     ) -> pb.FinishModelResponse:
         """End a model: state "done" or "failed" (with reason). best_accuracy is
         the best observed validation accuracy; predicted_accuracy ranks it. A done
         model's checkpoint (worker/checkpoints.py) goes with it; the reply lists the
-        worker's checkpoints retention lets go (delete_checkpoints).
+        worker's checkpoints retention lets go (delete_checkpoints); `undeleted` (model id, error)
+        names those of an earlier reply the worker could not delete.
         Idempotent: finishing again with the same state is accepted. The reason is
         made to fit the master's bound (MAX_REASON_CHARS, printable; aiperf.api.bounds)."""
         if state not in FINISHED_MODEL_STATES:
@@ -382,6 +384,8 @@ class WorkerClient(_Client):
             predicted_accuracy=float(predicted_accuracy or 0.0),
             checkpoint_uri=checkpoint_uri,
             checkpoint_sha256=checkpoint_sha256,
+            undeleted_checkpoints=[pb.CheckpointNotDeleted(model_id=m, error=clip_text(e, MAX_REASON_CHARS))
+                                   for m, e in undeleted],
         )
         return self._call("FinishModel", self._stub.FinishModel, req, retry=True,
                           metadata=self._worker_metadata(worker_id))
