@@ -669,7 +669,7 @@ class Master:
         result = self.score(run, joined)
         audit = self.audits.regulated(run, result)
         result = with_throughput_rule(with_audit_rule(result, rules_of(run), audit), self.audits.of_run(run.id))
-        ranked = self.store.ranked_done_ids(run.id)
+        ranked = self.store.ranked_done_ids(run.id, limit=1)
         images_trained, images_validated = self.store.run_images(run.id)
         return Scoreboard(
             run=run, result=result, rules=rules_of(run),
