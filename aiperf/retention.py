@@ -17,6 +17,7 @@ models, since each one beat all before it.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -36,25 +37,33 @@ class StoredModel:
 
 @dataclass
 class RecordHolders:
-    """The run's best accuracy so far and every model that held it, folded one report at a time
-    (in the order the master received them; a tie keeps the earlier holder, as acc(t) does)."""
+    """Every model that held the run's best accuracy, folded one report at a time; a report may
+    come late (its time `t` before reports already folded: the master stamps a report when it
+    arrives and records it when its group commit ends). A report holds the record when its
+    accuracy beats every report before its `t` (a tie keeps the earlier holder, as acc(t) does).
+    `records` keeps each report that held it when it was folded: a late one may end a later
+    one's record, but holders are never taken back (retention keeps one checkpoint too many,
+    never one too few), and the best before any `t` is still the maximum of `records` before it."""
 
-    best: float = float("-inf")
-    holders: set[int] = field(default_factory=set)
+    records: list[tuple[float, float, int]] = field(default_factory=list)  # (t, accuracy, model id), by t
 
-    def add(self, model_id: int, accuracy: float) -> None:
-        if accuracy > self.best:
-            self.best = accuracy
-            self.holders.add(model_id)
+    def add(self, model_id: int, accuracy: float, t: float) -> None:
+        at = bisect.bisect_left(self.records, (t, float("-inf"), -1))  # the records strictly before t
+        if all(accuracy > a for _, a, _ in self.records[:at]):
+            self.records.insert(at, (t, accuracy, model_id))
+
+    @property
+    def holders(self) -> frozenset[int]:
+        return frozenset(m for _, _, m in self.records)
 
 
 def record_holders(accuracies: Iterable[tuple[int, float]]) -> frozenset[int]:
     """Ids of the models that held the best accuracy so far, from (model id, accuracy) reports in
     the order the master received them."""
     fold = RecordHolders()
-    for model_id, accuracy in accuracies:
-        fold.add(model_id, accuracy)
-    return frozenset(fold.holders)
+    for t, (model_id, accuracy) in enumerate(accuracies):
+        fold.add(model_id, accuracy, float(t))
+    return fold.holders
 
 
 def kept_checkpoints(models: Iterable[StoredModel], ranked_done_ids: Sequence[int], keep: int,

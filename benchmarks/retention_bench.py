@@ -89,7 +89,7 @@ def whole_history(store: SqlStore, run: Any, worker: int) -> list[tuple[int, str
     ranked = [m.id for m in sorted((m for m in models if m.state == "done"),
                                    key=lambda m: model_rank_key(m.id, m.predicted_accuracy, m.best_accuracy))]
     doomed = set(checkpoints_to_delete(everything, ranked, keep_checkpoints(run),
-                                       record_holders(store.accuracy_reports(run.id))))
+                                       record_holders((m, a) for m, a, _ in store.accuracy_reports(run.id))))
     return [(m.id, m.checkpoint_uri) for m in models if m.worker_id == worker and m.id in doomed]
 
 

@@ -62,12 +62,12 @@ class AuditSql:
                             .order_by(AuditRow.id.desc()).limit(1)).first()
             return _audit(row) if row is not None else None
 
-    def accuracy_reports(self, run_id: int) -> list[tuple[int, float]]:
+    def accuracy_reports(self, run_id: int) -> list[tuple[int, float, float]]:
         with self._read() as s:
-            rows = s.execute(select(ProgressRow.model_id, ProgressRow.accuracy)
+            rows = s.execute(select(ProgressRow.model_id, ProgressRow.accuracy, ProgressRow.t)
                              .where(ProgressRow.run_id == run_id, ProgressRow.accuracy.is_not(None))
                              .order_by(ProgressRow.t, ProgressRow.id))
-            return [(int(m), float(a)) for m, a in rows]
+            return [(int(m), float(a), float(t)) for m, a, t in rows]
 
     def accuracy_model_at(self, run_id: int, t: float) -> int | None:
         with self._read() as s:

@@ -146,8 +146,8 @@ class Master:
         self._credentials = WorkerCredentials(store.worker_credential_hash)
         self._register_lock = threading.Lock()  # one name decision at a time (read, decide, write)
         self._current: RunRecord | None = store.current_run()
-        self._writer = ProgressWriter(store)
         self.records = retention.AccuracyRecords(store)  # each run's accuracy record holders, for retention
+        self._writer = ProgressWriter(store, on_commit=self.records.committed)
         self._advance_runs(now)  # a deadline passed while the master was down: closed before serving
 
     def close(self) -> None:
@@ -580,8 +580,6 @@ class Master:
         with self._lock:
             if run_id in self._run_ops:
                 self._run_ops[run_id] += item.master_flops
-        if item.accuracy is not None:
-            self.records.add(run_id, item.model_id, item.accuracy)
         return result
 
     def finish_model(self, fin: ModelFinish, *,
@@ -596,12 +594,12 @@ class Master:
             if v is not None and not (0.0 <= v <= 1.0):
                 raise InvalidArgument(f"{name} must be in [0, 1], got {v}")
         retention.take_back(self.store, fin)  # checkpoints it could not delete (before this finish's retention)
+        now = self.clock()
         model = self.store.finish_model(fin.model_id, fin.worker_id, fin.state, fin.reason, fin.best_accuracy,
-                                        fin.predicted_accuracy, self.clock(), fin.checkpoint_uri,
-                                        fin.checkpoint_sha256)
+                                        fin.predicted_accuracy, now, fin.checkpoint_uri, fin.checkpoint_sha256)
         self._forget_models([model.id])
-        if model.best_accuracy is not None:  # a best above its reports entered the time line just now
-            self.records.add(model.run_id, model.id, model.best_accuracy)
+        if model.best_accuracy is not None:  # a best above its reports entered the time line at now
+            self.records.add(model.run_id, model.id, model.best_accuracy, now)
         log.info("event=model_finished model_id=%d state=%s best_accuracy=%s predicted_accuracy=%s checkpoint=%s",
                  model.id, model.state, model.best_accuracy, model.predicted_accuracy, bool(model.checkpoint_uri))
         run = self.store.get_run(model.run_id)

@@ -26,14 +26,19 @@ from master.store import FailedPrecondition, ProgressInput, ProgressResult, Stor
 log = logging.getLogger(__name__)
 
 Callback = Callable[[list[ProgressResult] | None, BaseException | None], None]
+OnCommit = Callable[[list[ProgressInput], list[ProgressResult]], None]
 
 
 class ProgressWriter:
     """One thread that records queued reports in batches (at most `max_batch`
-    reports, after lingering `linger_s` for more to arrive)."""
+    reports, after lingering `linger_s` for more to arrive). `on_commit(items, results)` runs on
+    the writer thread after each commit, before the callers hear of it, whether or not they are
+    still waiting (a caller may be gone: what was recorded is still folded)."""
 
-    def __init__(self, store: Store, max_batch: int = 1024, linger_s: float = 0.002) -> None:
+    def __init__(self, store: Store, max_batch: int = 1024, linger_s: float = 0.002,
+                 on_commit: OnCommit | None = None) -> None:
         self._store = store
+        self._on_commit = on_commit
         self._max_batch = max_batch
         self._linger_s = linger_s
         self._queue: queue.SimpleQueue[tuple[list[ProgressInput], Callback] | None] = queue.SimpleQueue()
@@ -84,8 +89,16 @@ class ProgressWriter:
                 continue
             k = 0
             for inputs, done in jobs:
-                done(results[k:k + len(inputs)], None)
+                self._deliver(inputs, results[k:k + len(inputs)], done)
                 k += len(inputs)
+
+    def _deliver(self, inputs: list[ProgressInput], results: list[ProgressResult], done: Callback) -> None:
+        if self._on_commit is not None:
+            try:
+                self._on_commit(inputs, results)
+            except Exception:  # noqa: BLE001 - the reports are recorded; their callers must hear so
+                log.exception("event=on_commit_failed reports=%d", len(inputs))
+        done(results, None)
 
     def _write_one_by_one(self, jobs: list[tuple[list[ProgressInput], Callback]]) -> None:
         """Each caller's reports in a transaction of their own; a failure is that caller's alone."""
@@ -95,7 +108,7 @@ class ProgressWriter:
             except Exception as exc:  # noqa: BLE001 - handed to this caller only
                 done(None, exc)
             else:
-                done(results, None)
+                self._deliver(inputs, results, done)
 
     def _gather(self, job: tuple[list[ProgressInput], Callback]) -> tuple[list[tuple[list[ProgressInput], Callback]], bool]:
         """The first job and everything queued behind it (up to max_batch reports); True when told to stop."""

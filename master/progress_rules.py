@@ -70,5 +70,5 @@ def apply_reports(
             m["best_accuracy"] = it.accuracy
         m["changed"] = True
         results.append(ProgressResult(it.model_id, it.seq, master_flops=it.master_flops,
-                                      flops_mismatch=it.flops_mismatch, model_state=m["state"]))
+                                      flops_mismatch=it.flops_mismatch, model_state=m["state"], run_id=m["run_id"]))
     return rows

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Sequence
 
 from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS, RecordHolders, checkpoints_to_delete
 from master.domain import ModelFinish
-from master.store import InvalidArgument, RunRecord, Store
+from master.store import InvalidArgument, ProgressInput, ProgressResult, RunRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -51,29 +52,45 @@ def keep_checkpoints(run: RunRecord) -> int:
 
 
 class AccuracyRecords:
-    """Each run's accuracy record holders (`aiperf.retention.RecordHolders`), read from the
-    store once per run and then folded report by report as the master records them, so that
-    a FinishModel does not read the run's whole time line. Thread-safe."""
+    """Each run's accuracy record holders (`aiperf.retention.RecordHolders`): read from the store
+    once per run, then folded from every report the progress writer commits (`committed`, on
+    its thread) and every best accuracy a FinishModel adds to the time line, so that a
+    FinishModel does not read the run's whole time line. The first read runs outside the lock
+    (reports committed meanwhile wait in `_reading` and are folded after it). Thread-safe."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self._lock = threading.Lock()
         self._runs: dict[int, RecordHolders] = {}
+        self._reading: dict[int, list[tuple[int, float, float]]] = {}  # run -> (model, accuracy, t) meanwhile
 
     def holders(self, run_id: int) -> frozenset[int]:
-        with self._lock:  # held while reading: a report recorded meanwhile is folded after the read
-            if run_id not in self._runs:
-                fold = RecordHolders()
-                for model_id, accuracy in self._store.accuracy_reports(run_id):
-                    fold.add(model_id, accuracy)
-                self._runs[run_id] = fold
-            return frozenset(self._runs[run_id].holders)
-
-    def add(self, run_id: int, model_id: int, accuracy: float) -> None:
-        """A recorded accuracy (a run not read yet reads it from the store when first asked)."""
         with self._lock:
             if run_id in self._runs:
-                self._runs[run_id].add(model_id, accuracy)
+                return self._runs[run_id].holders
+            self._reading.setdefault(run_id, [])
+        fold = RecordHolders()
+        for model_id, accuracy, t in self._store.accuracy_reports(run_id):  # may take a while: not under the lock
+            fold.add(model_id, accuracy, t)
+        with self._lock:
+            for model_id, accuracy, t in self._reading.pop(run_id, []):
+                fold.add(model_id, accuracy, t)
+            return self._runs.setdefault(run_id, fold).holders  # a concurrent first read may have won
+
+    def add(self, run_id: int, model_id: int, accuracy: float, t: float) -> None:
+        """A recorded accuracy, received at `t` (a run not read yet reads it from the store when first asked)."""
+        with self._lock:
+            if run_id in self._runs:
+                self._runs[run_id].add(model_id, accuracy, t)
+            elif run_id in self._reading:
+                self._reading[run_id].append((model_id, accuracy, t))
+
+    def committed(self, items: Sequence[ProgressInput], results: Sequence[ProgressResult]) -> None:
+        """The progress writer's hook: fold the accuracies of the reports it has just recorded
+        (not those refused or resent), whether or not their callers are still waiting."""
+        for item, result in zip(items, results):
+            if item.accuracy is not None and result.run_id and result.error is None and not result.duplicate:
+                self.add(result.run_id, item.model_id, item.accuracy, item.t)
 
 
 def release_checkpoints(store: Store, run: RunRecord, worker_id: int,

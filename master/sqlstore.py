@@ -541,9 +541,12 @@ class SqlStore(AuditSql, Store):  # audits: master/audit_sql.py
             for r in rows:
                 if r.worker_id != worker_id:
                     raise PermissionDenied(f"model {r.id} belongs to worker {r.worker_id}, not {worker_id}")
+            by_error: dict[str, list[int]] = {}
             for mid in wanted:
-                s.execute(update(ModelRow).where(ModelRow.id == mid, ModelRow.checkpoint_deleted)
-                          .values(checkpoint_deleted=False, checkpoint_delete_error=errors[mid][:500] or "unknown"))
+                by_error.setdefault(errors[mid][:500] or "unknown", []).append(mid)
+            for error, mids in by_error.items():  # one statement per distinct error (usually one)
+                s.execute(update(ModelRow).where(ModelRow.id.in_(mids), ModelRow.checkpoint_deleted)
+                          .values(checkpoint_deleted=False, checkpoint_delete_error=error))
             return sorted(r.id for r in rows if r.checkpoint_deleted)
 
     def hyperparameter_history(self, run_id: int) -> list[ModelRecord]:

@@ -207,6 +207,7 @@ class ProgressResult:
     flops_mismatch: bool = False
     model_state: str = ""
     error: StoreError | None = field(default=None, compare=False)
+    run_id: int = 0  # the model's run (recorded reports)
 
 
 @dataclass(frozen=True)
@@ -483,8 +484,9 @@ class Store(abc.ABC):
         """The model's most recent audit; None when it was never audited."""
 
     @abc.abstractmethod
-    def accuracy_reports(self, run_id: int) -> list[tuple[int, float]]:
-        """(model id, accuracy) of every report of the run that carried one, in the order received."""
+    def accuracy_reports(self, run_id: int) -> list[tuple[int, float, float]]:
+        """(model id, accuracy, t) of every report of the run that carried one, in the order
+        received (by t, then id)."""
 
     @abc.abstractmethod
     def accuracy_model_at(self, run_id: int, t: float) -> int | None:

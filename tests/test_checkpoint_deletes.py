@@ -152,3 +152,33 @@ def test_migration_0008_round_trips_and_older_models_have_no_delete_error(db_url
         assert [m.model_id for m, _, _ in s.stored_checkpoints(run.id)] == [a], "stored again, as recorded"
     finally:
         s.close()
+
+
+def test_a_finish_refused_for_its_undeleted_list_goes_through_without_it(master_server, small_graph, tmp_path,
+                                                                          caplog):
+    """Undeleted ids the master does not know (a master on another database) must not hold back
+    the model's own finish: it is sent again without them, and they are dropped."""
+    import logging
+
+    from aiperf.hyperparameters import Hyperparameters
+    from worker.agent import Agent, AgentConfig, Outbox
+    from worker.trainer import TrainResult
+
+    h = master_server()
+    control = ControlClient(h.address, h.admin_token)
+    control.start_run(600, profile="smoke", seed=1)
+    agent = Agent(AgentConfig(master=h.address, token=h.worker_token, name="w", measure_peak=False,
+                              checkpoints=str(tmp_path / "store")))
+    try:
+        agent._register()
+        mid = agent._submit(small_graph, 0, 1, Hyperparameters(32, 3))
+        agent.inheritance.undeleted.append((10**6, "permission denied"))
+        box = Outbox()
+        with caplog.at_level(logging.WARNING, logger="worker.agent"):
+            agent._finish(box, mid, 1, TrainResult("done", (0.5,), 1, 100, 10, 1, 0.5, 0.5), None)
+            box.close()
+        assert control.list_models().models[0].state == pb.MODEL_DONE
+        assert agent.inheritance.undeleted == [] and "event=undeleted_refused" in caplog.text
+    finally:
+        agent.stream.close()
+        agent.client.close()

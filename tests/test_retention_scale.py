@@ -89,7 +89,7 @@ def _whole_history_rule(store, run, worker_id: int) -> list[tuple[int, str]]:
     ranked = [m.id for m in sorted((m for m in models if m.state == "done"),
                                    key=lambda m: model_rank_key(m.id, m.predicted_accuracy, m.best_accuracy))]
     doomed = set(checkpoints_to_delete(everything, ranked, run.config["keep_checkpoints"],
-                                       record_holders(store.accuracy_reports(run.id))))
+                                       record_holders((m, a) for m, a, _ in store.accuracy_reports(run.id))))
     return [(m.id, m.checkpoint_uri) for m in models if m.worker_id == worker_id and m.id in doomed]
 
 
@@ -115,13 +115,34 @@ def test_accuracy_records_fold_what_arrives_after_the_first_read(store):
     run, workers, ids = _history(store, [Spec("training", 0, 0, None, None, False, False)] * 3,
                                  [(0, 0.5), (1, 0.25)], 1)
     records = AccuracyRecords(store)
-    records.add(run.id, ids[2], 0.9)  # before the first read: the read will see it in the store instead
+    records.add(run.id, ids[2], 0.9, 240.0)  # before the first read: the read will see it in the store instead
     assert records.holders(run.id) == {ids[0]}
     [r] = store.add_progress([ProgressInput(ids[1], workers[0], 2, 250.0, 1, 1, 1, 0.75, 0, 0, False)])
-    assert r.error is None
-    records.add(run.id, ids[1], 0.75)
-    records.add(run.id, ids[2], 0.75)  # a tie keeps the earlier holder
-    assert records.holders(run.id) == {ids[0], ids[1]} == record_holders(store.accuracy_reports(run.id))
+    assert r.error is None and r.run_id == run.id
+    records.committed([ProgressInput(ids[1], workers[0], 2, 250.0, 1, 1, 1, 0.75, 0, 0, False)], [r])
+    records.add(run.id, ids[2], 0.75, 251.0)  # a tie keeps the earlier holder
+    in_store = record_holders((m, a) for m, a, _ in store.accuracy_reports(run.id))
+    assert records.holders(run.id) == {ids[0], ids[1]} == in_store
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), ACCURACY, st.integers(0, 20)), max_size=25), st.randoms())
+def test_a_report_folded_late_still_holds_its_record(reports, rng):
+    """The master stamps a report when it arrives and folds it when its commit ends: in any
+    order of folding, the holders include every model that held the record in time order
+    (ties: the earlier), i.e. every model behind acc(t) for any t."""
+    from aiperf.retention import RecordHolders
+
+    timed = [(m, a, float(t)) for m, a, t in reports]
+    fold = RecordHolders()
+    for m, a, t in rng.sample(timed, len(timed)):
+        fold.add(m, a, t)
+    ordered = sorted(range(len(timed)), key=lambda i: (timed[i][2], i))
+    assert record_holders((timed[i][0], timed[i][1]) for i in ordered) <= fold.holders
+    for end in sorted({t for _, _, t in timed}):
+        upto = [timed[i] for i in ordered if timed[i][2] <= end]
+        best = max(a for _, a, _ in upto)
+        assert next(m for m, a, _ in upto if a == best) in fold.holders
 
 
 HP = {"batch_size": 32, "kernel_size": 3}
@@ -168,3 +189,20 @@ def test_the_retention_bench_decides_as_its_baseline_and_prints_its_results(caps
     fields = dict(kv.split("=") for kv in line.split()[1:])
     assert set(fields) == {"retention_ms_300", "retention_baseline_ms_300", "retention_speedup_300"}
     assert all(float(v) > 0 for v in fields.values())
+
+
+def test_the_writer_folds_what_it_recorded_even_when_its_caller_is_gone(store):
+    """A caller that went away after its report was queued (a closed stream) does not keep the
+    report's accuracy from the record holders: the writer's hook runs at the commit."""
+    from master.progress import ProgressWriter
+
+    run, workers, ids = _history(store, [Spec("training", 0, 0, None, None, False, False)], [], 1)
+    records = AccuracyRecords(store)
+    assert records.holders(run.id) == frozenset()
+    writer = ProgressWriter(store, on_commit=records.committed)
+    try:
+        writer.submit([ProgressInput(ids[0], workers[0], 1, 300.0, 1, 1, 1, 0.5, 0, 0, False)],
+                      lambda results, error: None)  # nobody waits for the answer
+    finally:
+        writer.close()  # drains the queue
+    assert records.holders(run.id) == {ids[0]}

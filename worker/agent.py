@@ -104,6 +104,9 @@ class RunContext:
 # leaves it out, while a model that failed on its own (out of memory, NaN loss) counts
 # as a failure.
 CUT_REASON_PREFIX = "cut: "
+# a FinishModel refused for its undeleted_checkpoints (another database, another worker's ids):
+# sent again without them, which are dropped (they were logged when their delete failed)
+REFUSED_UNDELETED = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT)
 
 
 class Agent:
@@ -570,7 +573,13 @@ class Agent:
     def _send_finish(self, outbox: Outbox, model_id: int, state: str, **fields: Any) -> None:
         def send() -> None:  # then delete what retention let go (on the outbox's thread)
             undeleted = self.inheritance.undeleted[:MAX_UNDELETED_PER_FINISH]  # what earlier deletes could not
-            reply = self.client.finish_model(self.worker_id, model_id, state, undeleted=undeleted, **fields)
+            try:
+                reply = self.client.finish_model(self.worker_id, model_id, state, undeleted=undeleted, **fields)
+            except ApiError as exc:  # e.g. a master on another database: the model's own finish must not wait
+                if not undeleted or exc.code not in REFUSED_UNDELETED:
+                    raise
+                log.warning("event=undeleted_refused models=%s error=%s", [m for m, _ in undeleted], exc)
+                reply = self.client.finish_model(self.worker_id, model_id, state, **fields)
             del self.inheritance.undeleted[:len(undeleted)]
             self.inheritance.delete(reply.delete_checkpoints)
 
