@@ -13,7 +13,6 @@ import io
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from hypothesis import strategies as st
 
 from aiperf.api import bounds
 from cli.main import main
+from tests.ports import free_port
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: connection refused at once
 CONTROL = ["--master", UNREACHABLE, "--admin-token", "t"]
@@ -51,12 +51,6 @@ def error_line(proc: subprocess.CompletedProcess) -> str:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("aiperf: error: "), proc.stderr
     return lines[0]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

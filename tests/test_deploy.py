@@ -27,6 +27,8 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
+from tests.ports import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "k8s"
 KUBECTL = shutil.which("kubectl")
@@ -641,14 +643,6 @@ def test_manifests_and_launcher_run_real_cli_commands() -> None:
         _assert_cli_accepts(commands, args, where, env)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _expand(args: list[str], env: dict[str, str]) -> list[str]:
     """What the kubelet does with $(VAR) in a container's args."""
     return [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in args]
@@ -691,7 +685,7 @@ def test_deployed_commands_serve_health_metrics_and_control_runs(tmp_path: Path)
     objs = render("base")
     config = dict(find(objs, "ConfigMap", "aiperf-config")["data"])
     (master,) = pod_spec(find(objs, "Deployment", "aiperf-master"))["containers"]
-    grpc_port, metrics_port = _free_port(), _free_port()
+    grpc_port, metrics_port = free_port(), free_port()
     args = _expand(master["args"], _container_env(master, config, secrets))
     args[args.index("--port") + 1] = str(grpc_port)
     args[args.index("--metrics-port") + 1] = str(metrics_port)
@@ -730,7 +724,7 @@ def test_deployed_commands_serve_health_metrics_and_control_runs(tmp_path: Path)
             )
 
         start_job = render("jobs/start-run")[0]
-        config["AIPERF_MASTER"] = f"127.0.0.1:{_free_port()}"  # the master not up yet: retried
+        config["AIPERF_MASTER"] = f"127.0.0.1:{free_port()}"  # the master not up yet: retried
         early = job("jobs/start-run")
         assert early.returncode == 3 and "unreachable" in early.stderr, early.stderr
         assert failure_action(start_job, "start", early.returncode) == "Count"

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import pytest
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import ControlClient
 from aiperf.graph import Graph
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -35,12 +35,6 @@ ADMIN_TOKEN = "e2e-admin-token"
 SCOREBOARD_KEYS = {"run_id", "state", "profile", "elapsed_s", "flops", "score", "regulated_score",
                    "valid_flops", "error", "valid", "invalid_reason", "provisional", "workers",
                    "accelerators", "models_done"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Cluster:
