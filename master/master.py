@@ -606,12 +606,12 @@ class Master:
         return model, run.state, retention.release_checkpoints(self.store, run, fin.worker_id, self.records)
 
     def history(self, worker_id: int, run_id: int, since_model_id: int = 0, limit: int = 0, *,
-                credential: str) -> History:
-        """The run's models after since_model_id (limit 0: all) and its DONE models ranked."""
+                ranking: bool = True, credential: str) -> History:
+        """The run's models after since_model_id (limit 0: all) and its DONE models ranked (or none)."""
         self._authorize(worker_id, credential)
         run = self.resolve_run(run_id)
         return History(run.id, self.store.models_since(run.id, since_model_id, limit),
-                       self.store.ranked_done_ids(run.id))
+                       self.store.ranked_done_ids(run.id) if ranking else [])
 
     def hyperparameter_history(self, worker_id: int, run_id: int, *,
                                credential: str) -> tuple[int, list[HyperparameterObservation]]:

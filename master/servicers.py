@@ -259,7 +259,8 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
     @worker_rpc
     def GetHistory(self, request: pb.GetHistoryRequest, credential: str) -> pb.GetHistoryResponse:
         return cv.history_message(self.m.history(request.worker_id, request.run_id, request.since_model_id,
-                                                 request.limit, credential=credential))
+                                                 request.limit, ranking=not request.without_ranking,
+                                                 credential=credential))
 
     @worker_rpc
     def SubmitModel(self, request: pb.SubmitModelRequest, credential: str) -> pb.SubmitModelResponse:

@@ -95,6 +95,8 @@ def test_whole_lifecycle(master_server, small_graph, db_url):
     assert (m2.parent_id, m2.worker_id, m2.state, m2.reason) == (sub.model_id, wid, pb.MODEL_FAILED, "out of memory")
     assert (m2.hyperparameters.batch_size, m2.hyperparameters.kernel_size) == (64, 5)
     assert list(hist.ranked_model_ids) == [sub.model_id]
+    unranked = w.get_history(wid, ranking=False)  # what the agent asks: the same models, no ranking
+    assert list(unranked.models) == list(hist.models) and not unranked.ranked_model_ids
     assert [m.model_id for m in w.get_history(wid, since_model_id=sub.model_id).models] == [sub2.model_id]
     obs = w.get_hyperparameter_history(wid).observations
     assert [(o.model_id, o.round, o.hyperparameters.batch_size, round(o.accuracy, 6)) for o in obs] == [

@@ -396,7 +396,8 @@ class Agent:
         since = (min(open_ids) - 1) if open_ids else max(self._history, default=0)
         try:
             while True:  # page until the master has nothing newer (it may cap a page)
-                models = self.client.get_history(self.worker_id, since_model_id=since).models
+                # the search ranks what it holds itself (aiperf.search): the master's ranking is not asked for
+                models = self.client.get_history(self.worker_id, since_model_id=since, ranking=False).models
                 if not models:
                     return True
                 for m in models:

@@ -388,16 +388,18 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, has_run: _Optional[bool] = ..., run: _Optional[_Union[RunInfo, _Mapping]] = ..., master_time: _Optional[float] = ..., heartbeat_interval_s: _Optional[float] = ..., worker_state: _Optional[_Union[WorkerState, str]] = ...) -> None: ...
 
 class GetHistoryRequest(_message.Message):
-    __slots__ = ("worker_id", "run_id", "since_model_id", "limit")
+    __slots__ = ("worker_id", "run_id", "since_model_id", "limit", "without_ranking")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SINCE_MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    WITHOUT_RANKING_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     run_id: int
     since_model_id: int
     limit: int
-    def __init__(self, worker_id: _Optional[int] = ..., run_id: _Optional[int] = ..., since_model_id: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+    without_ranking: bool
+    def __init__(self, worker_id: _Optional[int] = ..., run_id: _Optional[int] = ..., since_model_id: _Optional[int] = ..., limit: _Optional[int] = ..., without_ranking: _Optional[bool] = ...) -> None: ...
 
 class GetHistoryResponse(_message.Message):
     __slots__ = ("run_id", "models", "ranked_model_ids")

@@ -432,6 +432,7 @@ RULES: dict[Any, dict[str, Rule]] = {
     pb.WorkerMessage: {"heartbeat": Nested(pb.HeartbeatRequest), "progress": Nested(pb.ProgressReport)},
     pb.GetHistoryRequest: {
         "worker_id": _ID, "run_id": _ID_OR_0, "since_model_id": _ID_OR_0, "limit": Integer(0, MAX_PAGE),
+        "without_ranking": None,
     },
     pb.SubmitModelRequest: {
         "worker_id": _ID,

@@ -280,11 +280,12 @@ class WorkerClient(_Client):
         return self._stream_for(worker_id).heartbeat(worker_id, model_id)
 
     def get_history(
-        self, worker_id: int, since_model_id: int = 0, run_id: int = 0, limit: int = 0
+        self, worker_id: int, since_model_id: int = 0, run_id: int = 0, limit: int = 0, ranking: bool = True
     ) -> pb.GetHistoryResponse:
         """Models of the run with model_id > since_model_id (ascending), with
-        graph JSON, and the ids of all DONE models ranked best first."""
-        req = pb.GetHistoryRequest(worker_id=worker_id, run_id=run_id, since_model_id=since_model_id, limit=limit)
+        graph JSON, and (`ranking`) the ids of all DONE models ranked best first."""
+        req = pb.GetHistoryRequest(worker_id=worker_id, run_id=run_id, since_model_id=since_model_id, limit=limit,
+                                   without_ranking=not ranking)
         return self._call("GetHistory", self._stub.GetHistory, req, retry=True,
                           metadata=self._worker_metadata(worker_id))
 
