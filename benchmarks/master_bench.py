@@ -43,7 +43,6 @@ import socket
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,7 @@ import grpc  # noqa: E402
 
 from aiperf.api import aiperf_pb2 as pb  # noqa: E402
 from aiperf.api import aiperf_pb2_grpc as pb_grpc  # noqa: E402
+from benchmarks.pg_schema import temporary_schema  # noqa: E402
 
 WORKER_TOKEN = "bench-worker-token"
 ADMIN_TOKEN = "bench-admin-token"
@@ -399,24 +399,6 @@ def _cpu_ratio(rows: list[dict], base: list[dict]) -> float:
     return v[len(v) // 2] if v else float("nan")
 
 
-def _postgres_schema(base: str) -> tuple[str, callable]:
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-
-    def drop() -> None:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
-
-    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-    return url.render_as_string(hide_password=False), drop
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", default="250,500,1000,1500,2000", help="worker counts, ascending")
@@ -459,12 +441,9 @@ def main() -> int:
         if not args.postgres_url:
             print("== postgres: skipped (no --postgres-url, AIPERF_TEST_POSTGRES_URL not set)")
         else:
-            url, drop = _postgres_schema(args.postgres_url)
-            try:
+            with temporary_schema(args.postgres_url) as url:
                 results["postgres"] = run_backend("postgres", url, steps, args.window, args.warmup,
                                                   args.production_window, args.max_workers)
-            finally:
-                drop()
     if "noop" in results:
         base = _largest_held(results["noop"])
         for name, rows in results.items():

@@ -29,7 +29,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from aiperf.retention import StoredModel, checkpoints_to_delete, record_holders  # noqa: E402
 from aiperf.scoring import model_rank_key  # noqa: E402
+from benchmarks.pg_schema import temporary_schema  # noqa: E402
 from master.models import ModelRow, ProgressRow  # noqa: E402
 from master.retention import AccuracyRecords, keep_checkpoints, release_checkpoints  # noqa: E402
 from master.sqlstore import SqlStore  # noqa: E402
@@ -137,24 +137,6 @@ def measure(url: str, sizes: list[int], reports: int, live: int, repeats: int, s
     return results
 
 
-def _postgres_schema(base: str) -> tuple[str, Callable[[], None]]:
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-
-    def drop() -> None:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
-
-    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-    return url.render_as_string(hide_password=False), drop
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000", help="done models per run, comma-separated")
@@ -167,11 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="aiperf-retention-") as tmp:
         results = measure(f"sqlite:///{Path(tmp) / 'bench.db'}", sizes, args.reports, args.live, args.repeats, "")
     if args.postgres_url:
-        url, drop = _postgres_schema(args.postgres_url)
-        try:
+        with temporary_schema(args.postgres_url) as url:
             results += measure(url, sizes, args.reports, args.live, args.repeats, "_postgres")
-        finally:
-            drop()
     for line in results:
         print("RESULT " + line)
     return 0

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -48,20 +47,10 @@ def postgres_schema_url() -> Iterator[str]:
     base = postgres_url()
     if base is None:
         pytest.skip(f"{POSTGRES_ENV} not set")
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
+    from benchmarks.pg_schema import temporary_schema
 
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
+    with temporary_schema(base, prefix="t") as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
