@@ -81,14 +81,18 @@ def build_run(store: SqlStore, models: int, reports: int, live: int) -> tuple[An
     return store.get_run(run.id), worker
 
 
+def python_ranking(models: list[Any]) -> list[int]:
+    """Ids of the DONE models best first, sorted here by aiperf.scoring.model_rank_key."""
+    return [m.id for m in sorted((m for m in models if m.state == "done"),
+                                 key=lambda m: model_rank_key(m.id, m.predicted_accuracy, m.best_accuracy))]
+
+
 def whole_history(store: SqlStore, run: Any, worker: int) -> list[tuple[int, str]]:
     """The baseline: the rule over every model and every accuracy report of the run."""
     models, _ = store.list_models(run.id, limit=10**9)
     everything = [StoredModel(m.id, m.parent_id, m.state, bool(m.checkpoint_uri) and not m.checkpoint_deleted)
                   for m in models]
-    ranked = [m.id for m in sorted((m for m in models if m.state == "done"),
-                                   key=lambda m: model_rank_key(m.id, m.predicted_accuracy, m.best_accuracy))]
-    doomed = set(checkpoints_to_delete(everything, ranked, keep_checkpoints(run),
+    doomed = set(checkpoints_to_delete(everything, python_ranking(models), keep_checkpoints(run),
                                        record_holders((m, a) for m, a, _ in store.accuracy_reports(run.id))))
     return [(m.id, m.checkpoint_uri) for m in models if m.worker_id == worker and m.id in doomed]
 

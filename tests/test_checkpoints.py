@@ -228,6 +228,19 @@ def _done(w: WorkerClient, wid: int, graph, parent: int, rnd: int, acc: float, u
                                checkpoint_uri=uri, checkpoint_sha256=sha)
 
 
+def _finish_stored(w: WorkerClient, wid: int, graph, rnd: int, acc: float,
+                   report: bool = True) -> tuple[int, pb.FinishModelResponse]:
+    """A DONE model ranked at `acc` and finished with a checkpoint at that best accuracy;
+    `report`: the accuracy was reported in progress first (else it enters at the finish)."""
+    mid = w.submit_model(wid, graph.to_json(), graph.hash(), 0, rnd, HP).model_id
+    if report:
+        w.report_progress(wid, mid, 1, 10, 10, 1, count_flops(with_inserted_kernel(graph, 3)).ops(10, 10),
+                          val_accuracy=acc)
+    uri = f"file:///s/run-1/model-{mid}.weights.h5"
+    return mid, w.finish_model(wid, mid, "done", best_accuracy=acc, predicted_accuracy=acc, checkpoint_uri=uri,
+                               checkpoint_sha256=hashlib.sha256(uri.encode()).hexdigest())
+
+
 def _children(graph, n: int) -> list:
     import random
 
@@ -353,12 +366,7 @@ def test_retention_keeps_an_early_record_holder_outside_the_top_k(master_server,
     graphs = _children(small_graph, 3)
     deleted = []
     for i, (graph, acc) in enumerate(zip([small_graph, *graphs[:2]], (0.50, 0.70, 0.40))):
-        mid = w.submit_model(wid, graph.to_json(), graph.hash(), 0, i + 1, HP).model_id
-        w.report_progress(wid, mid, 1, 10, 10, 1, count_flops(with_inserted_kernel(graph, 3)).ops(10, 10),
-                          val_accuracy=acc)
-        uri = f"file:///s/run-1/model-{mid}.weights.h5"
-        r = w.finish_model(wid, mid, "done", best_accuracy=acc, predicted_accuracy=acc, checkpoint_uri=uri,
-                           checkpoint_sha256=hashlib.sha256(uri.encode()).hexdigest())
+        _, r = _finish_stored(w, wid, graph, i + 1, acc)
         deleted += [d.model_id for d in r.delete_checkpoints]
     assert deleted == [3]
 

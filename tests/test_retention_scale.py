@@ -5,8 +5,9 @@ the pure rule's (aiperf/retention.py) over the whole history, on SQLite and Post
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -14,13 +15,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aiperf.api.client import Accelerator, ControlClient, WorkerClient
-from aiperf.flops import count_flops
-from aiperf.graph import with_inserted_kernel
-from aiperf.retention import StoredModel, checkpoints_to_delete, record_holders
-from aiperf.scoring import model_rank_key
+from aiperf.retention import record_holders
 from master.retention import AccuracyRecords, release_checkpoints
 from master.store import NewModel, NewRun, ProgressInput, WorkerInput
 
+def _load_bench():
+    """benchmarks/retention_bench.py: its baseline (the rule over the whole history) is this test's oracle."""
+    spec = importlib.util.spec_from_file_location(
+        "retention_bench", Path(__file__).resolve().parent.parent / "benchmarks" / "retention_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BENCH = _load_bench()
 ACCURACY = st.sampled_from([0.1, 0.25, 0.5, 0.75, 0.9])  # few values: ties in the ranking and the records
 
 
@@ -81,34 +89,21 @@ def _history(store, specs: list[Spec], reports: list[tuple[int, float]], keep: i
     return store.get_run(run.id), workers, ids
 
 
-def _whole_history_rule(store, run, worker_id: int) -> list[tuple[int, str]]:
-    """What retention decided before: the pure rule over every model and every accuracy report."""
-    models, _ = store.list_models(run.id, limit=10_000)
-    everything = [StoredModel(m.id, m.parent_id, m.state, bool(m.checkpoint_uri) and not m.checkpoint_deleted)
-                  for m in models]
-    ranked = [m.id for m in sorted((m for m in models if m.state == "done"),
-                                   key=lambda m: model_rank_key(m.id, m.predicted_accuracy, m.best_accuracy))]
-    doomed = set(checkpoints_to_delete(everything, ranked, run.config["keep_checkpoints"],
-                                       record_holders((m, a) for m, a, _ in store.accuracy_reports(run.id))))
-    return [(m.id, m.checkpoint_uri) for m in models if m.worker_id == worker_id and m.id in doomed]
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(SPECS, REPORTS, st.integers(0, 4))
 def test_retention_reads_little_and_decides_as_the_rule_over_the_whole_history(store, specs, reports, keep):
     run, workers, ids = _history(store, specs, reports, keep)
     models, _ = store.list_models(run.id, limit=10_000)
-    ranked = [m.id for m in sorted((m for m in models if m.state == "done"),
-                                   key=lambda m: model_rank_key(m.id, m.predicted_accuracy, m.best_accuracy))]
+    ranked = BENCH.python_ranking(models)
     assert store.ranked_done_ids(run.id) == ranked, "the database sorts as aiperf.scoring.model_rank_key"
     assert store.ranked_done_ids(run.id, limit=keep or 1) == ranked[:keep or 1]
     looked_at = {m.model_id for m, _, _ in store.stored_checkpoints(run.id)}
     assert looked_at == {m.id for m in models if (m.checkpoint_uri and not m.checkpoint_deleted)
                          or m.state in ("queued", "training")}, "only live checkpoints and open models are read"
     for worker_id in workers:
-        expected = _whole_history_rule(store, run, worker_id)
+        expected = BENCH.whole_history(store, run, worker_id)
         assert release_checkpoints(store, run, worker_id, AccuracyRecords(store)) == expected
-    assert _whole_history_rule(store, run, workers[0]) == [], "what was released is recorded as deleted"
+    assert BENCH.whole_history(store, run, workers[0]) == [], "what was released is recorded as deleted"
 
 
 def test_accuracy_records_fold_what_arrives_after_the_first_read(store):
@@ -145,15 +140,13 @@ def test_a_report_folded_late_still_holds_its_record(reports, rng):
         assert next(m for m, a, _ in upto if a == best) in fold.holders
 
 
-HP = {"batch_size": 32, "kernel_size": 3}
-
 
 def test_a_master_keeps_the_record_holders_it_hears_of_after_its_first_finish(master_server, small_graph):
     """keep 1. m1 reports 0.5 (the master reads the run's records at its finish); m2 reports
     nothing but finishes at 0.8 (its best enters the time line at FinishModel); m3 reports 0.9;
     m4 reports 0.4. m1, m2 and m3 each held the run's best accuracy, so only m4 is let go, here
     and after a restart of the master on the same database."""
-    from tests.test_checkpoints import _children
+    from tests.test_checkpoints import _children, _finish_stored
 
     h = master_server()
     ControlClient(h.address, h.admin_token).start_run(600, profile="smoke", seed=1, keep_checkpoints=1)
@@ -162,13 +155,7 @@ def test_a_master_keeps_the_record_holders_it_hears_of_after_its_first_finish(ma
     deleted, ids = [], []
     for i, (graph, acc, report) in enumerate(zip([small_graph, *_children(small_graph, 3)], (0.5, 0.8, 0.9, 0.4),
                                                  (True, False, True, True))):
-        mid = w.submit_model(wid, graph.to_json(), graph.hash(), 0, i + 1, HP).model_id
-        if report:
-            w.report_progress(wid, mid, 1, 10, 10, 1, count_flops(with_inserted_kernel(graph, 3)).ops(10, 10),
-                              val_accuracy=acc)
-        uri = f"file:///s/run-1/model-{mid}.weights.h5"
-        r = w.finish_model(wid, mid, "done", best_accuracy=acc, predicted_accuracy=acc, checkpoint_uri=uri,
-                           checkpoint_sha256=hashlib.sha256(uri.encode()).hexdigest())
+        mid, r = _finish_stored(w, wid, graph, i + 1, acc, report)
         deleted += [d.model_id for d in r.delete_checkpoints]
         ids.append(mid)
     assert deleted == [ids[3]]
@@ -177,14 +164,7 @@ def test_a_master_keeps_the_record_holders_it_hears_of_after_its_first_finish(ma
 
 
 def test_the_retention_bench_decides_as_its_baseline_and_prints_its_results(capsys):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "retention_bench.py"
-    spec = importlib.util.spec_from_file_location("retention_bench", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    assert bench.main(["--sizes", "300", "--repeats", "1", "--reports", "3", "--postgres-url", ""]) == 0
+    assert BENCH.main(["--sizes", "300", "--repeats", "1", "--reports", "3", "--postgres-url", ""]) == 0
     [line] = [l for l in capsys.readouterr().out.splitlines() if l.startswith("RESULT ")]
     fields = dict(kv.split("=") for kv in line.split()[1:])
     assert set(fields) == {"retention_ms_300", "retention_baseline_ms_300", "retention_speedup_300"}
