@@ -20,6 +20,8 @@ from typing import Any, Awaitable, Callable, Mapping
 
 import grpc
 
+from aiperf.api.calls import CREDENTIAL_METADATA
+
 log = logging.getLogger(__name__)
 
 WORKER_SERVICE = "/aiperf.v1.WorkerService/"
@@ -94,6 +96,14 @@ def _bearer(metadata: Any) -> str | None:
         if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
             return value[len("Bearer "):].strip()
     return None
+
+
+def worker_credential(metadata: Any) -> str:
+    """The `aiperf-worker-credential` metadata value ("" when absent or not text)."""
+    for key, value in metadata or ():
+        if key == CREDENTIAL_METADATA:
+            return value if isinstance(value, str) else ""
+    return ""
 
 
 def _denied(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:

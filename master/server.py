@@ -32,6 +32,15 @@ from aiperf.api.client import MAX_MESSAGE_BYTES
 from master import scrape
 from master.auth import TokenInterceptor, Tokens, load_tokens
 from master.dburl import mask_url
+from master.frontends import (
+    FrontEndConfig,
+    FrontEnds,
+    RelayServer,
+    close_relay,
+    relay_directory,
+    remove_relay_directory,
+    serve_relay,
+)
 from master.metrics import MasterMetrics
 from master.master import Master
 from master.servicers import ControlServicer, WorkerServicer, add_to_server
@@ -53,6 +62,21 @@ def default_db_url(data_dir: Path) -> str:
 
 
 @dataclass
+class Relay:
+    """The front-end processes of a master started with frontends > 0, and the relay they call."""
+
+    frontends: FrontEnds
+    server: asyncio.AbstractServer
+    directory: str
+    loop: asyncio.AbstractEventLoop
+
+    def stop(self, grace_s: float) -> None:
+        self.frontends.stop(grace_s)  # first: their calls in flight still reach the master
+        close_relay(self.loop, self.server)
+        remove_relay_directory(self.directory)
+
+
+@dataclass
 class MasterHandle:
     """A running master. `stop()` shuts it down (idempotent)."""
 
@@ -63,8 +87,9 @@ class MasterHandle:
     store: SqlStore
     metrics_port: int | None
     tls: bool
-    _server: grpc.aio.Server
-    _health: health.aio.HealthServicer
+    _server: grpc.aio.Server | None  # None with front ends: they serve gRPC
+    _health: health.aio.HealthServicer | None
+    _relay: Relay | None
     _loop: asyncio.AbstractEventLoop
     _loop_thread: threading.Thread
     _pool: futures.ThreadPoolExecutor
@@ -99,9 +124,12 @@ class MasterHandle:
             return
         self._stopped = True
         self._stop_event.set()
+        if self._relay is not None:
+            self._relay.stop(grace_s)
         if self._loop_thread.is_alive():
-            self._call(self._health.enter_graceful_shutdown())
-            self._call(self._server.stop(grace_s), timeout_s=grace_s + 60)
+            if self._server is not None and self._health is not None:
+                self._call(self._health.enter_graceful_shutdown())
+                self._call(self._server.stop(grace_s), timeout_s=grace_s + 60)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._loop_thread.join(timeout=30)
         self._thread.join(timeout=30)
@@ -142,6 +170,7 @@ def serve(
     max_workers: int = 64,
     tick_s: float | None = None,
     clock: Callable[[], float] = time.time,
+    frontends: int = 0,
 ) -> MasterHandle:
     """Start a master and return its handle (port 0: any free port).
 
@@ -151,8 +180,12 @@ def serve(
 
     The gRPC server is grpc.aio on an event-loop thread: thousands of
     workers each hold one Connect stream, which a thread-per-call server
-    cannot do; database work runs on a pool of max_workers threads.
+    cannot do; database work runs on a pool of max_workers threads. With
+    frontends > 0, that many processes serve gRPC on the port instead and
+    relay every call to this one (master/frontends.py).
     """
+    if frontends < 0:
+        raise ValueError(f"frontends must be 0 or more, not {frontends}")
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     credentials = _server_credentials(tls_cert, tls_key)
@@ -163,9 +196,20 @@ def serve(
     scrape.watch(master, store.engine)  # run gauges at scrape time, database errors counted
     pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="aiperf-rpc")
     address = f"{host}:{port}"
+    loop, loop_thread = _start_loop()
+    server: grpc.aio.Server | None = None
+    health_servicer: health.aio.HealthServicer | None = None
+    relay: Relay | None = None
     try:
-        loop, loop_thread, server, health_servicer, bound = _run_grpc(address, credentials, tokens, master, pool)
+        if frontends:
+            relay = _start_relay(loop, frontends, host, port, tokens, tls_cert, tls_key, master, pool)
+            bound = relay.frontends.port
+        else:
+            server, health_servicer, bound = asyncio.run_coroutine_threadsafe(
+                _start_grpc(address, credentials, tokens, master, pool), loop).result(60)
     except OSError as exc:
+        loop.call_soon_threadsafe(loop.stop)
+        loop_thread.join(timeout=30)
         master.close()
         store.close()
         pool.shutdown(wait=False)
@@ -173,12 +217,13 @@ def serve(
     metrics_bound = master.metrics.serve(metrics_port) if metrics_port is not None else None
     period = tick_s if tick_s is not None else max(0.05, min(1.0, heartbeat_interval_s / 4))
     stop, thread = _start_background(master, period)
-    log.info("event=master_listening address=%s tls=%s db=%s heartbeat_interval_s=%g",
-             address.replace("[::]", "0.0.0.0"), credentials is not None, mask_url(store.url),
-             heartbeat_interval_s)
+    log.info("event=master_listening address=%s tls=%s db=%s heartbeat_interval_s=%g frontends=%d",
+             f"{host}:{bound}".replace("[::]", "0.0.0.0"), credentials is not None, mask_url(store.url),
+             heartbeat_interval_s, frontends)
     return MasterHandle(
         port=bound, host=host, tokens=tokens, master=master, store=store, metrics_port=metrics_bound,
-        tls=credentials is not None, _server=server, _health=health_servicer, _loop=loop, _loop_thread=loop_thread,
+        tls=credentials is not None, _server=server, _health=health_servicer, _relay=relay, _loop=loop,
+        _loop_thread=loop_thread,
         _pool=pool, _stop_event=stop, _thread=thread,
     )
 
@@ -192,21 +237,27 @@ def _server_credentials(tls_cert: Path | None, tls_key: Path | None) -> grpc.Ser
     return grpc.ssl_server_credentials([(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())])
 
 
-def _run_grpc(address: str, credentials: grpc.ServerCredentials | None, tokens: Tokens, master: Master,
-              pool: futures.Executor
-              ) -> tuple[asyncio.AbstractEventLoop, threading.Thread, grpc.aio.Server, health.aio.HealthServicer, int]:
-    """The gRPC server started on an event loop of its own thread; OSError (loop stopped) when it cannot listen."""
+def _start_loop() -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
+    """The master's event loop, running on a thread of its own (gRPC or the relay is served on it)."""
     loop = asyncio.new_event_loop()
     loop_thread = threading.Thread(target=loop.run_forever, name="aiperf-grpc", daemon=True)
     loop_thread.start()
+    return loop, loop_thread
+
+
+def _start_relay(loop: asyncio.AbstractEventLoop, count: int, host: str, port: int, tokens: Tokens,
+                 tls_cert: Path | None, tls_key: Path | None, master: Master, pool: futures.Executor) -> Relay:
+    """The relay served on the loop and `count` front ends started on the port; OSError when they cannot listen."""
+    relay = RelayServer(WorkerServicer(master, pool), ControlServicer(master, pool))
+    directory, path = relay_directory()
+    server = serve_relay(loop, relay, path)
     try:
-        server, health_servicer, bound = asyncio.run_coroutine_threadsafe(
-            _start_grpc(address, credentials, tokens, master, pool), loop).result(60)
+        fronts = FrontEnds(count, FrontEndConfig(path, host, tokens, tls_cert, tls_key), port)
     except OSError:
-        loop.call_soon_threadsafe(loop.stop)
-        loop_thread.join(timeout=30)
+        close_relay(loop, server)
+        remove_relay_directory(directory)
         raise
-    return loop, loop_thread, server, health_servicer, bound
+    return Relay(fronts, server, directory, loop)
 
 
 async def _start_grpc(address: str, credentials: grpc.ServerCredentials | None, tokens: Tokens, master: Master,

@@ -29,10 +29,10 @@ import grpc
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api import bounds
-from aiperf.api.calls import CREDENTIAL_METADATA
 from aiperf.api.enums import API_VERSION, MODEL_STATE_VALUES, RUN_STATE_VALUES, WORKER_STATE_VALUES
 from master import conversions as cv
 from master import roster
+from master.auth import worker_credential
 from master.master import Master
 from master.store import (
     AlreadyExists,
@@ -187,14 +187,6 @@ def _handled(servicer: Any, method: str, code: str) -> None:
     servicer.m.metrics.grpc_handled.labels(servicer.SERVICE, method, code).inc()
 
 
-def worker_credential(metadata: Any) -> str:
-    """The `aiperf-worker-credential` metadata value ("" when absent or not text)."""
-    for key, value in metadata or ():
-        if key == CREDENTIAL_METADATA:
-            return value if isinstance(value, str) else ""
-    return ""
-
-
 async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
     """End the call with the status code and message."""
     await context.abort(code, message)
@@ -284,16 +276,18 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
         # the worker it belongs to.
         credential = worker_credential(context.invocation_metadata())
         async for message in request_iterator:
-            try:
-                kind = checked(message).WhichOneof("body")
-                if kind == "heartbeat":
-                    reply = await self._beat_async(message.heartbeat.worker_id, credential)
-                else:  # progress: the bounds refuse a message with neither
-                    reply = await self._report(message.progress, credential)
-            except Exception as exc:  # noqa: BLE001 - answered on the stream, which lives on
-                code, text = refusal(exc, "Connect")
-                reply = pb.MasterMessage(error=pb.MessageError(code=code.value[0], message=text))
-            yield reply
+            yield await self.answer(message, credential)
+
+    async def answer(self, message: Any, credential: str) -> pb.MasterMessage:
+        """The Connect reply to one message (decoded or `Undecodable`); never raises."""
+        try:
+            kind = checked(message).WhichOneof("body")
+            if kind == "heartbeat":
+                return await self._beat_async(message.heartbeat.worker_id, credential)
+            return await self._report(message.progress, credential)  # the bounds refuse a message with neither
+        except Exception as exc:  # noqa: BLE001 - answered on the stream, which lives on
+            code, text = refusal(exc, "Connect")
+            return pb.MasterMessage(error=pb.MessageError(code=code.value[0], message=text))
 
     @worker_rpc
     def FinishModel(self, request: pb.FinishModelRequest, credential: str) -> pb.FinishModelResponse:

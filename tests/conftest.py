@@ -4,7 +4,10 @@
   tmp_path) and PostgreSQL (a fresh schema in AIPERF_TEST_POSTGRES_URL, dropped
   afterwards; skipped when the variable is unset).
 - `master_server`: factory starting a real master on a loopback port
-  (`master.server.serve`), stopped at teardown.
+  (`master.server.serve`), stopped at teardown. A module marked
+  `also_frontends` runs each such test twice: the master serving gRPC itself,
+  and through two front-end processes (`--frontends 2`); AIPERF_TEST_FRONTENDS=N
+  serves every test's master through N front ends.
 - `small_graph`: a reduced ResNet-50 graph (32x32x3, 10 classes, width 1/4).
 - every test leaves the root logger as it found it (`_root_logging`).
 """
@@ -19,6 +22,18 @@ from typing import Any, Callable, Iterator
 import pytest
 
 POSTGRES_ENV = "AIPERF_TEST_POSTGRES_URL"
+FRONTENDS_ENV = "AIPERF_TEST_FRONTENDS"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "master_server" in metafunc.fixturenames and metafunc.definition.get_closest_marker("also_frontends"):
+        metafunc.parametrize("frontends", [0, 2], ids=["master", "frontends"], indirect=True)
+
+
+@pytest.fixture
+def frontends(request: pytest.FixtureRequest) -> int:
+    """How many front-end processes `master_server` starts (0: the master serves gRPC itself)."""
+    return getattr(request, "param", int(os.environ.get(FRONTENDS_ENV) or 0))
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +84,7 @@ def small_graph() -> Any:
 
 
 @pytest.fixture
-def master_server(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+def master_server(tmp_path: Path, frontends: int) -> Iterator[Callable[..., Any]]:
     """Factory: master_server(db_url=None, **serve_kwargs) -> MasterHandle on 127.0.0.1:0.
 
     Defaults: SQLite in tmp_path, fixed test tokens, heartbeat 5 s.
@@ -86,6 +101,7 @@ def master_server(tmp_path: Path) -> Iterator[Callable[..., Any]]:
         kwargs.setdefault("worker_token", "test-worker-token")
         kwargs.setdefault("admin_token", "test-admin-token")
         kwargs.setdefault("env", {})
+        kwargs.setdefault("frontends", frontends)
         handle = serve(db_url or f"sqlite:///{tmp_path / f'master{len(handles)}.db'}", **kwargs)
         handles.append(handle)
         return handle

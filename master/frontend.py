@@ -1,0 +1,179 @@
+"""One front-end process of a master started with `--frontends N`.
+
+It serves the master's gRPC services on the master's port, beside the other
+front ends (SO_REUSEPORT: the kernel spreads the workers' connections over
+them), checks each call's bearer token and passes the call, unparsed, to the
+master over the relay (master/relay.py); the master's reply or status goes
+back to the caller as is. It keeps no state of the run. It ends when the
+master sends SIGTERM (after `grace_s` for the calls in flight) or when the
+relay closes (the master is gone): then its callers get UNAVAILABLE.
+
+Started by master/frontends.py as `python -m master.frontend`, which writes
+its configuration to the process's standard input as JSON: relay (the socket's
+path), host, port (0: any), worker_token, admin_token, tls_cert, tls_key (paths
+or null), grace_s. The process answers on standard output with one line:
+`ready <port>` or `error <reason>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from aiperf.api.bounds import MAX_REQUEST_BYTES
+from aiperf.api.client import MAX_MESSAGE_BYTES
+from master.auth import TokenInterceptor, Tokens, worker_credential
+from master.relay import MAX_REPLY_FRAME, METHODS, FrameConnection, call_frame, parse_reply
+
+log = logging.getLogger(__name__)
+
+_STATUS = {code.value[0]: code for code in grpc.StatusCode}
+
+
+class RelayLost(Exception):
+    """The relay to the master closed."""
+
+
+class RelayClient(FrameConnection):
+    """The front end's side of the relay: a call out, its reply back by call id."""
+
+    def __init__(self) -> None:
+        super().__init__(MAX_REPLY_FRAME, self._on_reply)
+        self._pending: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
+        self._ids = itertools.count(1)
+        self.lost = asyncio.Event()
+
+    async def call(self, method: int, credential: bytes, request: bytes) -> tuple[int, bytes]:
+        """(status, reply or error message) of one call; RelayLost when the master is gone."""
+        if self.lost.is_set():
+            raise RelayLost()
+        call_id = next(self._ids)
+        future: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        self._pending[call_id] = future
+        try:
+            self.send(call_frame(call_id, method, credential, request))
+            return await future
+        finally:
+            self._pending.pop(call_id, None)
+
+    def _on_reply(self, frame: bytes) -> None:
+        call_id, status, payload = parse_reply(frame)
+        future = self._pending.get(call_id)
+        if future is not None and not future.done():
+            future.set_result((status, payload))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost.set()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(RelayLost())
+
+
+async def _relayed(relay: RelayClient, method: int, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    """The master's reply to one relayed request; its refusal ends the call with the master's status."""
+    credential = worker_credential(context.invocation_metadata()).encode()
+    try:
+        status, payload = await relay.call(method, credential, request)
+    except RelayLost:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "the master is gone; this front end is stopping")
+    if status:
+        await context.abort(_STATUS.get(status, grpc.StatusCode.INTERNAL), payload.decode("utf-8", "replace"))
+    return payload
+
+
+def _handler(relay: RelayClient, method: int, streaming: bool) -> grpc.RpcMethodHandler:
+    """A pass-through handler: requests and replies stay bytes (no serializers)."""
+    if not streaming:
+        async def unary(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            return await _relayed(relay, method, request, context)
+        return grpc.unary_unary_rpc_method_handler(unary)
+
+    async def stream(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        async for request in requests:  # one reply per message, in order (as the master's own Connect)
+            yield await _relayed(relay, method, request, context)
+    return grpc.stream_stream_rpc_method_handler(stream)
+
+
+def add_relay_handlers(server: grpc.aio.Server, relay: RelayClient) -> None:
+    """Every method of both services, passed to the master through the relay."""
+    services: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
+    for index, (service, name, streaming) in enumerate(METHODS):
+        services.setdefault(service, {})[name] = _handler(relay, index, streaming)
+    for service, handlers in services.items():
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+        server.add_registered_method_handlers(service, handlers)
+
+
+def _credentials(config: dict[str, Any]) -> grpc.ServerCredentials | None:
+    if not config.get("tls_cert"):
+        return None
+    return grpc.ssl_server_credentials([(Path(config["tls_key"]).read_bytes(), Path(config["tls_cert"]).read_bytes())])
+
+
+async def serve(config: dict[str, Any], say: Callable[[str], None]) -> int:
+    """Serve until SIGTERM (0) or the relay closes (1); 2 when it cannot start (said as `error ...`)."""
+    loop = asyncio.get_running_loop()
+    relay = RelayClient()
+    try:
+        await loop.create_unix_connection(lambda: relay, config["relay"])
+    except OSError as exc:
+        say(f"error cannot reach the master's relay: {exc}")
+        return 2
+    tokens = Tokens(worker=config["worker_token"], admin=config["admin_token"])
+    server = grpc.aio.server(interceptors=[TokenInterceptor(tokens)], options=[
+        ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.so_reuseport", 1),  # the master's other front ends listen on the same port
+    ])
+    add_relay_handlers(server, relay)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    address = f"{config['host']}:{config['port']}"
+    credentials = _credentials(config)
+    try:
+        bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    except RuntimeError as exc:
+        bound, reason = 0, str(exc)
+    else:
+        reason = ""
+    if bound == 0:
+        say(f"error cannot listen on {address}{': ' + reason if reason else ''}")
+        return 2
+    await server.start()
+    for name in ("", *sorted({service for service, _, _ in METHODS})):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    say(f"ready {bound}")
+    done, _ = await asyncio.wait([loop.create_task(stop.wait()), loop.create_task(relay.lost.wait())],
+                                 return_when=asyncio.FIRST_COMPLETED)
+    if not stop.is_set():
+        log.error("event=frontend_relay_lost")
+    await server.stop(float(config.get("grace_s", 1.0)) if stop.is_set() else 0)
+    return 0 if stop.is_set() else 1
+
+
+def main() -> int:
+    # Ctrl-C in a terminal reaches the whole process group: the master decides when front ends stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s frontend %(process)d %(name)s: %(message)s")
+    config = json.loads(sys.stdin.read())
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    return asyncio.run(serve(config, say))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
