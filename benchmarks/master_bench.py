@@ -67,13 +67,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _serve(db_url: str, port: int, data_dir: str, ready: mp.Event, stop: mp.Event, max_workers: int) -> None:
+def _serve(db_url: str, port: int, data_dir: str, ready: mp.Event, stop: mp.Event, max_workers: int,
+           frontends: int) -> None:
     logging.basicConfig(level=logging.WARNING)
     from master.server import serve
 
     # a long heartbeat interval: simulated workers idle between steps must not be declared lost
     handle = serve(db_url, port=port, host="127.0.0.1", data_dir=Path(data_dir), heartbeat_interval_s=600.0,
-                   worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={}, max_workers=max_workers)
+                   worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={}, max_workers=max_workers,
+                   frontends=frontends)
     ready.set()
     stop.wait()
     handle.stop(grace_s=0)
@@ -169,6 +171,17 @@ def _cpu_s(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return float("nan")
+
+
+def _cpu_tree_s(pid: int) -> float:
+    """CPU seconds of a process and its children (a master's front ends), as _cpu_s."""
+    import psutil
+
+    try:
+        children = [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        children = []
+    return _cpu_s(pid) + sum(_cpu_s(c) for c in children)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -318,12 +331,14 @@ async def _bench(address: str, steps: list[Step], window_s: float, warmup_s: flo
         await fleet.grow(n, graph.to_json(), graph.hash())
         grow_s = time.perf_counter() - t
         print(f"  N={n:5d} {step.label}: load begins ({grow_s:.0f} s to register)", flush=True)
-        cpu0, mine0, wall0 = _cpu_s(server_pid), _cpu_s(os.getpid()), time.perf_counter()
+        cpu0, own0, mine0, wall0 = _cpu_tree_s(server_pid), _cpu_s(server_pid), _cpu_s(os.getpid()), time.perf_counter()
         st = await fleet.load(n, window, warmup, fc.train, step)
         wall = time.perf_counter() - wall0
-        server_cpu_s = _cpu_s(server_pid) - cpu0
+        server_cpu_s = _cpu_tree_s(server_pid) - cpu0  # with front ends: theirs too
+        own_cpu_s = _cpu_s(server_pid) - own0  # the master process alone
         server_cpu = server_cpu_s / wall
         cpu_per_call_us = server_cpu_s / st.calls * 1e6 if st.calls else float("nan")
+        own_per_call_us = own_cpu_s / st.calls * 1e6 if st.calls else float("nan")
         client_cpu = (_cpu_s(os.getpid()) - mine0) / wall
         rate = len(st.report) / window
         p50, p99 = _pct(st.report, 0.50), _pct(st.report, 0.99)
@@ -335,13 +350,14 @@ async def _bench(address: str, steps: list[Step], window_s: float, warmup_s: flo
                      "hb_p99_ms": hb99 * 1e3, "errors": st.errors, "offered_s": st.offered / window,
                      "heartbeats_s": len(st.heartbeat) / window,
                      "held": held, "setup_s": grow_s, "server_cpu": server_cpu, "client_cpu": client_cpu,
-                     "cpu_per_call_us": cpu_per_call_us})
+                     "cpu_per_call_us": cpu_per_call_us, "own_cpu_per_call_us": own_per_call_us})
         r = rows[-1]
         print(f"  N={n:5d} {step.label}  reports/s={r['reports_s']:7.0f} (offered {r['offered_s']:6.0f}) "
               f"heartbeats/s={r['heartbeats_s']:6.0f}  "
               f"report p50={r['p50_ms']:6.1f} ms p99={r['p99_ms']:7.1f} ms  "
               f"heartbeat p50={r['hb_p50_ms']:6.1f} ms p99={r['hb_p99_ms']:7.1f} ms  errors={st.errors}{' ' + str(st.error_codes) if st.error_codes else ''}  "
-              f"cpu master={server_cpu:4.2f} ({cpu_per_call_us:3.0f} us/call) sim={client_cpu:4.2f}  "
+              f"cpu master={server_cpu:4.2f} ({cpu_per_call_us:3.0f} us/call, "
+              f"{own_per_call_us:3.0f} in its main process) sim={client_cpu:4.2f}  "
               f"{'held' if held else 'NOT held'}", flush=True)
         if not held and max(p99, hb99) > 4 * P99_LIMIT_S:
             far_over.add(step.production)  # larger N at this rate only takes longer to fail
@@ -350,8 +366,8 @@ async def _bench(address: str, steps: list[Step], window_s: float, warmup_s: flo
 
 
 def run_backend(name: str, db_url: str | None, steps: list[Step], window_s: float,
-                warmup_s: float, production_window_s: float, max_workers: int) -> list[dict]:
-    """db_url None: the no-op server (baseline)."""
+                warmup_s: float, production_window_s: float, max_workers: int, frontends: int = 0) -> list[dict]:
+    """db_url None: the no-op server (baseline); frontends: the master's front-end processes."""
     port = _free_port()
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
@@ -359,7 +375,8 @@ def run_backend(name: str, db_url: str | None, steps: list[Step], window_s: floa
         if db_url is None:
             proc = ctx.Process(target=_serve_noop, args=(port, ready, stop, max_workers), daemon=True)
         else:
-            proc = ctx.Process(target=_serve, args=(db_url, port, data_dir, ready, stop, max_workers), daemon=True)
+            proc = ctx.Process(target=_serve, args=(db_url, port, data_dir, ready, stop, max_workers, frontends),
+                               daemon=True)
         proc.start()
         if not ready.wait(60):
             proc.kill()
@@ -382,7 +399,8 @@ def run_backend(name: str, db_url: str | None, steps: list[Step], window_s: floa
         if r["production"]:
             print(f"== {name}: N={r['n']} {r['label']}: {'held' if r['held'] else 'NOT held'} "
                   f"(heartbeat p99 {r['hb_p99_ms']:.1f} ms, report p99 {r['p99_ms']:.1f} ms, "
-                  f"{r['cpu_per_call_us']:.0f} us master CPU per call)", flush=True)
+                  f"{r['cpu_per_call_us']:.0f} us master CPU per call, {r['own_cpu_per_call_us']:.0f} in its "
+                  "main process)", flush=True)
     return rows
 
 
@@ -397,6 +415,27 @@ def _cpu_ratio(rows: list[dict], base: list[dict]) -> float:
     noop = {r["n"]: r["cpu_per_call_us"] for r in base if not r["production"]}
     v = sorted(r["cpu_per_call_us"] / noop[r["n"]] for r in rows if not r["production"] and r["n"] in noop)
     return v[len(v) // 2] if v else float("nan")
+
+
+def _name(backend: str, frontends: int) -> str:
+    return f"{backend}_frontends{frontends}" if frontends else backend
+
+
+def _compare_frontends(results: dict[str, list[dict]], frontends: int) -> None:
+    """The main process's CPU per call and the largest N held, with front ends against without."""
+    for backend in ("sqlite", "postgres"):
+        alone, split = results.get(backend), results.get(_name(backend, frontends))
+        if not alone or not split:
+            continue
+        own = {(r["n"], r["production"]): r["own_cpu_per_call_us"] for r in alone}
+        ratios = sorted(r["own_cpu_per_call_us"] / own[(r["n"], r["production"])] for r in split
+                        if (r["n"], r["production"]) in own)
+        median = ratios[len(ratios) // 2] if ratios else float("nan")
+        print(f"== {backend}: with {frontends} front ends the master's main process uses {median:.2f}x the CPU per "
+              f"call of the master serving gRPC itself (median over the common steps); largest N held "
+              f"{_largest_held(split)} vs {_largest_held(alone)} (1 s steps), "
+              f"{_largest_held(split, True)} vs {_largest_held(alone, True)} (production)", flush=True)
+        print(f"RESULT frontends_main_cpu_ratio_{backend}={median:.3f}", flush=True)
 
 
 def main() -> int:
@@ -415,6 +454,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=1.5, help="unmeasured seconds per step")
     parser.add_argument("--backends", default="noop,sqlite,postgres",
                         help="noop: the same gRPC server with do-nothing handlers (the baseline)")
+    parser.add_argument("--frontends", type=int, default=0,
+                        help="also measure each database backend served by this many front-end processes "
+                             "(`aiperf master serve --frontends N`), right after the master serving gRPC itself")
     args = parser.parse_args()
     if args.max_workers is None:
         import inspect
@@ -433,17 +475,20 @@ def main() -> int:
     if "noop" in args.backends:
         results["noop"] = run_backend("noop", None, steps, args.window, args.warmup, args.production_window,
                                       args.max_workers)
+    variants = [0] + ([args.frontends] if args.frontends else [])
+    timing = (steps, args.window, args.warmup, args.production_window, args.max_workers)
     if "sqlite" in args.backends:
-        with tempfile.TemporaryDirectory() as d:
-            results["sqlite"] = run_backend("sqlite", f"sqlite:///{d}/bench.db", steps, args.window, args.warmup,
-                                            args.production_window, args.max_workers)
+        for fe in variants:
+            with tempfile.TemporaryDirectory() as d:
+                results[_name("sqlite", fe)] = run_backend(_name("sqlite", fe), f"sqlite:///{d}/bench.db", *timing, fe)
     if "postgres" in args.backends:
         if not args.postgres_url:
             print("== postgres: skipped (no --postgres-url, AIPERF_TEST_POSTGRES_URL not set)")
-        else:
+        for fe in variants if args.postgres_url else []:
             with temporary_schema(args.postgres_url) as url:
-                results["postgres"] = run_backend("postgres", url, steps, args.window, args.warmup,
-                                                  args.production_window, args.max_workers)
+                results[_name("postgres", fe)] = run_backend(_name("postgres", fe), url, *timing, fe)
+    if args.frontends:
+        _compare_frontends(results, args.frontends)
     if "noop" in results:
         base = _largest_held(results["noop"])
         for name, rows in results.items():
