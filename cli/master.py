@@ -22,7 +22,7 @@ import typer
 
 from cli.database import check_db_url, database_failure
 from cli.options import DEFAULT_DATA_DIR, fail, read_pem, require_command
-from cli.values import HEARTBEAT_S, PORT, STOP_GRACE_S, LogLevel, float_option, int_option
+from cli.values import FRONTENDS, HEARTBEAT_S, PORT, STOP_GRACE_S, LogLevel, float_option, int_option
 
 master_app = typer.Typer(help="Run the master service.")
 master_app.callback(invoke_without_command=True)(require_command)
@@ -118,6 +118,10 @@ def serve_cmd(
                                               help="Worker token file (read, or generated if missing)."),
     admin_token_file: Optional[Path] = typer.Option(None, "--admin-token-file", envvar="AIPERF_ADMIN_TOKEN_FILE",
                                                     help="Admin token file (read, or generated if missing)."),
+    frontends: int = int_option(0, "--frontends", span=FRONTENDS,
+                                help="Processes that serve gRPC on the port and relay each call to the master "
+                                     "(0: the master serves it itself); for thousands of workers, about one per "
+                                     "core left after the master's."),
     log_level: LogLevel = typer.Option("info", "--log-level", case_sensitive=False, help="Log level."),
 ) -> None:
     """Serve the master: gRPC worker + control API, health, metrics."""
@@ -133,7 +137,7 @@ def serve_cmd(
     handle = _start(
         url, metrics_port, port=port, host=host, data_dir=data_dir, heartbeat_interval_s=heartbeat_interval,
         stop_grace_s=stop_grace, tls_cert=tls_cert, tls_key=tls_key,
-        worker_token_file=token_file, admin_token_file=admin_token_file,
+        worker_token_file=token_file, admin_token_file=admin_token_file, frontends=frontends,
     )
     for kind, path in handle.tokens.generated.items():
         token = handle.worker_token if kind == "worker" else handle.admin_token

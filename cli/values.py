@@ -44,6 +44,7 @@ HEARTBEAT_S = (0.1, 3600.0)          # below 0.1 s the master's tick cannot keep
 STOP_GRACE_S = (0.0, 86400.0)
 PROCESSES = (1, 1024)                # processes or CPUs on one node
 CPUS = (0, 1024)
+FRONTENDS = (0, 256)                  # --frontends: 0, the master serves gRPC itself; one per core is plenty
 # `aiperf graph`: ResNet-50 needs 32 pixels for its five halvings; the other ends are far
 # beyond any image classifier (ImageNet-21k has 21,841 classes) and keep counts finite.
 INPUT_SIZE = (32, 8192)

@@ -11,7 +11,7 @@ relay closes (the master is gone): then its callers get UNAVAILABLE.
 Started by master/frontends.py as `python -m master.frontend`, which writes
 its configuration to the process's standard input as JSON: relay (the socket's
 path), host, port (0: any), worker_token, admin_token, tls_cert, tls_key (paths
-or null), grace_s. The process answers on standard output with one line:
+or null), grace_s, log_level. The process answers on standard output with one line:
 `ready <port>` or `error <reason>`.
 """
 
@@ -165,9 +165,9 @@ async def serve(config: dict[str, Any], say: Callable[[str], None]) -> int:
 def main() -> int:
     # Ctrl-C in a terminal reaches the whole process group: the master decides when front ends stop
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s frontend %(process)d %(name)s: %(message)s")
     config = json.loads(sys.stdin.read())
+    logging.basicConfig(level=int(config.get("log_level", logging.INFO)), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s frontend %(process)d %(name)s: %(message)s")
 
     def say(line: str) -> None:
         print(line, flush=True)

@@ -123,6 +123,7 @@ class FrontEndConfig:
             "relay": self.relay, "host": self.host, "port": port, "worker_token": self.tokens.worker,
             "admin_token": self.tokens.admin, "tls_cert": str(self.tls_cert) if self.tls_cert else None,
             "tls_key": str(self.tls_key) if self.tls_key else None, "grace_s": self.grace_s,
+            "log_level": logging.getLogger().getEffectiveLevel(),  # as the master's
         })
 
 

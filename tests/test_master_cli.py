@@ -152,7 +152,10 @@ def test_every_control_command_takes_the_shared_options(capsys, monkeypatch, tmp
     assert rc == 2 and err == "aiperf: error: cannot read CA certificate /no/ca.pem: No such file or directory\n"
 
 
-def test_serve_command_generates_tokens_and_serves(tmp_path: Path):
+@pytest.mark.parametrize("frontends", [0, 2])
+def test_serve_command_generates_tokens_and_serves(tmp_path: Path, frontends: int):
+    import psutil
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -160,9 +163,10 @@ def test_serve_command_generates_tokens_and_serves(tmp_path: Path):
     data = tmp_path / "data"
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli", "master", "serve", "--port", str(port), "--host", "127.0.0.1",
-         "--data-dir", str(data), "--heartbeat-interval", "1"],
+         "--data-dir", str(data), "--heartbeat-interval", "1", "--frontends", str(frontends)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
     )
+    children: list[psutil.Process] = []
     try:
         lines = []
         deadline = time.monotonic() + 60
@@ -184,10 +188,21 @@ def test_serve_command_generates_tokens_and_serves(tmp_path: Path):
         )
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["profile"] == "smoke"
+        children = psutil.Process(proc.pid).children()
+        assert len(children) == frontends  # the front ends; SIGTERM to the master stops them too
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    assert proc.returncode == 0
+    assert all(not child.is_running() or child.status() == psutil.STATUS_ZOMBIE for child in children)
     assert (tmp_path / "data" / "master.db").exists()
+
+
+@pytest.mark.parametrize("value", ["-1", "257", "two"])
+def test_serve_refuses_a_bad_number_of_frontends(tmp_path: Path, capsys, value: str):
+    rc = main(["master", "serve", "--port", "0", "--data-dir", str(tmp_path / "d"), "--frontends", value])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--frontends" in err and len(err.strip().splitlines()) == 1
 
 
 def test_serve_refuses_a_database_newer_than_it_knows(tmp_path: Path, capsys):
