@@ -71,6 +71,7 @@ class RelayServer:
             descriptor = pb.DESCRIPTOR.services_by_name[service.rsplit(".", 1)[1]].methods_by_name[name]
             servicer = worker if service == WorkerServicer.SERVICE else control
             self._handlers.append((getattr(servicer, name), decoder(getattr(pb, descriptor.input_type.name))))
+        self._decode_message = self._handlers[self._connect][1]
         self.tasks: set[asyncio.Task[None]] = set()
 
     def connection(self) -> FrameConnection:
@@ -78,13 +79,26 @@ class RelayServer:
         connection: FrameConnection
 
         def on_frame(frame: bytes) -> None:
-            call = parse_call(frame)  # FrameError: the connection closes (FrameConnection)
-            task = asyncio.get_running_loop().create_task(self._serve(connection, *call))
+            call_id, method, credential, request = parse_call(frame)  # FrameError: the connection closes
+            if method == self._connect:  # most are heartbeats answered from memory: no task for them
+                message = self._decode_message(request)
+                reply = self._worker.answer_now(message, credential.decode("utf-8", "replace"))
+                if reply is not None:
+                    connection.send(reply_frame(call_id, 0, reply.SerializeToString()))
+                    return
+                coro = self._later(connection, call_id, message, credential)
+            else:
+                coro = self._serve(connection, call_id, method, credential, request)
+            task = asyncio.get_running_loop().create_task(coro)
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
         connection = FrameConnection(MAX_CALL_FRAME, on_frame)
         return connection
+
+    async def _later(self, connection: FrameConnection, call_id: int, message: object, credential: bytes) -> None:
+        reply = await self._worker.answer_later(message, credential.decode("utf-8", "replace"))
+        connection.send(reply_frame(call_id, 0, reply.SerializeToString()))
 
     async def _serve(self, connection: FrameConnection, call_id: int, method: int, credential: bytes,
                      request: bytes) -> None:
@@ -95,10 +109,7 @@ class RelayServer:
         """(0, the reply) or (a status code number, its message) for one relayed request."""
         handler, decode = self._handlers[method]
         try:
-            if method == self._connect:
-                reply = await self._worker.answer(decode(request), credential)
-            else:
-                reply = await handler(decode(request), RelayContext(credential))
+            reply = await handler(decode(request), RelayContext(credential))
             return 0, reply.SerializeToString()
         except Refused as exc:
             return exc.code.value[0], exc.message.encode()

@@ -193,6 +193,12 @@ async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, messa
     raise AssertionError("unreachable")  # context.abort raises
 
 
+def _error_message(exc: Exception) -> pb.MasterMessage:
+    """The Connect reply to a refused message (the stream lives on)."""
+    code, text = refusal(exc, "Connect")
+    return pb.MasterMessage(error=pb.MessageError(code=code.value[0], message=text))
+
+
 class WorkerServicer(pb_grpc.WorkerServiceServicer):
     SERVICE = "aiperf.v1.WorkerService"
 
@@ -233,14 +239,6 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
     def _beat(self, worker_id: int, credential: str) -> pb.MasterMessage:
         return self._beat_reply(*self.m.heartbeat(worker_id, credential=credential))
 
-    async def _beat_async(self, worker_id: int, credential: str) -> pb.MasterMessage:
-        # on the loop when it is all in memory (nearly always); else on the pool,
-        # e.g. thousands of workers joining a run that just started
-        beat = self.m.heartbeat_in_memory(worker_id, credential=credential)
-        if beat is not None:
-            return self._beat_reply(*beat)
-        return await asyncio.get_running_loop().run_in_executor(self.pool, self._beat, worker_id, credential)
-
     async def _report(self, report: pb.ProgressReport, credential: str) -> pb.MasterMessage:
         result = await self.m.report_progress(cv.progress_report(report), credential=credential, pool=self.pool)
         reply = pb.MasterMessage()
@@ -280,14 +278,30 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
 
     async def answer(self, message: Any, credential: str) -> pb.MasterMessage:
         """The Connect reply to one message (decoded or `Undecodable`); never raises."""
+        reply = self.answer_now(message, credential)
+        return reply if reply is not None else await self.answer_later(message, credential)
+
+    def answer_now(self, message: Any, credential: str) -> pb.MasterMessage | None:
+        """The Connect reply when it needs no waiting: a refusal, or a heartbeat all in memory
+        (nearly always: safe on the event loop); None when `answer` must wait for it."""
         try:
-            kind = checked(message).WhichOneof("body")
-            if kind == "heartbeat":
-                return await self._beat_async(message.heartbeat.worker_id, credential)
-            return await self._report(message.progress, credential)  # the bounds refuse a message with neither
+            if checked(message).WhichOneof("body") != "heartbeat":  # the bounds refuse a message with neither
+                return None
+            beat = self.m.heartbeat_in_memory(message.heartbeat.worker_id, credential=credential)
+            return self._beat_reply(*beat) if beat is not None else None
         except Exception as exc:  # noqa: BLE001 - answered on the stream, which lives on
-            code, text = refusal(exc, "Connect")
-            return pb.MasterMessage(error=pb.MessageError(code=code.value[0], message=text))
+            return _error_message(exc)
+
+    async def answer_later(self, message: Any, credential: str) -> pb.MasterMessage:
+        """A checked message's reply that needs the database: a report, or a heartbeat on the pool
+        (e.g. thousands of workers joining a run that just started)."""
+        try:
+            if message.WhichOneof("body") == "heartbeat":
+                return await asyncio.get_running_loop().run_in_executor(
+                    self.pool, self._beat, message.heartbeat.worker_id, credential)
+            return await self._report(message.progress, credential)
+        except Exception as exc:  # noqa: BLE001 - answered on the stream, which lives on
+            return _error_message(exc)
 
     @worker_rpc
     def FinishModel(self, request: pb.FinishModelRequest, credential: str) -> pb.FinishModelResponse:
