@@ -5,14 +5,16 @@ front ends (SO_REUSEPORT: the kernel spreads the workers' connections over
 them), checks each call's bearer token and passes the call, unparsed, to the
 master over the relay (master/relay.py); the master's reply or status goes
 back to the caller as is. It keeps no state of the run. It ends when the
-master sends SIGTERM (after `grace_s` for the calls in flight) or when the
-relay closes (the master is gone): then its callers get UNAVAILABLE.
+master says so (after a grace period for the calls in flight) or when the
+master is gone: then its callers get UNAVAILABLE.
 
 Started by master/frontends.py as `python -m master.frontend`, which writes
-its configuration to the process's standard input as JSON: relay (the socket's
-path), host, port (0: any), worker_token, admin_token, tls_cert, tls_key (paths
-or null), grace_s, log_level. The process answers on standard output with one line:
-`ready <port>` or `error <reason>`.
+its configuration to the process's standard input as one line of JSON: relay
+(the socket's path), host, port (0: any), worker_token, admin_token, tls_cert,
+tls_key (paths or null), grace_s (on SIGTERM), log_level. The process answers
+on standard output with one line: `ready <port>` or `error <reason>`. Its
+standard input stays open: `stop <seconds>` stops it with that grace period,
+and its end (the master is gone) stops it at once.
 """
 
 from __future__ import annotations
@@ -119,15 +121,29 @@ def _credentials(config: dict[str, Any]) -> grpc.ServerCredentials | None:
     return grpc.ssl_server_credentials([(Path(config["tls_key"]).read_bytes(), Path(config["tls_cert"]).read_bytes())])
 
 
-async def serve(config: dict[str, Any], say: Callable[[str], None]) -> int:
-    """Serve until SIGTERM (0) or the relay closes (1); 2 when it cannot start (said as `error ...`)."""
-    loop = asyncio.get_running_loop()
+async def serve(config: dict[str, Any], orders: asyncio.StreamReader, say: Callable[[str], None]) -> int:
+    """Serve until the master's order (0) or until the master is gone (1: the relay or standard input
+    closed); 2 when it cannot start (said as `error ...`)."""
     relay = RelayClient()
     try:
-        await loop.create_unix_connection(lambda: relay, config["relay"])
+        await asyncio.get_running_loop().create_unix_connection(lambda: relay, config["relay"])
     except OSError as exc:
         say(f"error cannot reach the master's relay: {exc}")
         return 2
+    server, bound, reason = await _start_grpc(config, relay)
+    if server is None:
+        say(f"error {reason}")
+        return 2
+    say(f"ready {bound}")
+    grace = await _until_stopped(relay, orders, float(config.get("grace_s", 1.0)))
+    if grace is None:
+        log.error("event=frontend_master_gone")
+    await server.stop(grace or 0.0)
+    return 0 if grace is not None else 1
+
+
+async def _start_grpc(config: dict[str, Any], relay: RelayClient) -> tuple[grpc.aio.Server | None, int, str]:
+    """(the started server, its port, "") or (None, 0, why it cannot listen)."""
     tokens = Tokens(worker=config["worker_token"], admin=config["admin_token"])
     server = grpc.aio.server(interceptors=[TokenInterceptor(tokens)], options=[
         ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
@@ -142,37 +158,62 @@ async def serve(config: dict[str, Any], say: Callable[[str], None]) -> int:
     try:
         bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     except RuntimeError as exc:
-        bound, reason = 0, str(exc)
-    else:
-        reason = ""
+        return None, 0, f"cannot listen on {address}: {exc}"
     if bound == 0:
-        say(f"error cannot listen on {address}{': ' + reason if reason else ''}")
-        return 2
+        return None, 0, f"cannot listen on {address}"
     await server.start()
     for name in ("", *sorted({service for service, _, _ in METHODS})):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    say(f"ready {bound}")
-    done, _ = await asyncio.wait([loop.create_task(stop.wait()), loop.create_task(relay.lost.wait())],
-                                 return_when=asyncio.FIRST_COMPLETED)
-    if not stop.is_set():
-        log.error("event=frontend_relay_lost")
-    await server.stop(float(config.get("grace_s", 1.0)) if stop.is_set() else 0)
-    return 0 if stop.is_set() else 1
+    return server, bound, ""
 
 
-def main() -> int:
-    # Ctrl-C in a terminal reaches the whole process group: the master decides when front ends stop
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    config = json.loads(sys.stdin.read())
+async def _until_stopped(relay: RelayClient, orders: asyncio.StreamReader, sigterm_grace_s: float) -> float | None:
+    """The grace period to stop with: the master's `stop <seconds>` line, or SIGTERM's; None when
+    the master is gone (its relay or this process's standard input closed)."""
+    loop = asyncio.get_running_loop()
+    terminated = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, terminated.set)
+    waits = {loop.create_task(terminated.wait()): "sigterm", loop.create_task(relay.lost.wait()): "gone",
+             loop.create_task(_stop_order(orders)): "order"}
+    done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    task = done.pop()
+    if waits[task] == "sigterm":
+        return sigterm_grace_s
+    return task.result() if waits[task] == "order" else None
+
+
+async def _stop_order(orders: asyncio.StreamReader) -> float | None:
+    """The grace period of the master's `stop <seconds>` line; None at the end of the input."""
+    while line := await orders.readline():
+        words = line.split()
+        if len(words) == 2 and words[0] == b"stop":
+            try:
+                return max(0.0, float(words[1]))
+            except ValueError:
+                log.warning("event=frontend_bad_order line=%r", line[:80])
+    return None
+
+
+async def _main() -> int:
+    orders = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(orders), sys.stdin)
+    config = json.loads(await orders.readline())
     logging.basicConfig(level=int(config.get("log_level", logging.INFO)), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s frontend %(process)d %(name)s: %(message)s")
 
     def say(line: str) -> None:
         print(line, flush=True)
 
-    return asyncio.run(serve(config, say))
+    return await serve(config, orders, say)
+
+
+def main() -> int:
+    # Ctrl-C in a terminal reaches the whole process group: the master decides when front ends stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return asyncio.run(_main())
 
 
 if __name__ == "__main__":

@@ -73,6 +73,7 @@ class RelayServer:
             self._handlers.append((getattr(servicer, name), decoder(getattr(pb, descriptor.input_type.name))))
         self._decode_message = self._handlers[self._connect][1]
         self.tasks: set[asyncio.Task[None]] = set()
+        self.connections: set[FrameConnection] = set()
 
     def connection(self) -> FrameConnection:
         """The protocol of one front end's connection."""
@@ -93,7 +94,8 @@ class RelayServer:
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
-        connection = FrameConnection(MAX_CALL_FRAME, on_frame)
+        connection = FrameConnection(MAX_CALL_FRAME, on_frame, on_lost=lambda: self.connections.discard(connection))
+        self.connections.add(connection)
         return connection
 
     async def _later(self, connection: FrameConnection, call_id: int, message: object, credential: bytes) -> None:
@@ -151,15 +153,14 @@ def start_frontend(config: FrontEndConfig, port: int) -> tuple[subprocess.Popen[
     proc = subprocess.Popen([sys.executable, "-m", "master.frontend"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, env=_child_env())
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(config.as_json(port).encode())
-    proc.stdin.close()
+    proc.stdin.write(config.as_json(port).encode() + b"\n")  # stdin stays open: the master's orders
+    proc.stdin.flush()
     ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT_S)
     line = proc.stdout.readline().decode(errors="replace").strip() if ready else ""
     proc.stdout.close()
     if line.startswith("ready "):
         return proc, int(line.split()[1])
-    proc.kill()
-    proc.wait()
+    _kill(proc)
     reason = line.removeprefix("error ") if line else f"front end did not start (exit status {proc.returncode})"
     raise OSError(reason)
 
@@ -171,6 +172,7 @@ class FrontEnds:
         self._config = config
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="aiperf-frontends", daemon=True)
         first, self.port = start_frontend(config, port)
         self._procs = [first]
         try:
@@ -179,7 +181,6 @@ class FrontEnds:
         except OSError:
             self.stop(0)
             raise
-        self._watcher = threading.Thread(target=self._watch, name="aiperf-frontends", daemon=True)
         self._watcher.start()
 
     @property
@@ -193,31 +194,55 @@ class FrontEnds:
                 if proc.poll() is None or self._stopping.is_set():
                     continue
                 log.error("event=frontend_exited pid=%d code=%s", proc.pid, proc.returncode)
+                _close_stdin(proc)
                 try:
                     new, _ = start_frontend(self._config, self.port)
                 except OSError as exc:
                     log.error("event=frontend_restart_failed error=%s", exc)
                     time.sleep(RESTART_DELAY_S)
                     continue
-                with self._lock:
+                with self._lock:  # stop() takes the list under this lock: a late one is stopped here
+                    if self._stopping.is_set():
+                        _kill(new)
+                        return
                     self._procs[i] = new
                 log.info("event=frontend_restarted pid=%d", new.pid)
 
     def stop(self, grace_s: float) -> None:
-        """SIGTERM to each (they finish their calls within grace_s), then kill what is left."""
-        self._stopping.set()
+        """Tell each to stop (they finish their calls within grace_s), then kill what is left."""
         with self._lock:
+            self._stopping.set()
             procs = list(self._procs)
         for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(f"stop {grace_s:g}\n".encode())
+                proc.stdin.flush()
+            except (OSError, ValueError):  # gone already (broken pipe), or its input closed
+                pass
         deadline = time.monotonic() + grace_s + 10
         for proc in procs:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                _kill(proc)
+            _close_stdin(proc)
+        if self._watcher.is_alive() and self._watcher is not threading.current_thread():
+            self._watcher.join(timeout=START_TIMEOUT_S + 5)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    proc.kill()
+    proc.wait()
+    _close_stdin(proc)
+
+
+def _close_stdin(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+    except OSError:  # a broken pipe while flushing: the process is gone
+        pass
 
 
 def relay_directory() -> tuple[str, str]:
@@ -237,8 +262,12 @@ def serve_relay(loop: asyncio.AbstractEventLoop, relay: RelayServer, path: str) 
     return asyncio.run_coroutine_threadsafe(start(), loop).result(60)
 
 
-def close_relay(loop: asyncio.AbstractEventLoop, server: asyncio.AbstractServer) -> None:
+def close_relay(loop: asyncio.AbstractEventLoop, server: asyncio.AbstractServer, relay: RelayServer) -> None:
+    """Stop accepting front ends and close the connections of those left (a front end then stops)."""
     async def close() -> None:
-        server.close()
+        server.close()  # (Python 3.11 leaves the open connections open)
+        for connection in list(relay.connections):
+            if connection.transport is not None:
+                connection.transport.close()
     asyncio.run_coroutine_threadsafe(close(), loop).result(30)
 

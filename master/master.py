@@ -34,7 +34,7 @@ import threading
 import time
 from concurrent.futures import Executor
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Sequence
 
 from aiperf import scoring, timeline
 from aiperf.api import bounds
@@ -67,6 +67,7 @@ from master.identity import WorkerCredentials, credential_hash
 from master.metrics import MasterMetrics
 from master import retention
 from master.audits import Audits, with_audit_rule, with_throughput_rule
+from master.operations import RunOperations
 from master.progress import ProgressWriter
 from master.officiality import run_config, unofficial_reasons
 from master.run_rules import (accelerator_peaks, check_accelerators, check_graph_fits, parse_graph, peak_verdict,
@@ -134,7 +135,7 @@ class Master:
         self._datasets: dict[tuple[int, int], dict] = {}  # (run, worker) -> the dataset recorded
         self.audits = Audits(store, clock)  # RecordAudit / ListAudits call it directly
         self._joined: set[tuple[int, int]] = set()
-        self._run_ops: dict[int, int] = {}
+        self.operations = RunOperations(store)
         now = clock()
         self._life_started_at = now
         self._alive_stamped = self._metrics_at = time.monotonic()
@@ -147,7 +148,7 @@ class Master:
         self._register_lock = threading.Lock()  # one name decision at a time (read, decide, write)
         self._current: RunRecord | None = store.current_run()
         self.records = retention.AccuracyRecords(store)  # each run's accuracy record holders, for retention
-        self._writer = ProgressWriter(store, on_commit=self.records.committed)
+        self._writer = ProgressWriter(store, on_commit=self._committed)
         self._advance_runs(now)  # a deadline passed while the master was down: closed before serving
 
     def close(self) -> None:
@@ -314,17 +315,9 @@ class Master:
         self.metrics.run_state.set(1 if run.state == "running" else 0)
         if run.started_at is not None:
             elapsed = self.clock() - run.started_at
-            ops = self._ops_of_run(run.id)
+            ops = self.operations.total(run.id)
             self.metrics.current_flops.set(ops / elapsed if elapsed > 0 else 0.0)
             self.metrics.observe_run(run.id, run.profile, elapsed, ops)
-
-    def _ops_of_run(self, run_id: int) -> int:
-        with self._lock:
-            if run_id in self._run_ops:
-                return self._run_ops[run_id]
-        total = sum(p.ops for p in self.store.timeline(run_id))
-        with self._lock:
-            return self._run_ops.setdefault(run_id, total)
 
     # ------------------------------------------------------------ workers
     def alive_count(self) -> int:
@@ -519,8 +512,8 @@ class Master:
                  model.batch_size, model.kernel_size, model.flops_per_train_image)
         return model
 
-    def _progress_input(self, r: ProgressReport, credential: str) -> tuple[ProgressInput, int]:
-        """Validate one report and count its FLOPs; returns it with its run id.
+    def _progress_input(self, r: ProgressReport, credential: str) -> ProgressInput:
+        """Validate one report and count its FLOPs.
         Whether the model is the worker's is the store's check (add_progress)."""
         self._authorize(r.worker_id, credential)
         if r.seq < 1:
@@ -553,7 +546,7 @@ class Master:
             accuracy=r.accuracy, worker_flops=int(r.worker_flops), master_flops=int(master_flops),
             flops_mismatch=not scoring.flops_agree(master_flops, int(r.worker_flops)),
         )
-        return item, entry.run_id
+        return item
 
     async def report_progress(self, report: ProgressReport, *, credential: str,
                               pool: Executor | None = None) -> ProgressResult:
@@ -562,25 +555,31 @@ class Master:
         a resent report (same seq) comes back as a duplicate, counted once.
         Checks that need the database (nothing cached yet) run on `pool` when given."""
         if pool is None or self.report_is_in_memory(report.worker_id, report.model_id):
-            item, run_id = self._progress_input(report, credential)
+            item = self._progress_input(report, credential)
         else:
-            item, run_id = await asyncio.get_running_loop().run_in_executor(
+            item = await asyncio.get_running_loop().run_in_executor(
                 pool, self._progress_input, report, credential)
         [result] = await self._writer.write_async([item])
         if result.error is not None:
             raise result.error
-        if result.duplicate:
-            self.metrics.duplicate_reports.inc()
-            return result
-        self.metrics.reports.inc()
-        if result.flops_mismatch:
-            self.metrics.flops_mismatch.inc()
-            log.warning("event=flops_mismatch model_id=%d seq=%d worker_flops=%d master_flops=%d",
-                        item.model_id, item.seq, item.worker_flops, item.master_flops)
-        with self._lock:
-            if run_id in self._run_ops:
-                self._run_ops[run_id] += item.master_flops
         return result
+
+    def _committed(self, items: Sequence[ProgressInput], results: Sequence[ProgressResult]) -> None:
+        """The progress writer's hook, at each commit, whether or not the callers still wait:
+        count what it recorded, add its operations to its run's total, fold its accuracies."""
+        for item, result in zip(items, results):
+            if result.error is not None:
+                continue
+            if result.duplicate:
+                self.metrics.duplicate_reports.inc()
+                continue
+            self.metrics.reports.inc()
+            if result.flops_mismatch:
+                self.metrics.flops_mismatch.inc()
+                log.warning("event=flops_mismatch model_id=%d seq=%d worker_flops=%d master_flops=%d",
+                            item.model_id, item.seq, item.worker_flops, item.master_flops)
+            self.operations.add(result.run_id, item.master_flops)
+        self.records.committed(items, results)
 
     def finish_model(self, fin: ModelFinish, *,
                      credential: str) -> tuple[ModelRecord, str, list[tuple[int, str]]]:

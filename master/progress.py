@@ -144,7 +144,10 @@ class _LoopWaker:
             self._ready.append((future, results, exc))
             first = len(self._ready) == 1
         if first:
-            self._loop.call_soon_threadsafe(self._drain)
+            try:
+                self._loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the loop is closed: its callers are gone; the writer goes on
+                log.debug("event=progress_loop_closed")
 
     def _drain(self) -> None:
         with self._lock:

@@ -112,14 +112,20 @@ class FrameConnection(asyncio.Protocol):
     """A relay connection's end: frames in through `on_frame`, frames out in one
     write per event-loop turn (thousands of small writes would each be a system call)."""
 
-    def __init__(self, max_frame: int, on_frame: Callable[[bytes], None]) -> None:
+    def __init__(self, max_frame: int, on_frame: Callable[[bytes], None],
+                 on_lost: Callable[[], None] | None = None) -> None:
         self._reader = FrameReader(max_frame)
         self._on_frame = on_frame
+        self._on_lost = on_lost
         self._out: list[bytes] = []
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._on_lost is not None:
+            self._on_lost()
 
     def data_received(self, data: bytes) -> None:
         try:

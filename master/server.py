@@ -66,13 +66,14 @@ class Relay:
     """The front-end processes of a master started with frontends > 0, and the relay they call."""
 
     frontends: FrontEnds
+    relay: RelayServer
     server: asyncio.AbstractServer
     directory: str
     loop: asyncio.AbstractEventLoop
 
     def stop(self, grace_s: float) -> None:
         self.frontends.stop(grace_s)  # first: their calls in flight still reach the master
-        close_relay(self.loop, self.server)
+        close_relay(self.loop, self.server, self.relay)
         remove_relay_directory(self.directory)
 
 
@@ -254,10 +255,10 @@ def _start_relay(loop: asyncio.AbstractEventLoop, count: int, host: str, port: i
     try:
         fronts = FrontEnds(count, FrontEndConfig(path, host, tokens, tls_cert, tls_key), port)
     except OSError:
-        close_relay(loop, server)
+        close_relay(loop, server, relay)
         remove_relay_directory(directory)
         raise
-    return Relay(fronts, server, directory, loop)
+    return Relay(fronts, relay, server, directory, loop)
 
 
 async def _start_grpc(address: str, credentials: grpc.ServerCredentials | None, tokens: Tokens, master: Master,

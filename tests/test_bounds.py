@@ -10,6 +10,7 @@ import logging
 import math
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -457,3 +458,65 @@ def test_a_poisoned_report_in_a_batch_does_not_fail_a_good_one(tmp_path, caplog)
     assert store.get_model(models[0].id).images_trained == 100
     assert store.get_model(models[1].id).images_trained == 0
     store.close()
+
+
+def test_a_committed_report_counts_even_when_its_caller_is_gone(master_server, small_graph):
+    """The run's operations total (the live FLOPS gauge) and the report counter are kept by the
+    progress writer's hook at the commit: a caller gone after queueing its report (a closed
+    stream cancels its coroutine) leaves neither short."""
+    import asyncio
+
+    from master.domain import ProgressReport
+
+    h = master_server()
+    w, c = clients(h)
+    wid = w.register(name="n", host="h", accelerators=[Accelerator("Tesla V100", 32 << 30)]).worker_id
+    c.start_run(3600)
+    fc = count_flops(small_graph)
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
+    run_id = h.master.current_run().id
+    assert h.master.operations.total(run_id) == 0  # read now: later commits add to it
+    counted = h.master.metrics.reports._value.get()
+
+    async def report_and_go() -> None:
+        report = ProgressReport(wid, mid, 1, 1, 64, 0, None, fc.ops(64, 0))
+        task = asyncio.ensure_future(h.master.report_progress(report, credential=w.credential(wid)))
+        await asyncio.sleep(0)  # the task's first step checks the report and queues it for the writer
+        assert not task.done()  # it waits for the commit; cancel it as a closed stream would
+        task.cancel()
+        deadline = time.monotonic() + 10
+        while h.master.operations.total(run_id) == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(report_and_go())
+    assert h.master.operations.total(run_id) == fc.ops(64, 0)
+    assert h.master.metrics.reports._value.get() == counted + 1
+    assert c.scoreboard().reports == 1
+
+
+def test_the_progress_writer_outlives_an_event_loop_closed_before_its_commit(tmp_path):
+    """A caller's event loop closed while its report waits for the commit (a master stopping,
+    a test's loop): the report is recorded and the writer goes on serving other loops."""
+    import asyncio
+
+    store = SqlStore(f"sqlite:///{tmp_path / 'c.db'}")
+    run = store.start_run(store.create_run(NewRun("smoke", 1, 600.0, "fp32", {}, {}), 0.0).id, 0.0)
+    worker, _ = store.register_worker(WorkerInput("a", "a", [], 1, 1, {}), 0.0)
+    model = store.add_model(NewModel(run.id, None, worker.id, 1, "{}", "h", 32, 3, "training", 10, 5), 0.0)
+    writer = ProgressWriter(store, linger_s=0.3)  # the first loop is closed before this commit
+
+    def item(seq: int) -> ProgressInput:
+        return ProgressInput(model.id, worker.id, seq, float(seq), 1, 100, 0, None, 0, 1000, False)
+
+    async def queue_and_leave() -> None:
+        asyncio.ensure_future(writer.write_async([item(1)]))
+        await asyncio.sleep(0)
+
+    try:
+        asyncio.run(queue_and_leave())
+        [result] = asyncio.run(writer.write_async([item(2)]))
+        assert result.error is None and not result.duplicate
+    finally:
+        writer.close()
+        store.close()
+    assert SqlStore(f"sqlite:///{tmp_path / 'c.db'}").get_model(model.id).images_trained == 200

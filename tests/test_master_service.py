@@ -23,6 +23,9 @@ from aiperf.graph import with_inserted_kernel
 from aiperf.morphism import deeper_at, deeper_positions
 from tests.fake_clock import FakeClock
 
+# every test here runs twice: the master serving gRPC itself, and through two front ends
+pytestmark = pytest.mark.also_frontends
+
 HP = {"batch_size": 32, "kernel_size": 3}
 
 
