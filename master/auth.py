@@ -33,8 +33,8 @@ ADMIN_TOKEN_FILE = "admin.token"
 
 @dataclass(frozen=True)
 class Tokens:
-    worker: str
-    admin: str
+    worker: str = field(repr=False)
+    admin: str = field(repr=False)
     generated: dict[str, Path] = field(default_factory=dict)  # kind -> file written
 
 

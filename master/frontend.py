@@ -11,7 +11,9 @@ master is gone: then its callers get UNAVAILABLE.
 Started by master/frontends.py as `python -m master.frontend`, which writes
 its configuration to the process's standard input as one line of JSON: relay
 (the socket's path), host, port (0: any), worker_token, admin_token, tls_cert,
-tls_key (paths or null), grace_s (on SIGTERM), log_level. The process answers
+tls_key (paths or null), grace_s (on SIGTERM), log_level, methods_digest (its
+master's `METHODS_DIGEST`: another is refused), ping_s (the health check's
+period, default 5). The process answers
 on standard output with one line: `ready <port>` or `error <reason>`. Its
 standard input stays open: `stop <seconds>` stops it with that grace period,
 and its end (the master is gone) stops it at once.
@@ -32,13 +34,26 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from aiperf.api.bounds import MAX_REQUEST_BYTES
+from aiperf.api.calls import CREDENTIAL_METADATA
 from aiperf.api.client import MAX_MESSAGE_BYTES
 from master.auth import TokenInterceptor, Tokens, worker_credential
-from master.relay import MAX_REPLY_FRAME, METHODS, FrameConnection, call_frame, parse_reply
+from master.collector import settle_collector
+from master.relay import (
+    MAX_REPLY_FRAME,
+    METHODS,
+    METHODS_DIGEST,
+    PING,
+    FrameConnection,
+    FrameError,
+    call_frame,
+    parse_reply,
+)
 
 log = logging.getLogger(__name__)
 
 _STATUS = {code.value[0]: code for code in grpc.StatusCode}
+SERVICES = ("", *sorted({service for service, _, _ in METHODS}))  # the names health answers for
+PING_S = 5.0  # how often the master is pinged, and how long its answer may take
 
 
 class RelayLost(Exception):
@@ -87,6 +102,8 @@ async def _relayed(relay: RelayClient, method: int, request: bytes, context: grp
         status, payload = await relay.call(method, credential, request)
     except RelayLost:
         await context.abort(grpc.StatusCode.UNAVAILABLE, "the master is gone; this front end is stopping")
+    except FrameError as exc:  # (gRPC's own metadata limit is far below the frame's)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{CREDENTIAL_METADATA}: {exc}")
     if status:
         await context.abort(_STATUS.get(status, grpc.StatusCode.INTERNAL), payload.decode("utf-8", "replace"))
     return payload
@@ -124,26 +141,57 @@ def _credentials(config: dict[str, Any]) -> grpc.ServerCredentials | None:
 async def serve(config: dict[str, Any], orders: asyncio.StreamReader, say: Callable[[str], None]) -> int:
     """Serve until the master's order (0) or until the master is gone (1: the relay or standard input
     closed); 2 when it cannot start (said as `error ...`)."""
+    if config.get("methods_digest") != METHODS_DIGEST:
+        say("error this front end's API differs from its master's (code changed under a running master?): "
+            "restart the master")
+        return 2
     relay = RelayClient()
     try:
         await asyncio.get_running_loop().create_unix_connection(lambda: relay, config["relay"])
     except OSError as exc:
         say(f"error cannot reach the master's relay: {exc}")
         return 2
-    server, bound, reason = await _start_grpc(config, relay)
-    if server is None:
-        say(f"error {reason}")
+    started = await _start_grpc(config, relay)
+    if isinstance(started, str):
+        say(f"error {started}")
         return 2
+    server, health_servicer, bound = started
     say(f"ready {bound}")
+    settle_collector()
+    watch = asyncio.get_running_loop().create_task(
+        _watch_master(relay, health_servicer, float(config.get("ping_s", PING_S))))
     grace = await _until_stopped(relay, orders, float(config.get("grace_s", 1.0)))
+    watch.cancel()
     if grace is None:
         log.error("event=frontend_master_gone")
+    await health_servicer.enter_graceful_shutdown()  # NOT_SERVING from now on
     await server.stop(grace or 0.0)
     return 0 if grace is not None else 1
 
 
-async def _start_grpc(config: dict[str, Any], relay: RelayClient) -> tuple[grpc.aio.Server | None, int, str]:
-    """(the started server, its port, "") or (None, 0, why it cannot listen)."""
+async def _watch_master(relay: RelayClient, health_servicer: health.aio.HealthServicer, ping_s: float) -> None:
+    """The health service says SERVING while the master's event loop answers a ping (one every
+    ping_s) within ping_s, NOT_SERVING otherwise: a probe then sees a hung master."""
+    serving = True
+    while True:
+        await asyncio.sleep(ping_s)
+        try:
+            await asyncio.wait_for(relay.call(PING, b"", b""), ping_s)
+            answered = True
+        except (asyncio.TimeoutError, RelayLost):
+            answered = False
+        if answered != serving:
+            serving = answered
+            log.log(logging.INFO if answered else logging.ERROR, "event=frontend_master_%s",
+                    "answers" if answered else "silent")
+            state = health_pb2.HealthCheckResponse.SERVING if answered else health_pb2.HealthCheckResponse.NOT_SERVING
+            for name in SERVICES:
+                await health_servicer.set(name, state)
+
+
+async def _start_grpc(config: dict[str, Any], relay: RelayClient
+                      ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int] | str:
+    """The started server, its health service and its port; or why it cannot listen."""
     tokens = Tokens(worker=config["worker_token"], admin=config["admin_token"])
     server = grpc.aio.server(interceptors=[TokenInterceptor(tokens)], options=[
         ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
@@ -158,13 +206,13 @@ async def _start_grpc(config: dict[str, Any], relay: RelayClient) -> tuple[grpc.
     try:
         bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     except RuntimeError as exc:
-        return None, 0, f"cannot listen on {address}: {exc}"
+        return f"cannot listen on {address}: {exc}"
     if bound == 0:
-        return None, 0, f"cannot listen on {address}"
+        return f"cannot listen on {address}"
     await server.start()
-    for name in ("", *sorted({service for service, _, _ in METHODS})):
+    for name in SERVICES:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return server, bound, ""
+    return server, health_servicer, bound
 
 
 async def _until_stopped(relay: RelayClient, orders: asyncio.StreamReader, sigterm_grace_s: float) -> float | None:
@@ -200,7 +248,12 @@ async def _main() -> int:
     orders = asyncio.StreamReader()
     loop = asyncio.get_running_loop()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(orders), sys.stdin)
-    config = json.loads(await orders.readline())
+    try:
+        config = json.loads(await orders.readline())
+    except ValueError:
+        print("error no configuration (one line of JSON) on standard input: master/frontends.py starts "
+              "front ends", flush=True)
+        return 2
     logging.basicConfig(level=int(config.get("log_level", logging.INFO)), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s frontend %(process)d %(name)s: %(message)s")
 

@@ -16,12 +16,11 @@ is counted as train * images_trained + eval * images_validated from them.
 The worker's own figure is stored next to it and a disagreement above 1% is
 flagged.
 
-The master's clock defines a run's window [started_at, deadline]. Reports
-are stamped on receipt; one received after the deadline (or a stop) is
-recorded but not scored. The master stamps its liveness in the store every
-ALIVE_STAMP_S; on start it records the outage since the last stamp, and a run
-whose deadline passed meanwhile is stopped at its deadline before any request
-is served (the store never sets stopped_at after the deadline).
+The master's clock defines a run's window [started_at, deadline]. Reports are stamped on
+receipt; one received after the deadline (or a stop) is recorded but not scored. The master
+stamps its liveness in the store every ALIVE_STAMP_S; on start it records the outage since the
+last stamp, and a run whose deadline passed meanwhile is stopped at its deadline before any
+request is served (the store never sets stopped_at after the deadline).
 """
 
 from __future__ import annotations
@@ -147,6 +146,8 @@ class Master:
         self._credentials = WorkerCredentials(store.worker_credential_hash)
         self._register_lock = threading.Lock()  # one name decision at a time (read, decide, write)
         self._current: RunRecord | None = store.current_run()
+        if self._current is not None:  # read before any commit can add to it (the writer starts below)
+            self.operations.total(self._current.id)
         self.records = retention.AccuracyRecords(store)  # each run's accuracy record holders, for retention
         self._writer = ProgressWriter(store, on_commit=self._committed)
         self._advance_runs(now)  # a deadline passed while the master was down: closed before serving
@@ -193,6 +194,7 @@ class Master:
         now = self.clock()
         with self._tick_lock, self._lock:  # the tick would start the pending run between these two writes
             run = self.store.create_run(new, now, allow_concurrent=spec.allow_concurrent)
+            self.operations.created(run.id)
             if spec.min_workers == 0:
                 run = self.store.start_run(run.id, now)
             self._refresh_current()
@@ -566,7 +568,9 @@ class Master:
 
     def _committed(self, items: Sequence[ProgressInput], results: Sequence[ProgressResult]) -> None:
         """The progress writer's hook, at each commit, whether or not the callers still wait:
-        count what it recorded, add its operations to its run's total, fold its accuracies."""
+        fold its accuracies (first: retention depends on them), count what it recorded, add its
+        operations to its run's total."""
+        self.records.committed(items, results)
         for item, result in zip(items, results):
             if result.error is not None:
                 continue
@@ -579,7 +583,6 @@ class Master:
                 log.warning("event=flops_mismatch model_id=%d seq=%d worker_flops=%d master_flops=%d",
                             item.model_id, item.seq, item.worker_flops, item.master_flops)
             self.operations.add(result.run_id, item.master_flops)
-        self.records.committed(items, results)
 
     def finish_model(self, fin: ModelFinish, *,
                      credential: str) -> tuple[ModelRecord, str, list[tuple[int, str]]]:

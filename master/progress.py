@@ -147,6 +147,8 @@ class _LoopWaker:
             try:
                 self._loop.call_soon_threadsafe(self._drain)
             except RuntimeError:  # the loop is closed: its callers are gone; the writer goes on
+                with self._lock:
+                    self._ready.clear()
                 log.debug("event=progress_loop_closed")
 
     def _drain(self) -> None:

@@ -12,14 +12,15 @@ The wire is frames, many per write (a write per event-loop turn):
     call:  length u32 | call id u64 | method u16 | credential length u16 | credential | request
     reply: length u32 | call id u64 | status u32 | reply (status 0) or error message (UTF-8)
 
-`length` counts what follows it. `method` indexes `METHODS`; for Connect, each
-stream message is one call, answered by one reply, in order. The status is a
-gRPC status code number.
+`length` counts what follows it. `method` indexes `METHODS` (or is `PING`); for
+Connect, each stream message is one call, answered by one reply, in order. The
+status is a gRPC status code number.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import struct
 from typing import Callable, Iterator
@@ -30,13 +31,18 @@ from aiperf.api.client import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 
+_SERVICES = (pb.DESCRIPTOR.services_by_name["WorkerService"], pb.DESCRIPTOR.services_by_name["ControlService"])
+# the relay carries unary calls and streams of requests each answered by one reply (Connect)
+assert all(m.client_streaming == m.server_streaming for s in _SERVICES for m in s.methods)
+
 # (service, method, streaming): every method both services serve, in a fixed order
 METHODS: tuple[tuple[str, str, bool], ...] = tuple(
-    (service.full_name, method.name, method.client_streaming)
-    for service in (pb.DESCRIPTOR.services_by_name["WorkerService"], pb.DESCRIPTOR.services_by_name["ControlService"])
-    for method in service.methods
-)
+    (service.full_name, method.name, method.client_streaming) for service in _SERVICES for method in service.methods)
 METHOD_INDEX = {(service, name): i for i, (service, name, _) in enumerate(METHODS)}
+# Both ends must number the methods alike (the token a front end checks is for the method it
+# served): a front end started from other code than its master's refuses to start.
+METHODS_DIGEST = hashlib.sha256(repr(METHODS).encode()).hexdigest()
+PING = 0xFFFF  # a front end's health check: answered by the master's event loop, with an empty reply
 
 _LENGTH = struct.Struct(">I")
 _CALL = struct.Struct(">QHH")
@@ -68,7 +74,7 @@ def parse_call(frame: bytes) -> tuple[int, int, bytes, bytes]:
     if len(frame) < _CALL.size:
         raise FrameError(f"call frame of {len(frame)} bytes")
     call_id, method, cred_len = _CALL.unpack_from(frame)
-    if method >= len(METHODS):
+    if method >= len(METHODS) and method != PING:
         raise FrameError(f"unknown method {method}")
     end = _CALL.size + cred_len
     if end > len(frame):

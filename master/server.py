@@ -14,7 +14,6 @@ In-process use (tests, `aiperf demo`)::
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import threading
 import time
@@ -31,18 +30,12 @@ from aiperf.api.bounds import MAX_REQUEST_BYTES
 from aiperf.api.client import MAX_MESSAGE_BYTES
 from master import scrape
 from master.auth import TokenInterceptor, Tokens, load_tokens
+from master.collector import settle_collector
 from master.dburl import mask_url
-from master.frontends import (
-    FrontEndConfig,
-    FrontEnds,
-    RelayServer,
-    close_relay,
-    relay_directory,
-    remove_relay_directory,
-    serve_relay,
-)
-from master.metrics import MasterMetrics
+from master.frontends import FrontEndConfig, FrontEnds
 from master.master import Master
+from master.metrics import MasterMetrics
+from master.relay_server import RelayServer, close_relay, relay_directory, remove_relay_directory, serve_relay
 from master.servicers import ControlServicer, WorkerServicer, add_to_server
 from master.sqlstore import SqlStore
 
@@ -52,9 +45,6 @@ SERVICE_NAMES = (
     pb.DESCRIPTOR.services_by_name["WorkerService"].full_name,
     pb.DESCRIPTOR.services_by_name["ControlService"].full_name,
 )
-
-
-GC_YOUNG_THRESHOLD = 20_000  # allocations between young-generation collections (Python's default: 700)
 
 
 def default_db_url(data_dir: Path) -> str:
@@ -71,10 +61,13 @@ class Relay:
     directory: str
     loop: asyncio.AbstractEventLoop
 
-    def stop(self, grace_s: float) -> None:
-        self.frontends.stop(grace_s)  # first: their calls in flight still reach the master
-        close_relay(self.loop, self.server, self.relay)
-        remove_relay_directory(self.directory)
+    def stop(self, grace_s: float, loop_alive: bool) -> None:
+        try:
+            self.frontends.stop(grace_s)  # first: their calls in flight still reach the master
+            if loop_alive:
+                close_relay(self.loop, self.server, self.relay)
+        finally:
+            remove_relay_directory(self.directory)
 
 
 @dataclass
@@ -125,8 +118,11 @@ class MasterHandle:
             return
         self._stopped = True
         self._stop_event.set()
-        if self._relay is not None:
-            self._relay.stop(grace_s)
+        try:
+            if self._relay is not None:
+                self._relay.stop(grace_s, self._loop_thread.is_alive())
+        except Exception:  # noqa: BLE001 - the rest of the stop (the writer's flush) must run
+            log.exception("event=frontends_stop_failed")
         if self._loop_thread.is_alive():
             if self._server is not None and self._health is not None:
                 self._call(self._health.enter_graceful_shutdown())
@@ -251,11 +247,13 @@ def _start_relay(loop: asyncio.AbstractEventLoop, count: int, host: str, port: i
     """The relay served on the loop and `count` front ends started on the port; OSError when they cannot listen."""
     relay = RelayServer(WorkerServicer(master, pool), ControlServicer(master, pool))
     directory, path = relay_directory()
-    server = serve_relay(loop, relay, path)
+    server = None
     try:
+        server = serve_relay(loop, relay, path)
         fronts = FrontEnds(count, FrontEndConfig(path, host, tokens, tls_cert, tls_key), port)
     except OSError:
-        close_relay(loop, server, relay)
+        if server is not None:
+            close_relay(loop, server, relay)
         remove_relay_directory(directory)
         raise
     return Relay(fronts, relay, server, directory, loop)
@@ -292,14 +290,7 @@ def _start_background(master: Master, period_s: float) -> tuple[threading.Event,
     """A first tick, then the background thread that ticks every period_s until the event is set."""
     stop = threading.Event()
     master.tick()
-    # Everything alive now (modules, the schema, caches) lives as long as the
-    # process: keep it out of the collector, so that full collections with
-    # thousands of open worker streams stay short (they show up as RPC latency).
-    gc.freeze()
-    # Every message allocates short-lived objects (requests, replies, futures, domain
-    # records); at the default threshold of 700 the collections took about 40% of the
-    # event loop's CPU per message (measured in-process at 500 workers: 120 -> 70 us).
-    gc.set_threshold(GC_YOUNG_THRESHOLD)
+    settle_collector()
     thread = threading.Thread(target=_background, args=(master, stop, period_s), name="aiperf-master-tick",
                               daemon=True)
     thread.start()

@@ -7,7 +7,8 @@
   (`master.server.serve`), stopped at teardown. A module marked
   `also_frontends` runs each such test twice: the master serving gRPC itself,
   and through two front-end processes (`--frontends 2`); AIPERF_TEST_FRONTENDS=N
-  serves every test's master through N front ends.
+  serves every other test's master through N front ends (a local check of the
+  whole API through them; `make test` does not set it).
 - `small_graph`: a reduced ResNet-50 graph (32x32x3, 10 classes, width 1/4).
 - every test leaves the root logger as it found it (`_root_logging`).
 """
