@@ -64,8 +64,10 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def start_frontend(config: FrontEndConfig, port: int) -> tuple[subprocess.Popen[bytes], int]:
-    """A started front end and the port it listens on; OSError with its reason when it cannot start."""
+def start_frontend(config: FrontEndConfig, port: int,
+                   cancel: threading.Event | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """A started front end and the port it listens on; OSError with its reason when it cannot start
+    (or when `cancel` is set while it starts: the master is stopping)."""
     # cwd: `python -m` puts the working directory first on the import path; the master's may be
     # anyone's (/tmp). A session of its own: Ctrl-C in a terminal is the master's to handle.
     proc = subprocess.Popen([sys.executable, "-m", "master.frontend"], stdin=subprocess.PIPE,
@@ -75,7 +77,10 @@ def start_frontend(config: FrontEndConfig, port: int) -> tuple[subprocess.Popen[
     try:
         proc.stdin.write(config.as_json(port).encode() + b"\n")  # stdin stays open: the master's orders
         proc.stdin.flush()
-        ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT_S)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        ready: list[object] = []
+        while not ready and time.monotonic() < deadline and not (cancel is not None and cancel.is_set()):
+            ready, _, _ = select.select([proc.stdout], [], [], 0.2)  # slices: a stop need not wait a minute
         line = proc.stdout.readline().decode(errors="replace").strip() if ready else ""
     except OSError:  # it died before reading its configuration (a broken pipe)
         pass
@@ -144,8 +149,10 @@ class FrontEnds:
                     return
                 started[i] = time.monotonic()
                 try:
-                    new, _ = start_frontend(self._config, self.port)
+                    new, _ = start_frontend(self._config, self.port, cancel=self._stopping)
                 except OSError as exc:
+                    if self._stopping.is_set():
+                        return  # given up because the master stops
                     log.error("event=frontend_restart_failed error=%s", exc)
                     continue  # the dead one stays in its slot: retried after a longer delay
                 with self._lock:  # stop() takes the list under this lock: a late one is stopped here
@@ -175,7 +182,7 @@ class FrontEnds:
                 _kill(proc)
             _close_stdin(proc)
         if self._watcher.is_alive() and self._watcher is not threading.current_thread():
-            self._watcher.join(timeout=START_TIMEOUT_S + 5)
+            self._watcher.join(timeout=30)  # a start in progress gives up within 0.2 s of the stop
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

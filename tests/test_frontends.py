@@ -406,7 +406,8 @@ def test_a_master_stopped_while_it_restarts_a_front_end_leaves_none_running(mast
         held.append(replacement.pid)
         stopper.start()
         wait_for(h._relay.frontends._stopping.is_set, timeout=10, what="stop() took the front ends it stops")
-        replacement.resume()
+        with contextlib.suppress(psutil.NoSuchProcess):  # the watcher may have given it up already
+            replacement.resume()
         held.clear()
 
         def settled() -> bool:  # listening on the port (ready), or gone
@@ -746,3 +747,19 @@ def test_a_front_end_that_keeps_dying_is_restarted_later_each_time(master_server
         assert f"restart_in_s={expected_delay}" in caplog.text
     w, _ = clients(h)
     assert register(w) > 0
+
+
+def test_a_stop_does_not_wait_for_a_front_end_hanging_in_its_start(master_server):
+    """The watcher waits up to a minute for a restarted front end's `ready`; a stop that comes
+    meanwhile makes it give up at once (the master's stop must not take a minute)."""
+    h = master_server(frontends=1)
+    (dead,) = h._relay.frontends.pids
+    os.kill(dead, signal.SIGKILL)
+    wait_for(lambda: [p for p in frontend_children() if p.pid != dead], timeout=10,
+             what="the replacement of the killed front end started")
+    (replacement,) = [p for p in frontend_children() if p.pid != dead]
+    replacement.suspend()  # hangs in its start (it has, on this machine, not said `ready` yet)
+    started = time.monotonic()
+    h.stop(grace_s=0)
+    assert time.monotonic() - started < 10
+    assert frontend_children() == []
