@@ -15,6 +15,7 @@ worker's ceiling rate since its submission), and the good worker's failed
 calls. The last three must be 0; so must UNKNOWN.
 
     python benchmarks/fuzz_bench.py [--requests 10000] [--seed 1] [--quick] [--db URL] [--master-log FILE]
+                                    [--frontends N]
 
 What an admin may legitimately do to the good worker (stop its run) and what
 only per-worker identity can prevent (another client naming the good
@@ -66,24 +67,28 @@ OK = "OK"
 # ---------------------------------------------------------------- the master process
 
 
-def _serve(db_url: str, port: int, data_dir: str) -> None:
-    """The master (run as a child process of this script)."""
+def _serve(db_url: str, port: int, data_dir: str, frontends: int = 0) -> None:
+    """The master (run as a child process of this script); SIGTERM stops it (and its front ends)."""
+    import signal
+
     logging.basicConfig(level=logging.ERROR)
     from master.server import serve
 
     parent = os.getppid()
     handle = serve(db_url, port=port, host="127.0.0.1", data_dir=Path(data_dir), heartbeat_interval_s=3600.0,
-                   worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={})
-    while os.getppid() == parent:  # the benchmark ended, even if it was killed
-        time.sleep(0.5)
+                   worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={}, frontends=frontends)
+    terminated = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: terminated.set())
+    while os.getppid() == parent and not terminated.wait(0.5):  # the benchmark ended, even if it was killed
+        pass
     handle.stop(grace_s=0)
 
 
 class MasterProcess:
     """The master in a child process; `alive()` checks health, `restart()` after a death."""
 
-    def __init__(self, db_url: str, data_dir: str, log_path: str | None = None) -> None:
-        self.db_url, self.data_dir = db_url, data_dir
+    def __init__(self, db_url: str, data_dir: str, log_path: str | None = None, frontends: int = 0) -> None:
+        self.db_url, self.data_dir, self.frontends = db_url, data_dir, frontends
         self.log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in stop
         import socket
 
@@ -97,9 +102,9 @@ class MasterProcess:
 
     def start(self) -> None:
         code = ("import sys; sys.path.insert(0, sys.argv[1]); import fuzz_bench; "
-                "fuzz_bench._serve(sys.argv[2], int(sys.argv[3]), sys.argv[4])")
+                "fuzz_bench._serve(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))")
         self.proc = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent), self.db_url,
-                                      str(self.port), self.data_dir], stderr=self.log)
+                                      str(self.port), self.data_dir, str(self.frontends)], stderr=self.log)
         with grpc.insecure_channel(self.address) as channel:
             grpc.channel_ready_future(channel).result(timeout=120)
 
@@ -539,12 +544,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_REQUESTS} requests (the test suite's run)")
     parser.add_argument("--db", default=None, help="database URL (default: SQLite in a temporary directory)")
     parser.add_argument("--master-log", default=None, help="append the master's errors (tracebacks) to this file")
+    parser.add_argument("--frontends", type=int, default=0,
+                        help="serve the master through this many front-end processes (`--frontends N`)")
     args = parser.parse_args(argv)
     requests = QUICK_REQUESTS if args.quick else args.requests
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     with tempfile.TemporaryDirectory(prefix="aiperf-fuzz-") as tmp:
         db_url = args.db or f"sqlite:///{Path(tmp) / 'fuzz.db'}"
-        master = MasterProcess(db_url, tmp, args.master_log)
+        master = MasterProcess(db_url, tmp, args.master_log, args.frontends)
         try:
             return _run(master, db_url, requests, args.seed)
         finally:

@@ -27,9 +27,11 @@ def _bench_module():
 
 
 @pytest.mark.slow
-def test_a_small_fuzz_run_reports_the_zeros():
-    out = subprocess.run([sys.executable, str(BENCH), "--quick", "--seed", "7"], capture_output=True, text=True,
-                         timeout=300, cwd=ROOT)
+@pytest.mark.parametrize("frontends", [0, 2])
+def test_a_small_fuzz_run_reports_the_zeros(frontends):
+    """Also through two front ends: what reaches the master over the relay is as hostile."""
+    out = subprocess.run([sys.executable, str(BENCH), "--quick", "--seed", "7", "--frontends", str(frontends)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line is not None, out.stdout + out.stderr[-3000:]
     result = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
