@@ -23,7 +23,9 @@ The last steps run --production N[,N...]:heartbeat_s:report_s, the pattern of a
 real deployment: N workers each sending a heartbeat every heartbeat_s and a
 report every report_s seconds (default 10,000 workers, 5 s and 30 s: 2,000
 heartbeats/s + 333 reports/s), measured over --production-window seconds
-(at least one report period). Held: p99 of both < 100 ms, no errors, at
+(at least one report period) after one report period unmeasured (the steady
+state: every worker's stream is open and its first report, which reads its
+model from the database, is made; that period's p99 is printed apart). Held: p99 of both < 100 ms, no errors, at
 least 95% of the offered heartbeats and reports answered. The script ends
 with `RESULT production_workers_held_<backend>=N` per backend: the largest
 production N held (0: none).
@@ -161,6 +163,8 @@ class Stats:
     offered: int = 0  # reports offered in the measured window
     offered_heartbeats: int = 0
     calls: int = 0  # RPCs answered during the whole step (warm-up included), for CPU per call
+    warmup_report: list[float] = field(default_factory=list)  # latencies before the window (printed apart)
+    warmup_heartbeat: list[float] = field(default_factory=list)
     error_codes: dict[str, int] = field(default_factory=dict)
 
 
@@ -276,6 +280,8 @@ class Fleet:
                     stats.calls += 1
                     if measured and loop.time() <= end + 1.0:
                         stats.heartbeat.append(hb)
+                    elif not measured:
+                        stats.warmup_heartbeat.append(hb)
                     if reporting:
                         seq = self.seq.get(mid, 0) + 1
                         report = pb.ProgressReport(worker_id=wid, model_id=mid, seq=seq, images_trained=32,
@@ -287,6 +293,8 @@ class Fleet:
                         stats.calls += 1
                         if measured and loop.time() <= end + 1.0:
                             stats.report.append(rep)
+                        elif not measured:
+                            stats.warmup_report.append(rep)
                 except (grpc.aio.AioRpcError, RuntimeError, asyncio.TimeoutError) as exc:
                     self.streams.pop(i, None)
                     if measured:
@@ -324,9 +332,11 @@ async def _bench(address: str, steps: list[Step], window_s: float, warmup_s: flo
         if step.production in far_over:
             continue
         window, warmup = window_s, warmup_s
-        if step.production:  # every worker reports in the window; its first beats are not measured
+        if step.production:  # every worker reports in the window, after one report period unmeasured:
+            # a worker's first report and beats (its stream opened, its model's state read from the
+            # database) are the start of a run, printed apart; the window is the steady state
             window = max(production_window_s, step.heartbeat_s * step.report_every)
-            warmup = max(warmup_s, step.heartbeat_s)
+            warmup = max(warmup_s, step.heartbeat_s * step.report_every)
         t = time.perf_counter()
         await fleet.grow(n, graph.to_json(), graph.hash())
         grow_s = time.perf_counter() - t
@@ -359,6 +369,10 @@ async def _bench(address: str, steps: list[Step], window_s: float, warmup_s: flo
               f"cpu master={server_cpu:4.2f} ({cpu_per_call_us:3.0f} us/call, "
               f"{own_per_call_us:3.0f} in its main process) sim={client_cpu:4.2f}  "
               f"{'held' if held else 'NOT held'}", flush=True)
+        if step.production:
+            print(f"  N={n:5d} {step.label}  first report period (not in the window): report p99="
+                  f"{_pct(st.warmup_report, 0.99) * 1e3:7.1f} ms, heartbeat p99={_pct(st.warmup_heartbeat, 0.99) * 1e3:7.1f} ms",
+                  flush=True)
         if not held and max(p99, hb99) > 4 * P99_LIMIT_S:
             far_over.add(step.production)  # larger N at this rate only takes longer to fail
     await fleet.close()
