@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from typing import Any, Iterator, Sequence
 
 from sqlalchemy import Engine, func, select, update
@@ -51,6 +52,7 @@ log = logging.getLogger(__name__)
 
 PROGRESS_CACHE_SIZE = 16384  # models whose state add_progress keeps in memory
 HEARTBEAT_CHUNK = 256  # workers per heartbeat-flush transaction
+HEARTBEAT_CHUNK_PAUSE_S = 0.002  # between them: the progress writer's commits go first
 
 
 def _run(r: RunRow, outages: Sequence[Outage] = ()) -> RunRecord:
@@ -334,6 +336,8 @@ class SqlStore(AuditSql, Store):  # audits: master/audit_sql.py
         # Ordered by worker id, so concurrent flushes lock rows in the same order.
         items = sorted(beats.items())
         for k in range(0, len(items), HEARTBEAT_CHUNK):
+            if k:  # a lock released and taken back at once is seldom handed over: let a waiting write in
+                time.sleep(HEARTBEAT_CHUNK_PAUSE_S)
             with self._write_lock, self.engine.begin() as conn:
                 self._sql.write_heartbeats(conn, items[k:k + HEARTBEAT_CHUNK])
 
