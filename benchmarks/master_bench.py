@@ -177,15 +177,23 @@ def _cpu_s(pid: int) -> float:
         return float("nan")
 
 
-def _cpu_tree_s(pid: int) -> float:
-    """CPU seconds of a process and its children (a master's front ends), as _cpu_s."""
+def _cpu_tree(pid: int) -> dict[int, float]:
+    """CPU seconds (as _cpu_s) of a process and of each of its children (a master's front ends)."""
     import psutil
 
     try:
         children = [c.pid for c in psutil.Process(pid).children(recursive=True)]
     except psutil.Error:
         children = []
-    return _cpu_s(pid) + sum(_cpu_s(c) for c in children)
+    return {p: _cpu_s(p) for p in (pid, *children)}
+
+
+def _cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds between two _cpu_tree readings, never negative: a process started in between
+    counts whole, one gone in between (a restarted front end) is left out (what it used after the
+    first reading is not known), as is one that could not be read."""
+    return sum(max(0.0, cpu - before.get(p, 0.0)) for p, cpu in after.items()
+               if cpu == cpu and before.get(p, 0.0) == before.get(p, 0.0))  # nan: unreadable
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -341,10 +349,10 @@ async def _bench(address: str, steps: list[Step], window_s: float, warmup_s: flo
         await fleet.grow(n, graph.to_json(), graph.hash())
         grow_s = time.perf_counter() - t
         print(f"  N={n:5d} {step.label}: load begins ({grow_s:.0f} s to register)", flush=True)
-        cpu0, own0, mine0, wall0 = _cpu_tree_s(server_pid), _cpu_s(server_pid), _cpu_s(os.getpid()), time.perf_counter()
+        cpu0, own0, mine0, wall0 = _cpu_tree(server_pid), _cpu_s(server_pid), _cpu_s(os.getpid()), time.perf_counter()
         st = await fleet.load(n, window, warmup, fc.train, step)
         wall = time.perf_counter() - wall0
-        server_cpu_s = _cpu_tree_s(server_pid) - cpu0  # with front ends: theirs too
+        server_cpu_s = _cpu_used(cpu0, _cpu_tree(server_pid))  # with front ends: theirs too
         own_cpu_s = _cpu_s(server_pid) - own0  # the master process alone
         server_cpu = server_cpu_s / wall
         cpu_per_call_us = server_cpu_s / st.calls * 1e6 if st.calls else float("nan")
