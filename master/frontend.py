@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health
 
-from aiperf.api.bounds import MAX_REQUEST_BYTES
 from aiperf.api.calls import CREDENTIAL_METADATA
-from aiperf.api.client import MAX_MESSAGE_BYTES
-from master.auth import TokenInterceptor, Tokens, worker_credential
+from master.auth import Tokens, worker_credential
 from master.collector import settle_collector
+from master.listener import listen, server_credentials, set_health
 from master.relay import (
     MAX_REPLY_FRAME,
     METHODS,
@@ -52,7 +51,6 @@ from master.relay import (
 log = logging.getLogger(__name__)
 
 _STATUS = {code.value[0]: code for code in grpc.StatusCode}
-SERVICES = ("", *sorted({service for service, _, _ in METHODS}))  # the names health answers for
 PING_S = 5.0  # how often the master is pinged, and how long its answer may take
 
 
@@ -132,12 +130,6 @@ def add_relay_handlers(server: grpc.aio.Server, relay: RelayClient) -> None:
         server.add_registered_method_handlers(service, handlers)
 
 
-def _credentials(config: dict[str, Any]) -> grpc.ServerCredentials | None:
-    if not config.get("tls_cert"):
-        return None
-    return grpc.ssl_server_credentials([(Path(config["tls_key"]).read_bytes(), Path(config["tls_cert"]).read_bytes())])
-
-
 async def serve(config: dict[str, Any], orders: asyncio.StreamReader, say: Callable[[str], None]) -> int:
     """Serve until the master's order (0) or until the master is gone (1: the relay or standard input
     closed); 2 when it cannot start (said as `error ...`)."""
@@ -151,11 +143,15 @@ async def serve(config: dict[str, Any], orders: asyncio.StreamReader, say: Calla
     except OSError as exc:
         say(f"error cannot reach the master's relay: {exc}")
         return 2
-    started = await _start_grpc(config, relay)
-    if isinstance(started, str):
-        say(f"error {started}")
+    tls = [Path(config[key]) if config.get(key) else None for key in ("tls_cert", "tls_key")]
+    tokens = Tokens(worker=config["worker_token"], admin=config["admin_token"])
+    try:
+        server, health_servicer, bound = await listen(
+            f"{config['host']}:{config['port']}", server_credentials(*tls), tokens,
+            lambda server: add_relay_handlers(server, relay), shared_port=True)  # with the other front ends
+    except OSError as exc:
+        say(f"error {exc}")
         return 2
-    server, health_servicer, bound = started
     say(f"ready {bound}")
     settle_collector()
     watch = asyncio.get_running_loop().create_task(
@@ -184,35 +180,7 @@ async def _watch_master(relay: RelayClient, health_servicer: health.aio.HealthSe
             serving = answered
             log.log(logging.INFO if answered else logging.ERROR, "event=frontend_master_%s",
                     "answers" if answered else "silent")
-            state = health_pb2.HealthCheckResponse.SERVING if answered else health_pb2.HealthCheckResponse.NOT_SERVING
-            for name in SERVICES:
-                await health_servicer.set(name, state)
-
-
-async def _start_grpc(config: dict[str, Any], relay: RelayClient
-                      ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int] | str:
-    """The started server, its health service and its port; or why it cannot listen."""
-    tokens = Tokens(worker=config["worker_token"], admin=config["admin_token"])
-    server = grpc.aio.server(interceptors=[TokenInterceptor(tokens)], options=[
-        ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.so_reuseport", 1),  # the master's other front ends listen on the same port
-    ])
-    add_relay_handlers(server, relay)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    address = f"{config['host']}:{config['port']}"
-    credentials = _credentials(config)
-    try:
-        bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
-    except RuntimeError as exc:
-        return f"cannot listen on {address}: {exc}"
-    if bound == 0:
-        return f"cannot listen on {address}"
-    await server.start()
-    for name in SERVICES:
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return server, health_servicer, bound
+            await set_health(health_servicer, serving=answered)
 
 
 async def _until_stopped(relay: RelayClient, orders: asyncio.StreamReader, sigterm_grace_s: float) -> float | None:

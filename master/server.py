@@ -23,16 +23,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health
 
-from aiperf.api import aiperf_pb2 as pb
-from aiperf.api.bounds import MAX_REQUEST_BYTES
-from aiperf.api.client import MAX_MESSAGE_BYTES
 from master import scrape
-from master.auth import TokenInterceptor, Tokens, load_tokens
+from master.auth import Tokens, load_tokens
 from master.collector import settle_collector
 from master.dburl import mask_url
 from master.frontends import FrontEndConfig, FrontEnds
+from master.listener import listen, server_credentials
 from master.master import Master
 from master.metrics import MasterMetrics
 from master.relay_server import RelayServer, close_relay, relay_directory, remove_relay_directory, serve_relay
@@ -40,12 +38,6 @@ from master.servicers import ControlServicer, WorkerServicer, add_to_server
 from master.sqlstore import SqlStore
 
 log = logging.getLogger(__name__)
-
-SERVICE_NAMES = (
-    pb.DESCRIPTOR.services_by_name["WorkerService"].full_name,
-    pb.DESCRIPTOR.services_by_name["ControlService"].full_name,
-)
-
 
 def default_db_url(data_dir: Path) -> str:
     return f"sqlite:///{(data_dir / 'master.db').resolve()}"
@@ -185,7 +177,7 @@ def serve(
         raise ValueError(f"frontends must be 0 or more, not {frontends}")
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
-    credentials = _server_credentials(tls_cert, tls_key)
+    credentials = server_credentials(tls_cert, tls_key)
     tokens = load_tokens(data_dir, worker_token, admin_token, worker_token_file, admin_token_file, env)
     store = SqlStore(db_url or default_db_url(data_dir))
     master = Master(store, heartbeat_interval_s=heartbeat_interval_s, stop_grace_s=stop_grace_s,
@@ -225,15 +217,6 @@ def serve(
     )
 
 
-def _server_credentials(tls_cert: Path | None, tls_key: Path | None) -> grpc.ServerCredentials | None:
-    """TLS credentials from a certificate and key, or None (plain)."""
-    if (tls_cert is None) != (tls_key is None):
-        raise ValueError("TLS needs both a certificate and a key")
-    if tls_cert is None or tls_key is None:
-        return None
-    return grpc.ssl_server_credentials([(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())])
-
-
 def _start_loop() -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
     """The master's event loop, running on a thread of its own (gRPC or the relay is served on it)."""
     loop = asyncio.new_event_loop()
@@ -262,28 +245,11 @@ def _start_relay(loop: asyncio.AbstractEventLoop, count: int, host: str, port: i
 async def _start_grpc(address: str, credentials: grpc.ServerCredentials | None, tokens: Tokens, master: Master,
                       pool: futures.Executor) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """The started gRPC server (worker, control and health services) and its port; OSError when it cannot listen."""
-    server = grpc.aio.server(
-        interceptors=[TokenInterceptor(tokens)],
-        options=[
-            ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),  # larger: RESOURCE_EXHAUSTED
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.so_reuseport", 0),
-        ],
-    )
-    add_to_server(server, WorkerServicer(master, pool), "WorkerService")
-    add_to_server(server, ControlServicer(master, pool), "ControlService")
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    try:
-        bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
-    except RuntimeError as exc:
-        raise OSError(f"cannot listen on {address}: {exc}") from None
-    if bound == 0:
-        raise OSError(f"cannot listen on {address}")
-    await server.start()
-    for name in ("", *SERVICE_NAMES):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return server, health_servicer, bound
+    def add_services(server: grpc.aio.Server) -> None:
+        add_to_server(server, WorkerServicer(master, pool), "WorkerService")
+        add_to_server(server, ControlServicer(master, pool), "ControlService")
+
+    return await listen(address, credentials, tokens, add_services, shared_port=False)
 
 
 def _start_background(master: Master, period_s: float) -> tuple[threading.Event, threading.Thread]:
