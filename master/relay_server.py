@@ -73,13 +73,14 @@ class RelayServer:
         connection: FrameConnection
 
         def on_frame(frame: bytes) -> None:
-            call_id, method, credential, request = parse_call(frame)  # FrameError: the connection closes
+            call_id, method, raw_credential, request = parse_call(frame)  # FrameError: the connection closes
             if method == PING:  # the front end's health: this loop answers
                 connection.send(reply_frame(call_id, 0, b""))
                 return
+            credential = raw_credential.decode("utf-8", "replace")
             if method == self._connect:  # most are heartbeats answered from memory: no task for them
                 message = self._decode_message(request)
-                reply = self._worker.answer_now(message, credential.decode("utf-8", "replace"))
+                reply = self._worker.answer_now(message, credential)
                 if reply is not None:
                     _send(connection, call_id, 0, reply.SerializeToString())
                     return
@@ -94,13 +95,13 @@ class RelayServer:
         self.connections.add(connection)
         return connection
 
-    async def _later(self, connection: FrameConnection, call_id: int, message: object, credential: bytes) -> None:
-        reply = await self._worker.answer_later(message, credential.decode("utf-8", "replace"))
+    async def _later(self, connection: FrameConnection, call_id: int, message: object, credential: str) -> None:
+        reply = await self._worker.answer_later(message, credential)
         _send(connection, call_id, 0, reply.SerializeToString())
 
-    async def _serve(self, connection: FrameConnection, call_id: int, method: int, credential: bytes,
+    async def _serve(self, connection: FrameConnection, call_id: int, method: int, credential: str,
                      request: bytes) -> None:
-        status, payload = await self.answer(method, credential.decode("utf-8", "replace"), request)
+        status, payload = await self.answer(method, credential, request)
         _send(connection, call_id, status, payload)
 
     async def answer(self, method: int, credential: str, request: bytes) -> tuple[int, bytes]:
