@@ -51,6 +51,7 @@ from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.bounds import MAX_REQUEST_BYTES
 from aiperf.api.calls import CREDENTIAL_METADATA
 from aiperf.api.client import MAX_MESSAGE_BYTES, ApiError
+from master.frontends import _child_env  # the environment the master starts its front ends with
 from master.relay import (
     MAX_CALL_FRAME,
     MAX_CREDENTIAL_BYTES,
@@ -523,10 +524,8 @@ class FrontEndProcess:
     def start(self) -> None:
         self.listener.bind(self.path)
         self.listener.listen(1)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
         self.proc = subprocess.Popen([sys.executable, "-m", "master.frontend"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env, cwd=str(ROOT))
+                                     stdout=subprocess.PIPE, env=_child_env(), cwd=str(ROOT))
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(json.dumps({  # the configuration master/frontend.py documents
             "relay": self.path, "host": "127.0.0.1", "port": 0, "worker_token": WORKER_TOKEN,
@@ -655,8 +654,7 @@ def test_a_front_end_of_other_code_than_its_masters_refuses_to_start(tmp_path):
     """The method numbers on the wire are the master's: a front end whose API differs (code
     changed under a running master) would check one method's token and have the master run
     another, so it says why and exits with 2 before it reaches the relay."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-    proc = subprocess.run([sys.executable, "-m", "master.frontend"], cwd=str(ROOT), env=env, timeout=60,
+    proc = subprocess.run([sys.executable, "-m", "master.frontend"], cwd=str(ROOT), env=_child_env(), timeout=60,
                           capture_output=True, input=json.dumps({
                               "relay": str(tmp_path / "none.sock"), "host": "127.0.0.1", "port": 0,
                               "worker_token": WORKER_TOKEN, "admin_token": ADMIN_TOKEN, "tls_cert": None,
