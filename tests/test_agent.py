@@ -193,7 +193,7 @@ def test_the_credential_file_is_private_and_keyed_by_master_and_name(tmp_path, c
         assert other.load() == "", content[:40]
     # readable by others: still used, with a warning
     os.chmod(kept.path, 0o644)
-    with caplog.at_level("WARNING", logger="worker.credentials"):
+    with caplog.at_level("WARNING", logger="worker.state_file"):
         assert kept.load() == "rotated"
     assert "credential_file_open_to_others" in caplog.text
 

@@ -1,11 +1,13 @@
 """A checkpoint retention let go that its worker could not delete (FinishModelRequest.
 undeleted_checkpoints): the worker says so with its next FinishModel, the master records it as
 stored with the error and never lets it go again; only the worker's own, within bounds; the
-column survives a migration round trip (0008)."""
+column survives a migration round trip (0008). The worker keeps the list in its state directory
+(worker/undeleted.py), so a restarted worker still sends it."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -13,11 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aiperf.api import aiperf_pb2 as pb
-from aiperf.api.bounds import MAX_REASON_CHARS, MAX_UNDELETED_PER_FINISH
+from aiperf.api.bounds import MAX_ID, MAX_REASON_CHARS, MAX_UNDELETED_PER_FINISH, clip_text
 from aiperf.api.client import ApiError, ControlClient
 from tests.schema_round_trip import down_and_up
 from tests.test_checkpoints import HP, _children, _done, _file, _worker
-from worker.checkpoints import CheckpointError
+from worker.checkpoints import CheckpointError, CheckpointStore
+from worker.inheritance import Inheritance
+from worker.undeleted import MAX_ENTRIES, MAX_FILE_BYTES, UndeletedFile
 
 
 def test_the_worker_reports_what_it_could_not_delete_and_the_master_keeps_it_stored(
@@ -182,3 +186,171 @@ def test_a_finish_refused_for_its_undeleted_list_goes_through_without_it(master_
     finally:
         agent.stream.close()
         agent.client.close()
+
+
+# ---------------------------------------------------------------- kept across restarts (worker/undeleted.py)
+
+
+def test_a_restarted_worker_sends_what_its_earlier_life_could_not_delete(master_server, small_graph, tmp_path,
+                                                                        monkeypatch):
+    from aiperf.hyperparameters import Hyperparameters
+    from worker.agent import Agent, AgentConfig, Outbox
+    from worker.trainer import TrainResult
+
+    h = master_server()
+    control = ControlClient(h.address, h.admin_token)
+    run_id = control.start_run(600, profile="smoke", seed=1, keep_checkpoints=1).config.run_id
+    state = tmp_path / "state"
+    cfg = AgentConfig(master=h.address, token=h.worker_token, name="keeper", measure_peak=False, state_dir=state)
+    agents = [first := Agent(cfg)]
+
+    def refuse(uri: str) -> None:
+        raise CheckpointError(f"cannot delete {uri}: permission denied")
+
+    try:
+        first._register()
+        g1, g2, g3 = _children(small_graph, 3)
+        ids = [first._submit(g, 0, n + 1, Hyperparameters(32, 3)) for n, g in enumerate((g1, g2))]
+        ckpts = [first.inheritance.store.put(run_id, mid, _file(tmp_path / f"{mid}.weights.h5", b"w" * mid))
+                 for mid in ids]
+        monkeypatch.setattr(first.inheritance.store, "delete", refuse)
+        box = Outbox()
+        for n, (mid, acc) in enumerate(zip(ids, (0.6, 0.5))):  # keep 1: m2 is let go at its finish
+            first._finish(box, mid, n + 1, TrainResult("done", (acc,), 1, 100, 10, 1, acc, acc), ckpts[n])
+        box.close()
+        error = f"cannot delete {ckpts[1].uri}: permission denied"
+        assert first.inheritance.undeleted == [(ids[1], error)]
+        [kept] = state.glob("undeleted-*.json")
+        assert (kept.stat().st_mode & 0o777) == 0o600
+        assert h.store.get_model(ids[1]).checkpoint_deleted, "the master waits for the worker's next FinishModel"
+
+        # the process stops before its next FinishModel; a new one with the same name and master
+        agents.append(second := Agent(cfg))
+        assert second.inheritance.undeleted == [(ids[1], error)]
+        second._register()
+        assert second.worker_id == first.worker_id
+        m3 = second._submit(g3, 0, 3, Hyperparameters(32, 3))
+        box = Outbox()
+        second._finish(box, m3, 3, TrainResult("failed", (), 0, 0, 0, 0, None, None, reason="out of memory"))
+        box.close()
+        m2 = h.store.get_model(ids[1])
+        assert (m2.checkpoint_deleted, m2.checkpoint_delete_error) == (False, error)
+        assert Path(ckpts[1].uri[len("file://"):]).exists(), "the record says where the file still is"
+        assert second.inheritance.undeleted == [] and not kept.exists(), "sent: nothing left to keep"
+        assert Agent(cfg).inheritance.undeleted == []
+    finally:
+        for agent in agents:
+            agent.stream.close()
+            agent.client.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(1, MAX_ID), st.text(st.characters(exclude_categories=()),
+                                                           max_size=MAX_REASON_CHARS + 20)), max_size=20),
+       st.text(st.characters(exclude_categories=()), min_size=1, max_size=30))
+def test_the_undeleted_file_round_trips(tmp_path, entries, name):
+    kept = UndeletedFile(tmp_path / "state", "master:50051", name)
+    kept.save(entries)
+    assert kept.path.exists() == bool(entries), "an empty list leaves no file"
+    assert kept.load() == [(m, clip_text(e, MAX_REASON_CHARS)) for m, e in entries]
+    assert UndeletedFile(tmp_path / "state", "other:50051", name).load() == [], "another master's is another file"
+
+
+def test_the_undeleted_file_is_private_and_replaced_whole(tmp_path):
+    state = tmp_path / "state"
+    kept = UndeletedFile(state, "master:50051", "node-1")
+    assert kept.load() == []
+    kept.save([(3, "read-only file system")])
+    assert kept.path.name.startswith("undeleted-") and kept.path.parent == state
+    assert (state.stat().st_mode & 0o777) == 0o700 and (kept.path.stat().st_mode & 0o777) == 0o600
+    kept.save([(3, "read-only file system"), (4, "busy")])
+    assert kept.load() == [(3, "read-only file system"), (4, "busy")]
+    assert [p.name for p in state.iterdir()] == [kept.path.name], "no temporary file left behind"
+    assert UndeletedFile(state, "master:50051", "node-2").load() == []
+
+
+@pytest.mark.parametrize("content, event", [
+    ("{not json", "undeleted_file_unreadable"),
+    ('{"master": "master:50051", "name": "node-1", "undeleted": [[1, "x"]]}' + " " * MAX_FILE_BYTES,
+     "undeleted_file_unreadable"),  # this worker's, but larger than any list it writes
+    ("\xff\xfe", "undeleted_file_unreadable"),
+    ("[1, 2]", "undeleted_file_ignored"),
+    ('{"master": "master:50051", "name": "node-9", "undeleted": [[1, "x"]]}', "undeleted_file_ignored"),
+    ('{"master": "master:50051", "name": "node-1", "undeleted": {"1": "x"}}', "undeleted_file_ignored"),
+    ('{"master": "master:50051", "name": "node-1"}', "undeleted_file_ignored"),
+    ("[" * 100_000 + "]" * 100_000, "undeleted_file_unreadable"),
+])
+def test_a_garbled_or_foreign_undeleted_file_is_ignored_with_a_warning(tmp_path, caplog, content, event):
+    kept = UndeletedFile(tmp_path, "master:50051", "node-1")
+    kept.path.write_bytes(content.encode("latin-1"))
+    with caplog.at_level(logging.WARNING):
+        assert kept.load() == []
+    assert f"event={event}" in caplog.text
+
+
+def test_entries_that_are_not_model_id_and_error_are_dropped_with_a_warning(tmp_path, caplog):
+    kept = UndeletedFile(tmp_path, "master:50051", "node-1")
+    bad = [[0, "zero"], [-3, "negative"], [True, "a bool"], [MAX_ID + 1, "too large"], ["4", "text id"],
+           [5.0, "float id"], [6, 6], [6, None], [7], [8, "x", "y"], {"model_id": 9}, None, "10"]
+    long = "é\x00" * MAX_REASON_CHARS
+    kept.path.write_text(json.dumps({"master": "master:50051", "name": "node-1",
+                                     "undeleted": [[1, "a"], *bad, [MAX_ID, long]]}))
+    with caplog.at_level(logging.WARNING):
+        assert kept.load() == [(1, "a"), (MAX_ID, clip_text(long, MAX_REASON_CHARS))]
+    assert f"event=undeleted_entries_dropped path={kept.path} dropped={len(bad)}" in caplog.text
+
+
+def test_the_undeleted_list_is_bounded(tmp_path, caplog):
+    kept = UndeletedFile(tmp_path / "state", "master:50051", "node-1")
+    # the worst case fits the size cap it is read with: every entry at the largest id and error
+    worst = [(MAX_ID, "\U0001F600" * (MAX_REASON_CHARS + 5))] * MAX_ENTRIES
+    kept.save(worst)
+    assert kept.path.stat().st_size <= MAX_FILE_BYTES
+    assert kept.load() == [(MAX_ID, clip_text(worst[0][1], MAX_REASON_CHARS))] * MAX_ENTRIES
+    # a file with more than MAX_ENTRIES (not written by a worker): the first MAX_ENTRIES, logged
+    kept.path.write_text(json.dumps({"master": "master:50051", "name": "node-1",
+                                     "undeleted": [[n, "x"] for n in range(1, MAX_ENTRIES + 6)]}))
+    with caplog.at_level(logging.WARNING):
+        assert kept.load() == [(n, "x") for n in range(1, MAX_ENTRIES + 1)]
+    assert "dropped=5: more than" in caplog.text
+    # the worker keeps at most MAX_ENTRIES waiting; the rest are logged
+    inh = Inheritance(_Refusing(), tmp_path / "scratch", kept=kept)
+    inh.undeleted_answered(5)
+    with caplog.at_level(logging.WARNING):
+        inh.delete([pb.CheckpointToDelete(model_id=MAX_ENTRIES + n, uri=f"file:///c/{n}") for n in range(1, 9)])
+    assert len(inh.undeleted) == MAX_ENTRIES and inh.undeleted[-1][0] == MAX_ENTRIES + 5
+    assert caplog.text.count("event=undeleted_not_kept") == 3
+    assert kept.load() == inh.undeleted
+
+
+class _Refusing(CheckpointStore):
+    url = "file:///c"
+
+    def delete(self, uri: str) -> None:
+        raise CheckpointError(f"cannot delete {uri}: read-only file system")
+
+
+def test_the_inheritance_keeps_its_undeleted_list_in_the_file_on_every_change(tmp_path, caplog):
+    kept = UndeletedFile(tmp_path / "state", "master:50051", "node-1")
+    doomed = [pb.CheckpointToDelete(model_id=n, uri=f"file:///c/{n}") for n in (4, 5)]
+    inh = Inheritance(_Refusing(), tmp_path / "scratch", kept=kept)
+    inh.delete(doomed)
+    expected = [(n, f"cannot delete file:///c/{n}: read-only file system") for n in (4, 5)]
+    assert inh.undeleted == expected and kept.load() == expected
+    again = Inheritance(_Refusing(), tmp_path / "scratch", kept=kept)  # a restarted worker
+    assert again.undeleted == expected
+    again.undeleted_answered(1)
+    assert kept.load() == expected[1:] and again.undeleted == expected[1:]
+    again.undeleted_answered(1)
+    assert not kept.path.exists()
+    # a state directory that cannot be written: logged, the list still in memory, nothing raised
+    blocked = UndeletedFile(tmp_path / "a-file", "master:50051", "node-1")
+    (tmp_path / "a-file").write_text("")
+    inh = Inheritance(_Refusing(), tmp_path / "scratch", kept=blocked)
+    with caplog.at_level(logging.WARNING):
+        inh.delete(doomed[:1])
+    assert inh.undeleted == expected[:1] and "event=undeleted_not_saved" in caplog.text
+    # without a state directory: in memory only, as before
+    memory = Inheritance(_Refusing(), tmp_path / "scratch")
+    memory.delete(doomed)
+    assert memory.undeleted == expected

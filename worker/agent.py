@@ -17,9 +17,10 @@ drops, so no finished report is lost.
 
 Identity: the credential Register returns is kept in the state directory
 (worker/credentials.py) and presented when the worker registers again, so a
-restarted worker gets its name and id back. A name still held by a live
-worker (its state directory was lost) is waited for: the master frees it once
-the old worker is marked lost.
+restarted worker gets its name and id back; the checkpoints it could not
+delete are kept there too (worker/undeleted.py) and sent with its first
+FinishModel. A name still held by a live worker (its state directory was lost)
+is waited for: the master frees it once the old worker is marked lost.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from worker.credentials import CredentialFile
 from worker.data.fingerprint import checked_dataset
 from worker.inheritance import Inheritance
 from worker.inventory import Inventory, core_shortage, inventory
+from worker.undeleted import UndeletedFile
 from worker import outbox as retries
 from worker.outbox import TRANSIENT as _TRANSIENT
 from worker.outbox import Outbox, call_until_done
@@ -73,7 +75,8 @@ class AgentConfig:
     root_certificates: bytes | None = None
     tls: bool = False
     measure_peak: bool = True  # each accelerator's (no accelerator: the CPU's) GEMM rate, for the efficiency
-    state_dir: Path | None = None  # where the worker's credential is kept; None: not kept (tests)
+    # where the worker's credential and undeleted list are kept; None: not kept (tests)
+    state_dir: Path | None = None
     # checkpoint store URL (worker/checkpoints.py); None: <state_dir>/checkpoints, or none without a state_dir
     checkpoints: str | None = None
     lookahead: bool = True  # prepare the next round while one trains (worker/lookahead.py)
@@ -138,7 +141,9 @@ class Agent:
         self._datasets: dict[tuple, Any] = {}
         self._closed_runs: set[int] = set()  # runs that refused new models (stopping, model limit)
         self.rounds_done = 0
-        self.inheritance = Inheritance(checkpoint_store(config))
+        # what an earlier process with this name and master could not delete is sent with the first FinishModel
+        self.inheritance = Inheritance(checkpoint_store(config), kept=(
+            UndeletedFile(config.state_dir, config.master, config.name) if config.state_dir is not None else None))
 
     # -- public -------------------------------------------------------------
     def stop(self, reason: str = "") -> None:
@@ -581,7 +586,7 @@ class Agent:
                     raise
                 log.warning("event=undeleted_refused models=%s error=%s", [m for m, _ in undeleted], exc)
                 reply = self.client.finish_model(self.worker_id, model_id, state, **fields)
-            del self.inheritance.undeleted[:len(undeleted)]
+            self.inheritance.undeleted_answered(len(undeleted))
             self.inheritance.delete(reply.delete_checkpoints)
 
         outbox.put(f"finish model={model_id}", send)

@@ -14,7 +14,9 @@
   stored, deleted by retention, missing, corrupt, unreadable by this worker)
   gives a child trained from scratch, logged, with inherited_from 0.
 - The checkpoints the master's retention lets go (FinishModel's reply) are
-  deleted from the store.
+  deleted from the store; those that cannot be are kept in `undeleted` until the
+  master has them, and in the state directory's undeleted file (worker/undeleted.py)
+  when the worker has one, so that a restarted worker still reports them.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from aiperf.graph import Graph, with_inserted_kernel
 from aiperf.hyperparameters import Hyperparameters
 from aiperf.weight_transfer import TransferError, Weights, inherited_kernel_size, transfer_weights
 from worker.checkpoints import Checkpoint, CheckpointError, CheckpointStore, read_checkpoint, save_model_weights
+from worker.undeleted import MAX_ENTRIES, UndeletedFile, clean_error
 
 log = logging.getLogger(__name__)
 
@@ -69,17 +72,21 @@ def _cpu() -> Any:
 
 
 class Inheritance:
-    """The worker's checkpoint store (None: none; nothing is stored or inherited) and a scratch
-    directory for the files on their way in and out."""
+    """The worker's checkpoint store (None: none; nothing is stored or inherited), a scratch
+    directory for the files on their way in and out, and where the undeleted list is kept
+    across restarts (None: in memory only)."""
 
-    def __init__(self, store: CheckpointStore | None, scratch: Path | None = None) -> None:
+    def __init__(self, store: CheckpointStore | None, scratch: Path | None = None,
+                 kept: UndeletedFile | None = None) -> None:
         self.store = store
         self._tmp = None if scratch is not None else tempfile.TemporaryDirectory(prefix="aiperf-ckpt-")
         self.scratch = scratch if scratch is not None else Path(self._tmp.name)  # type: ignore[union-attr]
         self.scratch.mkdir(parents=True, exist_ok=True)
-        # (model id, error) of checkpoints retention let go that could not be deleted: the agent
-        # reports them with its next FinishModel, and the master records them as stored
-        self.undeleted: list[tuple[int, str]] = []
+        self._kept = kept
+        # (model id, error) of checkpoints retention let go that could not be deleted, oldest first,
+        # at most MAX_ENTRIES: the agent reports them with its next FinishModel, and the master
+        # records them as stored; what an earlier process kept comes first
+        self.undeleted: list[tuple[int, str]] = kept.load() if kept is not None else []
 
     def close(self) -> None:
         if self._tmp is not None:
@@ -110,16 +117,40 @@ class Inheritance:
 
     def delete(self, doomed: Iterable[pb.CheckpointToDelete]) -> None:
         """Delete the checkpoints retention let go; a failure is logged and kept in `undeleted`
-        (the file stays)."""
+        (the file stays), and in the undeleted file; past MAX_ENTRIES waiting, only logged."""
         if self.store is None:
             return
+        added = 0
         for d in doomed:
             try:
                 self.store.delete(d.uri)
                 log.info("event=checkpoint_deleted model=%d uri=%s", d.model_id, d.uri)
             except CheckpointError as exc:
                 log.warning("event=checkpoint_not_deleted model=%d error=%s", d.model_id, exc)
-                self.undeleted.append((d.model_id, str(exc)))
+                if len(self.undeleted) >= MAX_ENTRIES:
+                    log.warning("event=undeleted_not_kept model=%d uri=%s: %d already wait for the master",
+                                d.model_id, d.uri, len(self.undeleted))
+                    continue
+                self.undeleted.append((d.model_id, clean_error(str(exc))))
+                added += 1
+        if added:
+            self._keep()
+
+    def undeleted_answered(self, count: int) -> None:
+        """The first `count` of `undeleted` were answered by the master (recorded, or refused):
+        forget them, in memory and in the undeleted file."""
+        if count > 0:
+            del self.undeleted[:count]
+            self._keep()
+
+    def _keep(self) -> None:
+        if self._kept is None:
+            return
+        try:
+            self._kept.save(self.undeleted)
+        except OSError as exc:  # the list is still sent from memory; only a restart would lose it
+            log.warning("event=undeleted_not_saved path=%s count=%d error=%s", self._kept.path,
+                        len(self.undeleted), exc)
 
     # -- reading --------------------------------------------------------------
     def parent_weights(self, parent: pb.Model, parent_graph: Graph) -> Weights:
