@@ -3,6 +3,13 @@
 The last beat of every worker is kept here and written to the store lazily
 (`take_unwritten`): losing a few seconds of them in a crash is harmless, and
 one UPDATE per beat would cost more than the beat itself. Thread-safe.
+
+The stored beat is a record (who was last seen when, across restarts), not
+what the master decides with: the listings and lost-worker detection read
+memory, a lost worker's beat is written before it is marked lost, and a
+restarted master gives every alive worker a fresh grace period. So a large
+fleet's beats are written less often (`flush_period`): at 10,000 workers
+beating every 5 s, every 20 s instead of every 5 s, a quarter of the rows.
 """
 
 from __future__ import annotations
@@ -11,6 +18,9 @@ import threading
 from typing import Iterable
 
 from master.store import WorkerRecord
+
+# The most rows a second the periodic flush writes: a longer period for a larger fleet.
+FLUSH_ROWS_PER_S = 500.0
 
 
 class Heartbeats:
@@ -60,6 +70,13 @@ class Heartbeats:
         with self._lock:
             unwritten, self._unwritten = self._unwritten, {}
         return unwritten
+
+    def flush_period(self, shortest_s: float) -> float:
+        """How long the unwritten beats may wait: shortest_s, or longer when there are more
+        than FLUSH_ROWS_PER_S a second of them to write."""
+        with self._lock:
+            pending = len(self._unwritten)
+        return max(shortest_s, pending / FLUSH_ROWS_PER_S)
 
     def mark_silent(self, now: float, limit_s: float) -> dict[int, float]:
         """Workers silent for more than limit_s become lost; returns them with their silence in seconds."""

@@ -233,15 +233,16 @@ class Master:
     def tick(self, flush: bool = True) -> None:
         """Flush heartbeats, detect lost workers, enforce deadlines, update metrics.
 
-        flush=False (the background loop): heartbeats are written only when
-        `heartbeat_flush_s` has passed since the last write, or a worker is lost.
+        flush=False (the background loop): heartbeats are written only when their flush
+        period (`heartbeat_flush_s`, longer for a large fleet) has passed, or a worker is lost.
         """
         with self._tick_lock:
             now = self.clock()
             if flush or time.monotonic() - self._alive_stamped >= ALIVE_STAMP_S:
                 self._alive_stamped = time.monotonic()
                 self.store.record_master_alive(now)
-            if flush or time.monotonic() - self._flushed_at >= self.heartbeat_flush_s:
+            period = self._heartbeats.flush_period(self.heartbeat_flush_s)
+            if flush or time.monotonic() - self._flushed_at >= period:
                 self._flush_heartbeats()
             self._detect_lost(now)
             self._advance_runs(now)

@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 PROGRESS_CACHE_SIZE = 16384  # models whose state add_progress keeps in memory
 HEARTBEAT_CHUNK = 256  # workers per heartbeat-flush transaction
-HEARTBEAT_CHUNK_PAUSE_S = 0.002  # between them: the progress writer's commits go first
+HEARTBEAT_CHUNK_PAUSE_S = 0.002  # between them (SQLite): the progress writer's commits go first
 
 
 def _run(r: RunRow, outages: Sequence[Outage] = ()) -> RunRecord:
@@ -112,6 +112,11 @@ class SqlStore(AuditSql, Store):  # audits: master/audit_sql.py
         # allows one writer anyway), which lets add_progress keep the state of the models being
         # trained in memory instead of reading it back for every batch of reports.
         self._write_lock = threading.RLock()
+        # Heartbeat flushes touch only the workers' last beat and state. SQLite has one writer, so
+        # they take the write lock; PostgreSQL locks rows, so they run beside the progress writer
+        # (no deadlock: they lock worker rows in id order, and mark_workers_lost, the one other
+        # transaction that locks several, takes this lock too).
+        self._heartbeat_lock = self._write_lock if self.dialect == "sqlite" else threading.Lock()
         self._progress_models: dict[int, dict[str, Any]] = {}
         self._sql = ProgressSql(self.engine)
         # The master's outages, read once: only the master writes them (record_master_start).
@@ -332,19 +337,20 @@ class SqlStore(AuditSql, Store):  # audits: master/audit_sql.py
         if not beats:
             return
         # In chunks, each its own short transaction: one transaction for thousands of
-        # workers would hold the write lock long enough to delay the progress writes.
+        # workers would hold SQLite's write lock long enough to delay the progress writes.
         # Ordered by worker id, so concurrent flushes lock rows in the same order.
         items = sorted(beats.items())
+        shared = self._heartbeat_lock is self._write_lock
         for k in range(0, len(items), HEARTBEAT_CHUNK):
-            if k:  # a lock released and taken back at once is seldom handed over: let a waiting write in
+            if k and shared:  # a lock released and taken back at once is seldom handed over: let a waiting write in
                 time.sleep(HEARTBEAT_CHUNK_PAUSE_S)
-            with self._write_lock, self.engine.begin() as conn:
+            with self._heartbeat_lock, self.engine.begin() as conn:
                 self._sql.write_heartbeats(conn, items[k:k + HEARTBEAT_CHUNK])
 
     def mark_workers_lost(self, worker_ids: Sequence[int], now: float) -> list[int]:
         if not worker_ids:
             return []
-        with self._write() as s:
+        with self._heartbeat_lock, self._write() as s:
             s.execute(update(WorkerRow).where(WorkerRow.id.in_(list(worker_ids))).values(state="lost"))
             return self._abandon(s, ModelRow.worker_id.in_(list(worker_ids)), now, "worker lost")
 

@@ -287,6 +287,31 @@ def test_heartbeats_are_written_lazily_but_a_lost_worker_keeps_its_last_beat(mas
     assert h.store.get_worker(other).state == "alive"
 
 
+def test_a_large_fleets_heartbeats_are_written_less_often(master_server, monkeypatch):
+    """The flush writes at most FLUSH_ROWS_PER_S rows a second: here 0.25, so two workers' beats
+    wait 8 s, not the 5 s of a small fleet (at the real 500: 10,000 workers every 20 s)."""
+    import time
+
+    import master.heartbeats as heartbeats
+
+    monkeypatch.setattr(heartbeats, "FLUSH_ROWS_PER_S", 0.25)
+    clock = FakeClock()
+    h = master_server(clock=clock, heartbeat_interval_s=5.0, tick_s=3600.0)
+    w, _ = clients(h)
+    wid, other = register(w), register(w, "node-2")
+    registered = clock.t
+    clock.t += 2
+    w.heartbeat(wid)
+    w.heartbeat(other)
+    h.master._flushed_at = time.monotonic() - 6  # past a small fleet's 5 s
+    h.master.tick(flush=False)
+    assert h.store.get_worker(wid).last_heartbeat == registered
+    h.master._flushed_at = time.monotonic() - 9  # past 2 beats / 0.25 a second
+    h.master.tick(flush=False)
+    assert h.store.get_worker(wid).last_heartbeat == registered + 2
+    assert h.store.get_worker(other).last_heartbeat == registered + 2
+
+
 def test_restarted_worker_gets_its_id_back_and_its_model_is_abandoned(master_server, small_graph):
     h = master_server()
     w, c = clients(h)

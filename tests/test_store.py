@@ -225,6 +225,34 @@ def test_a_heartbeat_flush_lets_a_waiting_report_batch_in_between_its_chunks(sto
     assert store.get_model(model).images_trained == 100
 
 
+def test_on_postgresql_a_report_batch_commits_during_a_heartbeat_flush(store: SqlStore, monkeypatch):
+    """PostgreSQL locks rows: a flush of workers' beats and the progress writer's batch (models and
+    progress rows) run side by side; on SQLite, one writer, the batch waits for a chunk (above)."""
+    import threading
+
+    if store.dialect == "sqlite":
+        pytest.skip("SQLite has one writer: the flush hands the lock over between chunks (test above)")
+    run, worker = _run(store), _worker(store)
+    model = _model(store, run, worker)
+    committed = threading.Event()
+    write_chunk = store._sql.write_heartbeats
+
+    def report() -> None:
+        store.add_progress([_report(model, worker, 1, 200.0)])
+        committed.set()
+
+    def chunk(conn, items) -> None:
+        write_chunk(conn, items)
+        threading.Thread(target=report).start()
+        # the report batch commits while this chunk's transaction is still open
+        assert committed.wait(10), "the report batch waited for the heartbeat flush"
+
+    monkeypatch.setattr(store._sql, "write_heartbeats", chunk)
+    store.record_heartbeats({worker: 1000.0})
+    assert store.get_model(model).images_trained == 100
+    assert store.get_worker(worker).last_heartbeat == 1000.0
+
+
 def test_models_parent_limit_and_history(store: SqlStore):
     run_id, w = _run(store), _worker(store)
     a = _model(store, run_id, w)
