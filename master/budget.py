@@ -108,14 +108,12 @@ class WorkerBudget:
 
 
 class WorkerBudgets:
-    """Each worker's budget in each run, cached. On a miss, `ceiling(worker_id,
-    run_id)` gives its ceiling and `start(worker_id, run_id)` the time it could
-    start and the operations it already reported (NotFound when unknown)."""
+    """Each worker's budget in each run, cached. On a miss, `load(worker_id, run_id)`
+    gives its ceiling, the time it could start and the operations it already
+    reported (NotFound when unknown)."""
 
-    def __init__(self, ceiling: Callable[[int, int], Ceiling],
-                 start: Callable[[int, int], tuple[float, int]]) -> None:
-        self._ceiling = ceiling
-        self._start = start
+    def __init__(self, load: Callable[[int, int], tuple[Ceiling, float, int]]) -> None:
+        self._load = load
         self._lock = threading.Lock()
         # worker id -> run id -> budget: a registration forgets one worker's without scanning them all
         self._budgets: dict[int, dict[int, WorkerBudget]] = {}
@@ -149,8 +147,7 @@ class WorkerBudgets:
         with self._lock:
             hit = self._budgets.get(worker_id, {}).get(run_id)
         if hit is None:
-            ceiling = self._ceiling(worker_id, run_id)
-            since, done = self._start(worker_id, run_id)
+            ceiling, since, done = self._load(worker_id, run_id)
             fresh = WorkerBudget(worker_id, ceiling, since + done / ceiling.rate)
             with self._lock:
                 hit = self._budgets.setdefault(worker_id, {}).setdefault(run_id, fresh)

@@ -70,7 +70,7 @@ from master.operations import RunOperations
 from master.progress import ProgressWriter
 from master.officiality import run_config, unofficial_reasons
 from master.run_rules import (accelerator_peaks, check_accelerators, check_graph_fits, parse_graph, peak_verdict,
-                              rules_of, with_checked_peaks, worker_ceiling, worker_start)
+                              rules_of, with_checked_peaks, worker_budget)
 from master.store import (
     FailedPrecondition,
     InvalidArgument,
@@ -130,7 +130,7 @@ class Master:
         self._lock = threading.RLock()
         self._tick_lock = threading.Lock()
         self._flops: collections.OrderedDict[int, _ModelFlops] = collections.OrderedDict()
-        self.budgets = WorkerBudgets(lambda w, r: worker_ceiling(store, w, r), lambda w, r: worker_start(store, w, r))
+        self.budgets = WorkerBudgets(lambda w, r: worker_budget(store, w, r))
         self._datasets: dict[tuple[int, int], dict] = {}  # (run, worker) -> the dataset recorded
         self.audits = Audits(store, clock)  # RecordAudit / ListAudits call it directly
         self._joined: set[tuple[int, int]] = set()

@@ -92,30 +92,30 @@ def worker_peak(run: RunRecord, accelerators: list[dict], cpu: dict | None = Non
     return sum(float(c["accepted_flops"]) for c in checks if c is not None)
 
 
-def worker_ceiling(store: Store, worker_id: int, run_id: int) -> Ceiling:
+def worker_ceiling(run: RunRecord, worker: WorkerInput) -> Ceiling:
     """A worker's ceiling rate in a run: its accepted peak for the run's
     precision, from its registered inventory (what it joins the run with; a
     re-registration clears the cached ceiling); the constant when it has none.
     A worker without accelerators is bounded by its CPUs' physical bound, not by
     its measured rate: the rate is unverified (a liar names any rate up to that
     bound), and a CPU shared with other jobs may measure low at start and train
-    faster later, so bounding by it would only refuse honest reports.
-    One worker's row, not the run's list of workers: this runs on the report path."""
-    run = store.get_run(run_id)
-    worker = store.get_worker(worker_id)
+    faster later, so bounding by it would only refuse honest reports."""
     if not worker.accelerators:
         check = _cpu_check(worker.cpu, _run_dtype(run))
         return ceiling_of(float(check["bound_flops"]) if check is not None else 0.0, 0)
     return ceiling_of(worker_peak(run, worker.accelerators, worker.cpu), len(worker.accelerators))
 
 
-def worker_start(store: Store, worker_id: int, run_id: int) -> tuple[float, int]:
-    """When a worker could start working in a run, max(its registration, the run's
-    start), and the operations of its reports in the run so far (its budget's start)."""
+def worker_budget(store: Store, worker_id: int, run_id: int) -> tuple[Ceiling, float, int]:
+    """What a worker's budget in a run starts from: its ceiling, when it could start
+    working, max(its registration, the run's start), and the operations of its
+    reports in the run so far. One worker's row, not the run's list of workers: every
+    worker's first heartbeat in a run reads it (10,000 at a run's start)."""
     run = store.get_run(run_id)
     worker = store.get_worker(worker_id)
     started = run.started_at if run.started_at is not None else run.created_at
-    return max(worker.registered_at, started), store.worker_run_ops(run_id, worker_id)
+    return (worker_ceiling(run, worker), max(worker.registered_at, started),
+            store.worker_run_ops(run_id, worker_id))
 
 
 UNVERIFIED_PEAK = "unverified peak"

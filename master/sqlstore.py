@@ -128,14 +128,16 @@ class SqlStore(AuditSql, Store):  # audits: master/audit_sql.py
 
     # ------------------------------------------------------------ sessions
     @contextlib.contextmanager
-    def _write(self) -> Iterator[Session]:
+    def _write(self, changes_models: bool = True) -> Iterator[Session]:
+        """A write transaction; changes_models=False for one that changes no model and no
+        run (the progress writer's cache of them stays valid)."""
         with self._write_lock:
             try:
                 with self._sessions.begin() as session:
                     yield session
             finally:
-                # any write but progress and heartbeats may change a model or a run
-                self._progress_models.clear()
+                if changes_models:
+                    self._progress_models.clear()
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Session]:
@@ -355,7 +357,9 @@ class SqlStore(AuditSql, Store):  # audits: master/audit_sql.py
             return self._abandon(s, ModelRow.worker_id.in_(list(worker_ids)), now, "worker lost")
 
     def join_run(self, run_id: int, worker_id: int, now: float) -> bool:
-        with self._write() as s:
+        # a run_workers row: every worker joins at a run's start, and their reports must not
+        # read their models back each time
+        with self._write(changes_models=False) as s:
             return self._joined_row(s, run_id, worker_id, now)[1]
 
     def _joined_row(self, s: Session, run_id: int, worker_id: int, now: float) -> tuple[RunWorkerRow, bool]:

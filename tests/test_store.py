@@ -253,6 +253,33 @@ def test_on_postgresql_a_report_batch_commits_during_a_heartbeat_flush(store: Sq
     assert store.get_worker(worker).last_heartbeat == 1000.0
 
 
+def test_workers_joining_a_run_do_not_make_the_next_report_batch_read_its_models_back(store: SqlStore, monkeypatch):
+    """At a run's start every worker joins (a run_workers row, no model or run changed): the
+    progress writer's cache of the models it writes stays; a write that changes a model clears it."""
+    run, worker = _run(store), _worker(store)
+    model = _model(store, run, worker)
+    store.add_progress([_report(model, worker, 1, 200.0)])
+    reads: list[str] = []
+    state = store._progress_state
+
+    def counted(conn, ids):
+        reads.extend(str(i) for i in ids if i not in store._progress_models)
+        return state(conn, ids)
+
+    monkeypatch.setattr(store, "_progress_state", counted)
+    others = [_worker(store, f"node-{i + 2}") for i in range(3)]  # registering changes no model either, but
+    store.add_progress([_report(model, worker, 2, 201.0)])  # clears the cache: this batch reads it back
+    reads.clear()
+    for other in others:
+        assert store.join_run(run, other, 201.0)
+    store.add_progress([_report(model, worker, 3, 202.0)])
+    assert reads == []  # from the cache
+    store.finish_model(_model(store, run, worker), worker, "failed", "x", None, None, 203.0)
+    store.add_progress([_report(model, worker, 4, 204.0)])
+    assert reads == [str(model)]  # another model changed: read back
+    assert store.get_model(model).images_trained == 400
+
+
 def test_models_parent_limit_and_history(store: SqlStore):
     run_id, w = _run(store), _worker(store)
     a = _model(store, run_id, w)
