@@ -131,8 +131,8 @@ def worker_cmd(
     tls: bool = typer.Option(False, help="Use TLS with the system's root certificates."),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, envvar="AIPERF_WORKER_STATE_DIR",
                                    help="Where the worker keeps its credential (mode 0600), to get its name "
-                                   "and id back after a restart, and the checkpoints it could not delete "
-                                   "until the master has them."),
+                                   "and id back after a restart, the checkpoints it could not delete "
+                                   "until the master has them, and the deletes it was doing."),
     checkpoints: Optional[str] = typer.Option(
         None, "--checkpoints", envvar="AIPERF_CHECKPOINTS",
         help="Checkpoint store URL: a directory (shared by all workers in a cluster) or an fsspec URL such as "

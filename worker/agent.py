@@ -141,7 +141,8 @@ class Agent:
         self._datasets: dict[tuple, Any] = {}
         self._closed_runs: set[int] = set()  # runs that refused new models (stopping, model limit)
         self.rounds_done = 0
-        # what an earlier process with this name and master could not delete is sent with the first FinishModel
+        # what an earlier process with this name and master could not delete is sent with the first
+        # FinishModel; what it was deleting when it stopped is deleted now
         self.inheritance = Inheritance(checkpoint_store(config), kept=(
             UndeletedFile(config.state_dir, config.master, config.name) if config.state_dir is not None else None))
 
@@ -586,8 +587,8 @@ class Agent:
                     raise
                 log.warning("event=undeleted_refused models=%s error=%s", [m for m, _ in undeleted], exc)
                 reply = self.client.finish_model(self.worker_id, model_id, state, **fields)
-            self.inheritance.undeleted_answered(len(undeleted))
-            self.inheritance.delete(reply.delete_checkpoints)
+            # what was sent is answered; one write of the file covers that and the deletes to come
+            self.inheritance.delete(reply.delete_checkpoints, answered=len(undeleted))
 
         outbox.put(f"finish model={model_id}", send)
 

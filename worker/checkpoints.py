@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from urllib.parse import unquote, urlparse
 log = logging.getLogger(__name__)
 
 SUFFIX = ".weights.h5"  # Keras 3 save_weights insists on it
+_LAYOUT = re.compile(r"run-[1-9][0-9]{0,18}/model-([1-9][0-9]{0,18})" + re.escape(SUFFIX))  # what put names
 _CHUNK = 1 << 20
 
 
@@ -71,6 +73,12 @@ def _relative_name(run_id: int, model_id: int) -> str:
     return f"run-{run_id}/model-{model_id}{SUFFIX}"
 
 
+def _layout_model(relative: str) -> int:
+    """The model id of a name in a store's layout (`run-<run>/model-<model>.weights.h5`); 0: not one."""
+    match = _LAYOUT.fullmatch(relative)
+    return int(match.group(1)) if match else 0
+
+
 def _copy_hashing(src: BinaryIO, dst: BinaryIO) -> tuple[str, int]:
     digest, size = hashlib.sha256(), 0
     while chunk := src.read(_CHUNK):
@@ -90,7 +98,8 @@ def sha256_of(path: Path) -> str:
 
 
 class CheckpointStore:
-    """Where a worker keeps its models' weights: `put` one, `delete` one by URI."""
+    """Where a worker keeps its models' weights: `put` one, `delete` one by URI (a checkpoint
+    already gone counts as deleted: a delete may be retried)."""
 
     url: str
 
@@ -99,6 +108,12 @@ class CheckpointStore:
 
     def delete(self, uri: str) -> None:
         raise NotImplementedError
+
+    def holds(self, uri: str, model_id: int) -> bool:
+        """Whether `uri` is the name `put` gives model `model_id`'s checkpoint in this store (any
+        run): a kept list read back from disk may name only such files (worker/undeleted.py)."""
+        prefix = self.url + "/"
+        return uri.startswith(prefix) and _layout_model(uri[len(prefix):]) == model_id
 
 
 class LocalStore(CheckpointStore):
@@ -129,13 +144,28 @@ class LocalStore(CheckpointStore):
     def delete(self, uri: str) -> None:
         if not _is_local(uri):
             raise CheckpointError(f"{uri!r} is not in the local store {self.url}")
-        path = _local_path(uri).resolve()
+        try:
+            path = _local_path(uri).resolve()
+        except (OSError, RuntimeError) as exc:  # a symlink loop: not a checkpoint this store can delete
+            raise CheckpointError(f"cannot delete checkpoint {uri}: {exc}") from exc
         if self.root not in path.parents:  # the master names what to delete: never outside the store
             raise CheckpointError(f"{uri!r} is not in the store {self.url}")
         try:
-            path.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)  # already gone: deleted (a retried delete)
         except OSError as exc:
             raise CheckpointError(f"cannot delete checkpoint {path}: {exc}") from exc
+
+    def holds(self, uri: str, model_id: int) -> bool:
+        if not _is_local(uri):
+            return False
+        try:
+            path = _local_path(uri)
+            if not path.is_absolute():  # resolve() would read it against the working directory
+                return False
+            resolved = path.resolve()  # as delete() does: no symlink, `.` or `..` may lead elsewhere
+            return resolved.as_uri() == uri and _layout_model(resolved.relative_to(self.root).as_posix()) == model_id
+        except (CheckpointError, OSError, RuntimeError, ValueError):  # another host, a loop, not under root
+            return False
 
 
 class FsspecStore(CheckpointStore):
@@ -164,7 +194,7 @@ class FsspecStore(CheckpointStore):
             raise CheckpointError(f"{uri!r} is not in the store {self.url}")
         try:
             self.fs.rm(f"{self._root}/{uri[len(self.url) + 1:]}")
-        except FileNotFoundError:
+        except FileNotFoundError:  # already gone: deleted (a retried delete)
             pass
         except OSError as exc:
             raise CheckpointError(f"cannot delete checkpoint {uri}: {exc}") from exc

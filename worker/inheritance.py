@@ -16,7 +16,9 @@
 - The checkpoints the master's retention lets go (FinishModel's reply) are
   deleted from the store; those that cannot be are kept in `undeleted` until the
   master has them, and in the state directory's undeleted file (worker/undeleted.py)
-  when the worker has one, so that a restarted worker still reports them.
+  when the worker has one, so that a restarted worker still reports them. The file
+  also lists the deletes in flight, written before the first: a worker stopped
+  before it finished them deletes them when it starts (only files its store holds).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from aiperf.graph import Graph, with_inserted_kernel
 from aiperf.hyperparameters import Hyperparameters
 from aiperf.weight_transfer import TransferError, Weights, inherited_kernel_size, transfer_weights
 from worker.checkpoints import Checkpoint, CheckpointError, CheckpointStore, read_checkpoint, save_model_weights
-from worker.undeleted import MAX_ENTRIES, UndeletedFile, clean_error
+from worker.undeleted import MAX_DELETING, MAX_ENTRIES, Kept, UndeletedFile, clean_error
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +85,16 @@ class Inheritance:
         self.scratch = scratch if scratch is not None else Path(self._tmp.name)  # type: ignore[union-attr]
         self.scratch.mkdir(parents=True, exist_ok=True)
         self._kept = kept
+        loaded = kept.load() if kept is not None else Kept()
         # (model id, error) of checkpoints retention let go that could not be deleted, oldest first,
         # at most MAX_ENTRIES: the agent reports them with its next FinishModel, and the master
         # records them as stored; what an earlier process kept comes first
-        self.undeleted: list[tuple[int, str]] = kept.load() if kept is not None else []
+        self.undeleted: list[tuple[int, str]] = loaded.undeleted
+        # (model id, uri) of the checkpoints being deleted, in the file before the first delete: what
+        # an earlier process had not finished is deleted now
+        self._deleting: list[tuple[int, str]] = loaded.deleting
+        if self._deleting:
+            self._resume_deletes()
 
     def close(self) -> None:
         if self._tmp is not None:
@@ -115,42 +123,82 @@ class Inheritance:
         log.info("event=checkpoint_saved model=%d uri=%s bytes=%d", model_id, ckpt.uri, ckpt.size_bytes)
         return ckpt
 
-    def delete(self, doomed: Iterable[pb.CheckpointToDelete]) -> None:
-        """Delete the checkpoints retention let go; a failure is logged and kept in `undeleted`
-        (the file stays), and in the undeleted file; past MAX_ENTRIES waiting, only logged."""
-        if self.store is None:
+    def delete(self, doomed: Iterable[pb.CheckpointToDelete], answered: int = 0) -> None:
+        """Delete the checkpoints retention let go, in reply to a FinishModel that sent the first
+        `answered` of `undeleted` (forgotten). The file lists them as deleting before the first
+        delete and is written again after the last (twice in all): a worker stopped in between
+        deletes them when it starts. A failure is logged and kept in `undeleted` (the file stays);
+        past MAX_ENTRIES waiting, only logged. Past MAX_DELETING in one reply (the file's bound),
+        the rest are not deleted but kept in `undeleted`, so the master records them as stored."""
+        if answered > 0:
+            del self.undeleted[:answered]
+        todo = [(int(d.model_id), d.uri) for d in doomed] if self.store is not None else []
+        if not todo and answered <= 0:
             return
-        added = 0
-        for d in doomed:
-            try:
-                self.store.delete(d.uri)
-                log.info("event=checkpoint_deleted model=%d uri=%s", d.model_id, d.uri)
-            except CheckpointError as exc:
-                log.warning("event=checkpoint_not_deleted model=%d error=%s", d.model_id, exc)
-                if len(self.undeleted) >= MAX_ENTRIES:
-                    log.warning("event=undeleted_not_kept model=%d uri=%s: %d already wait for the master",
-                                d.model_id, d.uri, len(self.undeleted))
-                    continue
-                self.undeleted.append((d.model_id, clean_error(str(exc))))
-                added += 1
-        if added:
+        if len(todo) > MAX_DELETING:
+            log.warning("event=deletes_deferred count=%d: more than %d let go at once", len(todo) - MAX_DELETING,
+                        MAX_DELETING)
+            for model_id, uri in todo[MAX_DELETING:]:
+                self._add_undeleted(model_id, uri, f"not deleted: more than {MAX_DELETING} let go at once")
+        self._deleting.extend(todo[:MAX_DELETING])
+        self._keep()  # on disk before the first delete
+        if todo:
+            self._delete_listed()
             self._keep()
 
     def undeleted_answered(self, count: int) -> None:
         """The first `count` of `undeleted` were answered by the master (recorded, or refused):
         forget them, in memory and in the undeleted file."""
-        if count > 0:
-            del self.undeleted[:count]
-            self._keep()
+        self.delete((), answered=count)
+
+    def _resume_deletes(self) -> None:
+        """Delete what an earlier process was deleting when it stopped: its own checkpoints, which
+        the master already let go. Only those this store holds (the file may be stale or forged:
+        never delete another path); the others are dropped with a warning."""
+        if self.store is None:
+            log.warning("event=deleting_kept count=%d: no checkpoint store to delete them from", len(self._deleting))
+            return
+        store = self.store
+        foreign = [(m, u) for m, u in self._deleting if not store.holds(u, m)]
+        if foreign:
+            log.warning("event=deleting_entries_dropped count=%d first=%d:%r: not checkpoints of the store %s",
+                        len(foreign), foreign[0][0], foreign[0][1], store.url)
+            self._deleting = [(m, u) for m, u in self._deleting if store.holds(u, m)]
+        self._delete_listed()
+        self._keep()
+
+    def _delete_listed(self) -> None:
+        """Delete each of `_deleting` in turn: a deleted one (or one already gone) leaves the list,
+        one that fails moves to `undeleted`. Memory only: the caller writes the file."""
+        assert self.store is not None
+        done = 0
+        try:
+            for model_id, uri in self._deleting:
+                try:
+                    self.store.delete(uri)
+                    log.info("event=checkpoint_deleted model=%d uri=%s", model_id, uri)
+                except CheckpointError as exc:
+                    log.warning("event=checkpoint_not_deleted model=%d error=%s", model_id, exc)
+                    self._add_undeleted(model_id, uri, str(exc))
+                done += 1
+        finally:  # on any other exception (a signal), the one in flight and the rest stay listed, as on disk
+            del self._deleting[:done]
+
+    def _add_undeleted(self, model_id: int, uri: str, error: str) -> None:
+        if len(self.undeleted) >= MAX_ENTRIES:
+            log.warning("event=undeleted_not_kept model=%d uri=%s: %d already wait for the master",
+                        model_id, uri, len(self.undeleted))
+            return
+        self.undeleted.append((model_id, clean_error(error)))
 
     def _keep(self) -> None:
         if self._kept is None:
             return
         try:
-            self._kept.save(self.undeleted)
-        except OSError as exc:  # the list is still sent from memory; only a restart would lose it
-            log.warning("event=undeleted_not_saved path=%s count=%d error=%s", self._kept.path,
-                        len(self.undeleted), exc)
+            self._kept.save(self.undeleted, self._deleting)
+        except OSError as exc:  # the lists are still in memory; only a restart would lose them
+            log.warning("event=undeleted_not_saved path=%s count=%d deleting=%d error=%s", self._kept.path,
+                        len(self.undeleted), len(self._deleting), exc)
 
     # -- reading --------------------------------------------------------------
     def parent_weights(self, parent: pb.Model, parent_graph: Graph) -> Weights:
