@@ -9,7 +9,10 @@ within a RAM budget, non-deterministic order as in a normal run) and a plain
 tf.data pipeline doing the same work (the textbook version: stateful random
 ops, no seeds, no label checks; the same shuffle buffer, epochs repeated whole) are timed in alternation in this process,
 --rounds times each, on the same files. The figure is images per CPU-second of
-the whole process (every tf.data thread counted), the median over rounds.
+the whole process (every tf.data thread counted), the median over rounds; each
+measurement begins after --warmup batches and the next one only once the
+process is idle again (a pipeline's threads outlive its iterator for a while,
+and their CPU would be counted against the next one).
 
     RESULT data_ratio_vs_plain=<ours / plain, worst source> images_per_cpu_second=<ours, worst source>
            plain_images_per_cpu_second=<plain, same source>
@@ -18,12 +21,13 @@ Goals (issue 15): ratio >= 0.97 and >= 250 images per CPU-second. Also printed:
 the cores one H100 (about 3,000 images/s training ResNet-50 in mixed
 precision) needs at the measured rate.
 
-Usage: python benchmarks/data_bench.py [--rounds 5] [--batches 30] [--short]
+Usage: python benchmarks/data_bench.py [--rounds 5] [--batches 30] [--warmup 10] [--short]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -41,6 +45,7 @@ BATCH = 64
 CLASSES = 10
 SHARDS = 4
 SHUFFLE_BUFFER = 10_000  # the worker's default for TFRecords (DatasetSpec.shuffle_buffer)
+WARMUP_BATCHES = 10  # untimed batches per measurement
 
 
 def synthetic_jpegs(count: int, seed: int = 0) -> list[bytes]:
@@ -132,17 +137,31 @@ def our_pipeline(kind: str, root: Path) -> Any:
     return dataset.train(BATCH, seed=1, drop_remainder=True).repeat()
 
 
-def images_per_cpu_second(make: Callable[[], Any], batches: int) -> tuple[float, float]:
-    """(images per CPU-second, images per wall second) over `batches` batches after a warm-up."""
+def images_per_cpu_second(make: Callable[[], Any], batches: int, warmup: int = WARMUP_BATCHES) -> tuple[float, float]:
+    """(images per CPU-second, images per wall second) over `batches` batches after `warmup`
+    (autotuning settles, the buffers fill), then waits for the pipeline's threads to stop."""
     iterator = iter(make())
-    for _ in range(3):
+    for _ in range(warmup):
         next(iterator)
     cpu, wall = time.process_time(), time.perf_counter()
     for _ in range(batches):
         next(iterator)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     del iterator
+    _quiesce()
     return batches * BATCH / cpu, batches * BATCH / wall
+
+
+def _quiesce(idle_share: float = 0.05, poll_s: float = 0.3, limit_s: float = 20.0) -> None:
+    """Wait until this process is idle: a pipeline's threads outlive its iterator for a while
+    (the batches in flight), and their CPU would be counted against the next measurement."""
+    gc.collect()
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        cpu = time.process_time()
+        time.sleep(poll_s)
+        if time.process_time() - cpu < idle_share * poll_s:
+            return
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -150,12 +169,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5, help="alternations of ours and plain per source")
     parser.add_argument("--batches", type=int, default=30, help=f"timed batches of {BATCH} per measurement")
     parser.add_argument("--images", type=int, default=1024, help="synthetic JPEGs written")
-    parser.add_argument("--short", action="store_true", help="3 rounds of 12 batches on 256 images")
+    parser.add_argument("--warmup", type=int, default=WARMUP_BATCHES, help="untimed batches per measurement")
+    parser.add_argument("--short", action="store_true", help="3 rounds of 20 batches on 512 images")
     args = parser.parse_args(argv)
     if args.short:
-        args.rounds, args.batches, args.images = 3, 12, 256
-    if min(args.rounds, args.batches) < 1 or args.images < BATCH:
-        parser.error(f"--rounds and --batches must be >= 1, --images >= {BATCH}")
+        args.rounds, args.batches, args.images = 3, 20, 512
+    if min(args.rounds, args.batches) < 1 or args.warmup < 0 or args.images < BATCH:
+        parser.error(f"--rounds and --batches must be >= 1, --warmup >= 0, --images >= {BATCH}")
     import tensorflow as tf
 
     print(f"data_bench: {os.cpu_count()} CPUs visible, TensorFlow {tf.__version__}, batch {BATCH}, "
@@ -168,8 +188,8 @@ def main(argv: list[str] | None = None) -> None:
         for kind, root in (("tfrecord", records), ("folder", folder)):
             ours, plain = [], []
             for _ in range(args.rounds):
-                ours.append(images_per_cpu_second(lambda: our_pipeline(kind, root), args.batches))
-                plain.append(images_per_cpu_second(lambda: plain_pipeline(kind, root), args.batches))
+                ours.append(images_per_cpu_second(lambda: our_pipeline(kind, root), args.batches, args.warmup))
+                plain.append(images_per_cpu_second(lambda: plain_pipeline(kind, root), args.batches, args.warmup))
             o_cpu, p_cpu = statistics.median(x[0] for x in ours), statistics.median(x[0] for x in plain)
             o_wall, p_wall = statistics.median(x[1] for x in ours), statistics.median(x[1] for x in plain)
             ratio = o_cpu / p_cpu

@@ -66,7 +66,7 @@ def test_the_data_bench_short_variant_prints_its_result(capsys):
     bench = importlib.util.module_from_spec(spec)
     sys.modules["data_bench"] = bench
     spec.loader.exec_module(bench)
-    bench.main(["--rounds", "1", "--batches", "2", "--images", "64"])
+    bench.main(["--rounds", "1", "--batches", "2", "--warmup", "1", "--images", "64"])
     out = capsys.readouterr().out
     result = [line for line in out.splitlines() if line.startswith("RESULT ")]
     assert len(result) == 1
