@@ -162,6 +162,7 @@ def _quiesce(idle_share: float = 0.05, poll_s: float = 0.3, limit_s: float = 20.
         time.sleep(poll_s)
         if time.process_time() - cpu < idle_share * poll_s:
             return
+    print(f"data_bench: the process did not go idle within {limit_s:.0f} s; measuring on", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,16 +5,19 @@ The last beat of every worker is kept here and written to the store lazily
 one UPDATE per beat would cost more than the beat itself. Thread-safe.
 
 The stored beat is a record (who was last seen when, across restarts), not
-what the master decides with: the listings and lost-worker detection read
-memory, a lost worker's beat is written before it is marked lost, and a
-restarted master gives every alive worker a fresh grace period. So a large
-fleet's beats are written less often (`flush_period`): at 10,000 workers
-beating every 5 s, every 20 s instead of every 5 s, a quarter of the rows.
+what the master decides with: the listings, the scoreboard's workers and
+lost-worker detection read memory (`live`), a lost worker's beat is written
+before it is marked lost, and a restarted master gives every alive worker a
+fresh grace period. So a large fleet's beats are written less often
+(`flush_period`): at 10,000 workers beating every 5 s, every 20 s instead of
+every 5 s, a quarter of the rows. What a restart does read is the stored
+state, so a lost worker that comes back is written at once (`take_back`).
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Iterable
 
 from master.store import WorkerRecord
@@ -31,6 +34,7 @@ class Heartbeats:
         self._last: dict[int, float] = {}
         self._unwritten: dict[int, float] = {}
         self._lost: set[int] = set()
+        self._back: set[int] = set()  # lost workers that beat again, not written yet
         # A restarted master gives every known alive worker a fresh grace period.
         for w in workers:
             self.learn(w, now)
@@ -63,13 +67,26 @@ class Heartbeats:
             self._last[worker_id] = now
             self._unwritten[worker_id] = now
             self._lost.discard(worker_id)
+            if was_lost:
+                self._back.add(worker_id)
         return was_lost
 
-    def take_unwritten(self) -> dict[int, float]:
-        """The beats to write (worker id -> time), forgotten here."""
+    def take_unwritten(self, only: Iterable[int] | None = None) -> dict[int, float]:
+        """The beats to write (worker id -> time), all or those of `only`, forgotten here."""
         with self._lock:
-            unwritten, self._unwritten = self._unwritten, {}
+            if only is None:
+                unwritten, self._unwritten = self._unwritten, {}
+            else:
+                unwritten = {w: self._unwritten.pop(w) for w in only if w in self._unwritten}
+            self._back.difference_update(unwritten)
         return unwritten
+
+    def take_back(self) -> dict[int, float]:
+        """The beats of lost workers that came back, to write now: a restarted master reads
+        their stored state, and would take them for lost again."""
+        with self._lock:
+            back = list(self._back)
+        return self.take_unwritten(back) if back else {}
 
     def flush_period(self, shortest_s: float) -> float:
         """How long the unwritten beats may wait: shortest_s, or longer when there are more
@@ -89,10 +106,14 @@ class Heartbeats:
         with self._lock:
             return sum(1 for w in self._last if w not in self._lost)
 
-    def last(self, worker_id: int) -> float | None:
-        """The worker's last heartbeat (or registration) as received; None for an unknown worker."""
+    def live(self, w: WorkerRecord) -> WorkerRecord:
+        """The stored worker with the state and last beat held here (as stored when never seen)."""
         with self._lock:
-            return self._last.get(worker_id)
+            last = self._last.get(w.id)
+            lost = w.id in self._lost
+        if last is None:
+            return w
+        return replace(w, state="lost" if lost else "alive", last_heartbeat=max(last, w.last_heartbeat))
 
     def is_alive(self, worker_id: int) -> bool:
         with self._lock:

@@ -72,20 +72,8 @@ from master.officiality import run_config, unofficial_reasons
 from master.run_rules import (accelerator_peaks, check_accelerators, check_graph_fits, parse_graph, peak_verdict,
                               rules_of, with_checked_peaks, worker_budget)
 from master.store import (
-    FailedPrecondition,
-    InvalidArgument,
-    ModelRecord,
-    NewModel,
-    NewRun,
-    NotFound,
-    PermissionDenied,
-    ProgressInput,
-    ProgressResult,
-    ResourceSampleInput,
-    RunRecord,
-    RunWorker,
-    Store,
-    WorkerInput,
+    FailedPrecondition, InvalidArgument, ModelRecord, NewModel, NewRun, NotFound, PermissionDenied, ProgressInput,
+    ProgressResult, ResourceSampleInput, RunRecord, RunWorker, Store, WorkerInput, WorkerRecord,
 )
 from master.versions import software_versions
 
@@ -241,9 +229,9 @@ class Master:
             if flush or time.monotonic() - self._alive_stamped >= ALIVE_STAMP_S:
                 self._alive_stamped = time.monotonic()
                 self.store.record_master_alive(now)
-            period = self._heartbeats.flush_period(self.heartbeat_flush_s)
-            if flush or time.monotonic() - self._flushed_at >= period:
+            if flush or time.monotonic() - self._flushed_at >= self._heartbeats.flush_period(self.heartbeat_flush_s):
                 self._flush_heartbeats()
+            self._write_beats(self._heartbeats.take_back())
             self._detect_lost(now)
             self._advance_runs(now)
             self._store_refusals()
@@ -253,16 +241,18 @@ class Master:
 
     def _flush_heartbeats(self) -> None:
         self._flushed_at = time.monotonic()
-        beats = self._heartbeats.take_unwritten()
+        self._write_beats(self._heartbeats.take_unwritten())
+
+    def _write_beats(self, beats: dict[int, float]) -> None:
         if beats:
             self.store.record_heartbeats(beats)
 
     def _detect_lost(self, now: float) -> None:
         lost = self._heartbeats.mark_silent(now, LOST_AFTER_BEATS * self.heartbeat_interval_s)
         if lost:
-            # the stored last heartbeat of a lost worker must be its real last one, and a
-            # later flush must not mark it alive again
-            self._flush_heartbeats()
+            # the stored last heartbeat of a lost worker must be its real last one (its own
+            # beat only: the others keep their flush period), and no later flush marks it alive
+            self._write_beats(self._heartbeats.take_unwritten(lost))
             abandoned = self.store.mark_workers_lost(list(lost), now)
             self._forget_models(abandoned)
             self.metrics.workers_lost.inc(len(lost))
@@ -329,8 +319,8 @@ class Master:
     def is_alive(self, worker_id: int) -> bool:
         return self._heartbeats.is_alive(worker_id)
 
-    def last_heartbeat(self, worker_id: int) -> float | None:
-        return self._heartbeats.last(worker_id)
+    def live_worker(self, w: WorkerRecord) -> WorkerRecord:
+        return self._heartbeats.live(w)
 
     def _known_worker(self, worker_id: int) -> None:
         """NotFound unless the worker registered (cached after the first look-up)."""
@@ -678,7 +668,8 @@ class Master:
             peak_verdict=peak_verdict(run, joined), implausible_reports=sum(rw.implausible_reports for rw in joined),
             unofficial_reasons=unofficial_reasons(run, joined),
             flops_mismatch_reports=self.store.flops_mismatch_count(run.id),
-            workers=joined, workers_alive=sum(1 for rw in joined if self.is_alive(rw.worker.id)),
+            workers=[replace(rw, worker=self.live_worker(rw.worker)) for rw in joined],  # state: memory's
+            workers_alive=sum(1 for rw in joined if self.is_alive(rw.worker.id)),
             model_counts=self.store.count_models(run.id), best_model_id=ranked[0] if ranked else None,
             images_trained=images_trained, images_validated=images_validated, audit=audit,
         )

@@ -8,11 +8,9 @@ would lag by up to a flush period.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from master.domain import RunPage, WorkerEntry, WorkerPage
 from master.master import LIST_LIMIT_MAX, Master
-from master.store import InvalidArgument, WorkerRecord
+from master.store import InvalidArgument
 
 RUNS_LIMIT_DEFAULT = 100
 WORKERS_LIMIT_DEFAULT = 1000
@@ -35,19 +33,11 @@ def list_workers(m: Master, state: str | None = None, run_id: int = 0, limit: in
         workers = [rw.worker for rw in m.store.run_workers(m.store.get_run(run_id).id)]  # NotFound
     else:
         workers = m.store.list_workers()
-    live = [_live(m, w) for w in sorted(workers, key=lambda w: w.id)]
+    live = [m.live_worker(w) for w in sorted(workers, key=lambda w: w.id)]
     if state is not None:
         live = [w for w in live if w.state == state]
     page = live[offset:offset + min(limit or WORKERS_LIMIT_DEFAULT, LIST_LIMIT_MAX)]
     current = m.store.open_models_by_worker() if page else {}
     entries = [WorkerEntry(w, *current.get(w.id, (None, None))) for w in page]
     return WorkerPage(entries, len(live), m.clock())
-
-
-def _live(m: Master, w: WorkerRecord) -> WorkerRecord:
-    """The stored worker with the state and last heartbeat the Master holds in memory."""
-    last = m.last_heartbeat(w.id)
-    if last is None:  # never seen by this master's life: as stored
-        return w
-    return replace(w, state="alive" if m.is_alive(w.id) else "lost", last_heartbeat=max(last, w.last_heartbeat))
 

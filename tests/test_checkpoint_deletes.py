@@ -326,7 +326,7 @@ def test_the_undeleted_list_is_bounded(tmp_path, caplog):
     kept.save(kept.load().undeleted)
     # the worker keeps at most MAX_ENTRIES waiting; the rest are logged
     inh = Inheritance(_Refusing(), tmp_path / "scratch", kept=kept)
-    inh.undeleted_answered(5)
+    inh.delete((), answered=5)
     with caplog.at_level(logging.WARNING):
         inh.delete([pb.CheckpointToDelete(model_id=MAX_ENTRIES + n, uri=f"file:///c/{n}") for n in range(1, 9)])
     assert len(inh.undeleted) == MAX_ENTRIES and inh.undeleted[-1][0] == MAX_ENTRIES + 5
@@ -350,9 +350,9 @@ def test_the_inheritance_keeps_its_undeleted_list_in_the_file_on_every_change(tm
     assert inh.undeleted == expected and kept.load().undeleted == expected
     again = Inheritance(_Refusing(), tmp_path / "scratch", kept=kept)  # a restarted worker
     assert again.undeleted == expected
-    again.undeleted_answered(1)
+    again.delete((), answered=1)
     assert kept.load().undeleted == expected[1:] and again.undeleted == expected[1:]
-    again.undeleted_answered(1)
+    again.delete((), answered=1)
     assert not kept.path.exists()
     # a state directory that cannot be written: logged, the list still in memory, nothing raised
     blocked = UndeletedFile(tmp_path / "a-file", "master:50051", "node-1")
@@ -520,7 +520,7 @@ def test_a_worker_without_a_store_keeps_its_deletes_in_flight(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         inh = Inheritance(None, tmp_path / "scratch", kept=kept)
     assert "event=deleting_kept count=1" in caplog.text
-    inh.undeleted_answered(1)
+    inh.delete((), answered=1)
     assert kept.load() == Kept([], [(4, "file:///c/run-1/model-4.weights.h5")])
 
 
@@ -617,6 +617,19 @@ def test_dropped_deleting_entries_are_logged(tmp_path, caplog):
     assert f"event=deleting_entries_dropped path={kept.path} dropped=2: not (model id, uri) pairs" in caplog.text
     assert "event=deleting_entries_dropped count=1 first=1:'/etc/passwd': not checkpoints of the store" in caplog.text
     assert Path("/etc/passwd").exists()
+
+
+@pytest.mark.parametrize("uri", ["file://[/run-1/model-4.weights.h5", "file://[::1/x", "http://]/y"])
+def test_a_deleting_entry_that_is_no_url_is_dropped_and_the_worker_starts(tmp_path, caplog, uri):
+    store = LocalStore(tmp_path / "store")
+    kept = UndeletedFile(tmp_path / "state", "master:50051", "node-1")
+    _write_private(kept, {"undeleted": [], "deleting": [[4, uri]]})
+    with caplog.at_level(logging.WARNING):
+        inh = Inheritance(store, tmp_path / "scratch", kept=kept)
+    assert inh.undeleted == [] and kept.load() == Kept()
+    assert "event=deleting_entries_dropped count=1" in caplog.text
+    with pytest.raises(CheckpointError, match="not in the local store"):
+        store.delete(uri)
 
 
 def test_an_undeleted_file_without_deletes_in_flight_still_loads(tmp_path):

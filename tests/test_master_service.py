@@ -287,6 +287,33 @@ def test_heartbeats_are_written_lazily_but_a_lost_worker_keeps_its_last_beat(mas
     assert h.store.get_worker(other).state == "alive"
 
 
+def test_a_lost_worker_back_is_written_at_once_and_a_loss_writes_only_the_lost_workers_beat(master_server):
+    """A restarted master reads the stored state: a worker back from lost must not wait for the
+    flush period to be stored alive. Marking one worker lost writes its own last beat, not the
+    fleet's (that would be a full flush at every loss)."""
+    clock = FakeClock()
+    h = master_server(clock=clock, heartbeat_interval_s=5.0, tick_s=3600.0)
+    w, c = clients(h)
+    c.start_run(600, profile="smoke")
+    wid, other = register(w), register(w, "node-2")
+    w.heartbeat(wid)
+    w.heartbeat(other)
+    h.master.tick()  # written; the next periodic flush is 5 s (monotonic) away
+    flushed = clock.t
+    clock.t += 16
+    w.heartbeat(other)
+    h.master.tick(flush=False)  # node-1 silent 16 s: lost
+    assert h.store.get_worker(wid).state == "lost"
+    assert h.store.get_worker(other).last_heartbeat == flushed, "node-2's beat waits for its flush"
+    assert w.heartbeat(wid).worker_state == pb.WORKER_LOST  # told once; it is back
+    inventory = {wi.name: wi.state for wi in c.scoreboard().inventory}
+    assert inventory["node-1"] == pb.WORKER_ALIVE, "the scoreboard's workers: the master's memory"
+    h.master.tick(flush=False)
+    back = h.store.get_worker(wid)
+    assert back.state == "alive" and back.last_heartbeat == clock.t
+    assert h.store.get_worker(other).last_heartbeat == flushed
+
+
 def test_a_large_fleets_heartbeats_are_written_less_often(master_server, monkeypatch):
     """The flush writes at most FLUSH_ROWS_PER_S rows a second: here 0.25, so two workers' beats
     wait 8 s, not the 5 s of a small fleet (at the real 500: 10,000 workers every 20 s)."""

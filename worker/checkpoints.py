@@ -52,7 +52,10 @@ class Checkpoint:
 
 
 def _is_local(url: str) -> bool:
-    scheme = urlparse(url).scheme
+    try:
+        scheme = urlparse(url).scheme
+    except ValueError:  # e.g. an unbalanced "[" host: no URL this store wrote
+        return False
     # a one-letter scheme is a Windows drive letter, not a URL
     return scheme in ("", "file") or len(scheme) == 1
 

@@ -146,11 +146,6 @@ class Inheritance:
             self._delete_listed()
             self._keep()
 
-    def undeleted_answered(self, count: int) -> None:
-        """The first `count` of `undeleted` were answered by the master (recorded, or refused):
-        forget them, in memory and in the undeleted file."""
-        self.delete((), answered=count)
-
     def _resume_deletes(self) -> None:
         """Delete what an earlier process was deleting when it stopped: its own checkpoints, which
         the master already let go. Only those this store holds (the file may be stale or forged:
@@ -177,11 +172,11 @@ class Inheritance:
                 try:
                     self.store.delete(uri)
                     log.info("event=checkpoint_deleted model=%d uri=%s", model_id, uri)
-                except CheckpointError as exc:
+                except Exception as exc:  # noqa: BLE001 - any failure: the file may still be there
                     log.warning("event=checkpoint_not_deleted model=%d error=%s", model_id, exc)
-                    self._add_undeleted(model_id, uri, str(exc))
+                    self._add_undeleted(model_id, uri, str(exc) or type(exc).__name__)
                 done += 1
-        finally:  # on any other exception (a signal), the one in flight and the rest stay listed, as on disk
+        finally:  # on a BaseException (SystemExit, KeyboardInterrupt), the one in flight and the rest stay listed
             del self._deleting[:done]
 
     def _add_undeleted(self, model_id: int, uri: str, error: str) -> None:
