@@ -222,3 +222,49 @@ def test_the_agent_chooses_the_same_children_with_the_look_ahead_on_or_off(tmp_p
     for res in (on, off):
         assert len(res.shares) == 1 and 0 < res.share < 1 and res.shares[0].models == 3
         assert len(res.gaps_s) == 2 and all(g > 0 for g in res.gaps_s)
+
+
+class _Recorded(FakePrepared):
+    def __init__(self, events: list, round_index: int) -> None:
+        super().__init__()
+        self.events, self.round_index = events, round_index
+
+    def release(self) -> None:
+        self.events.append(("released", self.round_index, threading.current_thread().name))
+        super().release()
+
+
+def test_a_trained_round_is_freed_at_the_next_hand_over_never_beside_a_planning():
+    """Freeing a model's functions while another thread traces or trains waited seconds on
+    TensorFlow's locks (and held up the next planning when queued on the look-ahead thread):
+    the trained round is freed by `take`, once the round planned meanwhile is ready."""
+    events: list = []
+    gate = threading.Event()
+
+    def plan(b: Basis) -> PlannedRound:
+        events.append(("plan_begin", b.round_index))
+        gate.wait(10)
+        events.append(("plan_end", b.round_index))
+        return PlannedRound(b.key, Candidate(tiny_graph(), None), 0, Hyperparameters(32, 3), "default",
+                            _Recorded(events, b.round_index))
+
+    with LookAhead(plan) as ahead:
+        gate.set()
+        ahead.start(basis(1))
+        first = ahead.take(basis(1))
+        gate.clear()
+        ahead.start(basis(2))  # planned while round 1 trains
+        ahead.dispose(first)  # round 1 trained
+        time.sleep(0.2)
+        assert not first.prepared.released, "not beside the planning under way"
+        gate.set()
+        second = ahead.take(basis(2))
+        assert first.prepared.released and events.index(("plan_end", 2)) < events.index(
+            ("released", 1, threading.current_thread().name)), "freed by the hand-over, after the planning"
+        ahead.start(basis(3))
+        ahead.dispose(second)
+    assert second.prepared.released, "a trained round no hand-over followed: freed at close"
+    with LookAhead(plan, enabled=False) as off:
+        third = off.take(basis(4))
+        off.dispose(third)
+        assert third.prepared.released, "without the look-ahead: at once"

@@ -5,9 +5,13 @@ pool, its hyperparameters, the Keras model built, its train and eval functions
 traced and warmed up: `worker.trainer.prepare_round`) runs on one background
 thread while the previous round trains, so the accelerator waits only for the
 hand-over: submit the prepared child, fetch the history, start the next
-look-ahead, first step. The trained round's model is freed on the look-ahead
-thread too (`dispose`): freeing a model's functions while another thread
-traces waited up to 17 s on TensorFlow's locks on a loaded 2-core machine.
+look-ahead, first step. The trained round's model is freed at the next
+hand-over (`dispose`, then `take`), once the round planned meanwhile is ready
+and before the next planning and training begin: freeing a model's functions
+while another thread traces or trains waited 3-37 s on TensorFlow's locks on a
+2-core machine (on the training thread it held up training; queued on the
+look-ahead thread it held up the next planning, and the hand-over with it),
+while with nothing else running it takes a twentieth of a second.
 
 Reproducibility. Everything a round chooses depends on its `Basis`: the run,
 the round index and the history snapshot. The rule (the same with the
@@ -122,6 +126,7 @@ class LookAhead:
         self.hits = self.misses = self.discarded = 0
         self.waited_s = 0.0  # hand-over time spent waiting for an unfinished look-ahead
         self._job: _Job | None = None
+        self._trained: list[PlannedRound] = []  # trained rounds to free at the next hand-over
         self._lock = threading.Lock()
         self._closed = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lookahead") if enabled else None
@@ -149,6 +154,7 @@ class LookAhead:
                 log.warning("event=lookahead_failed round=%d error=%s", basis.round_index, exc)
                 planned = None
             self.waited_s += time.monotonic() - begin
+            self._free_trained()  # nothing else runs now: fast
             if planned is not None and planned.failed:
                 # out of memory while the previous round held its memory: try again without it
                 log.info("event=lookahead_discarded round=%d reason=%s", basis.round_index, planned.prepared.failure)
@@ -161,16 +167,17 @@ class LookAhead:
         elif job is not None:
             log.info("event=lookahead_discarded round=%d reason=basis changed", basis.round_index)
             self._discard(job)
+        self._free_trained()  # before planning here: its memory too
         self.misses += 1
         return self._timed(basis, False)
 
     def dispose(self, planned: PlannedRound) -> None:
-        """Release a trained round's model on the look-ahead thread, after the preparation under
-        way (inline when disabled): freeing a model's functions while another thread traces
-        waits on TensorFlow's locks, and the training thread has better things to do."""
+        """Free a trained round's model at the next hand-over (`take`), once the round planned
+        meanwhile is ready (inline when disabled; at `close` when no hand-over comes): freeing
+        a model's functions while another thread traces or trains waits on TensorFlow's locks."""
         with self._lock:
             if self._executor is not None and not self._closed:
-                self._executor.submit(_release_and_collect, planned)
+                self._trained.append(planned)
                 return
         planned.release()
 
@@ -180,6 +187,7 @@ class LookAhead:
         with self._lock:
             self._closed = True
             self._drop_job()
+        self._free_trained()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
@@ -199,6 +207,12 @@ class LookAhead:
         planned.ahead = ahead
         return planned
 
+    def _free_trained(self) -> None:
+        with self._lock:
+            trained, self._trained = self._trained, []
+        for planned in trained:
+            planned.release()
+
     def _drop_job(self) -> None:
         if self._job is not None:
             self._discard(self._job)
@@ -208,11 +222,6 @@ class LookAhead:
         self.discarded += 1
         job.future.cancel()
         job.future.add_done_callback(_release_result)
-
-
-def _release_and_collect(planned: PlannedRound) -> None:
-    planned.release()
-    gc.collect()
 
 
 def _release_result(future: "Future[PlannedRound]") -> None:
