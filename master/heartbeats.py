@@ -102,6 +102,14 @@ class Heartbeats:
             self._lost.update(lost)
         return lost
 
+    def not_lost(self, worker_ids: Iterable[int], beats: dict[int, float]) -> None:
+        """Undo mark_silent for workers whose loss could not be stored, with their beats taken
+        for it (a newer beat wins): the next mark_silent finds them again."""
+        with self._lock:
+            self._lost.difference_update(worker_ids)
+            for w, t in beats.items():
+                self._unwritten.setdefault(w, t)
+
     def alive_count(self) -> int:
         with self._lock:
             return sum(1 for w in self._last if w not in self._lost)

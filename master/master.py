@@ -252,8 +252,13 @@ class Master:
         if lost:
             # the stored last heartbeat of a lost worker must be its real last one (its own
             # beat only: the others keep their flush period), and no later flush marks it alive
-            self._write_beats(self._heartbeats.take_unwritten(lost))
-            abandoned = self.store.mark_workers_lost(list(lost), now)
+            beats = self._heartbeats.take_unwritten(lost)
+            try:
+                self._write_beats(beats)
+                abandoned = self.store.mark_workers_lost(list(lost), now)
+            except Exception:
+                self._heartbeats.not_lost(lost, beats)  # not stored: the next tick finds them again
+                raise
             self._forget_models(abandoned)
             self.metrics.workers_lost.inc(len(lost))
             for w, silent_s in lost.items():

@@ -314,6 +314,33 @@ def test_a_lost_worker_back_is_written_at_once_and_a_loss_writes_only_the_lost_w
     assert h.store.get_worker(other).last_heartbeat == flushed
 
 
+def test_a_loss_the_database_refused_is_detected_again_at_the_next_tick(master_server, monkeypatch):
+    """A failed write of a loss (the database away for a moment) must not leave the worker
+    lost in memory only: its model would never be abandoned and its row would say alive."""
+    clock = FakeClock()
+    h = master_server(clock=clock, heartbeat_interval_s=5.0, tick_s=3600.0)
+    w, _ = clients(h)
+    wid, other = register(w), register(w, "node-2")
+    clock.t += 1
+    w.heartbeat(wid)
+    last = clock.t
+    clock.t += 16
+    w.heartbeat(other)
+    mark = h.store.mark_workers_lost
+
+    def refused(ids, now):
+        raise RuntimeError("database unavailable")
+
+    monkeypatch.setattr(h.store, "mark_workers_lost", refused)
+    with pytest.raises(RuntimeError, match="unavailable"):
+        h.master.tick(flush=False)
+    assert h.store.get_worker(wid).state == "alive"
+    monkeypatch.setattr(h.store, "mark_workers_lost", mark)
+    h.master.tick(flush=False)  # the next tick
+    worker = h.store.get_worker(wid)
+    assert worker.state == "lost" and worker.last_heartbeat == last
+
+
 def test_a_large_fleets_heartbeats_are_written_less_often(master_server, monkeypatch):
     """The flush writes at most FLUSH_ROWS_PER_S rows a second: here 0.25, so two workers' beats
     wait 8 s, not the 5 s of a small fleet (at the real 500: 10,000 workers every 20 s)."""
