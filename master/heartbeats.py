@@ -76,17 +76,19 @@ class Heartbeats:
         with self._lock:
             if only is None:
                 unwritten, self._unwritten = self._unwritten, {}
-            else:
-                unwritten = {w: self._unwritten.pop(w) for w in only if w in self._unwritten}
-            self._back.difference_update(unwritten)
-        return unwritten
+                return unwritten
+            return self._pop_unwritten(only)
 
     def take_back(self) -> dict[int, float]:
         """The beats of lost workers that came back, to write now: a restarted master reads
         their stored state, and would take them for lost again."""
         with self._lock:
-            back = list(self._back)
-        return self.take_unwritten(back) if back else {}
+            back, self._back = self._back, set()
+            return self._pop_unwritten(back)
+
+    def _pop_unwritten(self, worker_ids: Iterable[int]) -> dict[int, float]:
+        """Those of worker_ids with a beat to write, forgotten here (under the lock)."""
+        return {w: self._unwritten.pop(w) for w in worker_ids if w in self._unwritten}
 
     def flush_period(self, shortest_s: float) -> float:
         """How long the unwritten beats may wait: shortest_s, or longer when there are more

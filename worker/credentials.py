@@ -24,8 +24,6 @@ class CredentialFile:
     """The kept credential of one worker name at one master."""
 
     def __init__(self, state_dir: Path, master: str, name: str) -> None:
-        self.master = master
-        self.name = name
         self._file = StateFile(state_dir, "credential", master, name, MAX_FILE_BYTES)
         self.path = self._file.path
 

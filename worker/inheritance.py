@@ -154,11 +154,12 @@ class Inheritance:
             log.warning("event=deleting_kept count=%d: no checkpoint store to delete them from", len(self._deleting))
             return
         store = self.store
-        foreign = [(m, u) for m, u in self._deleting if not store.holds(u, m)]
+        held = [store.holds(u, m) for m, u in self._deleting]  # once each: a local store resolves paths
+        foreign = [entry for entry, ours in zip(self._deleting, held) if not ours]
         if foreign:
             log.warning("event=deleting_entries_dropped count=%d first=%d:%r: not checkpoints of the store %s",
                         len(foreign), foreign[0][0], foreign[0][1], store.url)
-            self._deleting = [(m, u) for m, u in self._deleting if store.holds(u, m)]
+            self._deleting = [entry for entry, ours in zip(self._deleting, held) if ours]
         self._delete_listed()
         self._keep()
 

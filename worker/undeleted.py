@@ -64,28 +64,30 @@ def clean_error(error: str) -> str:
     return clip_text(error, MAX_REASON_CHARS)
 
 
+def _id_and_text(entry: Any) -> tuple[int, str] | None:
+    """`[id, "text"]` with id an int in 1..MAX_ID (not a bool) as (id, text); None when not."""
+    if not isinstance(entry, list) or len(entry) != 2:
+        return None
+    model_id, text = entry
+    if type(model_id) is not int or not 1 <= model_id <= MAX_ID or not isinstance(text, str):
+        return None
+    return model_id, text
+
+
 def valid_entry(entry: Any) -> tuple[int, str] | None:
     """A kept entry as (model id, error), or None when it is not one: `[id, "error"]` with
     id an int in 1..MAX_ID (not a bool) and a text error (clipped to the master's bound)."""
-    if not isinstance(entry, list) or len(entry) != 2:
-        return None
-    model_id, error = entry
-    if type(model_id) is not int or not 1 <= model_id <= MAX_ID or not isinstance(error, str):
-        return None
-    return model_id, clean_error(error)
+    pair = _id_and_text(entry)
+    return (pair[0], clean_error(pair[1])) if pair is not None else None
 
 
 def valid_deleting(entry: Any) -> tuple[int, str] | None:
     """A kept delete in flight as (model id, uri), or None when it is not one: `[id, "uri"]` with
     id an int in 1..MAX_ID (not a bool) and a printable uri of 1..MAX_CHECKPOINT_URI_CHARS."""
-    if not isinstance(entry, list) or len(entry) != 2:
+    pair = _id_and_text(entry)
+    if pair is None or not 0 < len(pair[1]) <= MAX_CHECKPOINT_URI_CHARS or not pair[1].isprintable():
         return None
-    model_id, uri = entry
-    if type(model_id) is not int or not 1 <= model_id <= MAX_ID or not isinstance(uri, str):
-        return None
-    if not 0 < len(uri) <= MAX_CHECKPOINT_URI_CHARS or not uri.isprintable():
-        return None
-    return model_id, uri
+    return pair
 
 
 class UndeletedFile:
