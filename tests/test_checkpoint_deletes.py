@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -193,11 +194,43 @@ def test_a_finish_refused_for_its_undeleted_list_goes_through_without_it(master_
 # ---------------------------------------------------------------- kept across restarts (worker/undeleted.py)
 
 
+def _finish_two(agent: Any, run_id: int, small_graph: Any, tmp_path: Path, monkeypatch: Any,
+                delete: Any) -> tuple[list[int], list[Any], Any]:
+    """`agent` registers, submits two children with stored checkpoints and finishes them with
+    `delete` as its store's (keep 1: the second is let go at its finish); their ids, their
+    checkpoints and a third child."""
+    from aiperf.hyperparameters import Hyperparameters
+    from worker.agent import Outbox
+    from worker.trainer import TrainResult
+
+    agent._register()
+    g1, g2, g3 = _children(small_graph, 3)
+    ids = [agent._submit(g, 0, n + 1, Hyperparameters(32, 3)) for n, g in enumerate((g1, g2))]
+    ckpts = [agent.inheritance.store.put(run_id, mid, _file(tmp_path / f"{mid}.weights.h5", b"w" * mid))
+             for mid in ids]
+    monkeypatch.setattr(agent.inheritance.store, "delete", delete)
+    box = Outbox()
+    for n, (mid, acc) in enumerate(zip(ids, (0.6, 0.5))):
+        agent._finish(box, mid, n + 1, TrainResult("done", (acc,), 1, 100, 10, 1, acc, acc), ckpts[n])
+    box.close()
+    return ids, ckpts, g3
+
+
+def _finish_failed(agent: Any, graph: Any) -> None:
+    """`agent` submits `graph` as round 3 and finishes it failed: its FinishModel carries the undeleted list."""
+    from aiperf.hyperparameters import Hyperparameters
+    from worker.agent import Outbox
+    from worker.trainer import TrainResult
+
+    model_id = agent._submit(graph, 0, 3, Hyperparameters(32, 3))
+    box = Outbox()
+    agent._finish(box, model_id, 3, TrainResult("failed", (), 0, 0, 0, 0, None, None, reason="out of memory"))
+    box.close()
+
+
 def test_a_restarted_worker_sends_what_its_earlier_life_could_not_delete(master_server, small_graph, tmp_path,
                                                                         monkeypatch):
-    from aiperf.hyperparameters import Hyperparameters
-    from worker.agent import Agent, AgentConfig, Outbox
-    from worker.trainer import TrainResult
+    from worker.agent import Agent, AgentConfig
 
     h = master_server()
     control = ControlClient(h.address, h.admin_token)
@@ -210,16 +243,7 @@ def test_a_restarted_worker_sends_what_its_earlier_life_could_not_delete(master_
         raise CheckpointError(f"cannot delete {uri}: permission denied")
 
     try:
-        first._register()
-        g1, g2, g3 = _children(small_graph, 3)
-        ids = [first._submit(g, 0, n + 1, Hyperparameters(32, 3)) for n, g in enumerate((g1, g2))]
-        ckpts = [first.inheritance.store.put(run_id, mid, _file(tmp_path / f"{mid}.weights.h5", b"w" * mid))
-                 for mid in ids]
-        monkeypatch.setattr(first.inheritance.store, "delete", refuse)
-        box = Outbox()
-        for n, (mid, acc) in enumerate(zip(ids, (0.6, 0.5))):  # keep 1: m2 is let go at its finish
-            first._finish(box, mid, n + 1, TrainResult("done", (acc,), 1, 100, 10, 1, acc, acc), ckpts[n])
-        box.close()
+        ids, ckpts, g3 = _finish_two(first, run_id, small_graph, tmp_path, monkeypatch, refuse)
         error = f"cannot delete {ckpts[1].uri}: permission denied"
         assert first.inheritance.undeleted == [(ids[1], error)]
         [kept] = state.glob("undeleted-*.json")
@@ -231,10 +255,7 @@ def test_a_restarted_worker_sends_what_its_earlier_life_could_not_delete(master_
         assert second.inheritance.undeleted == [(ids[1], error)]
         second._register()
         assert second.worker_id == first.worker_id
-        m3 = second._submit(g3, 0, 3, Hyperparameters(32, 3))
-        box = Outbox()
-        second._finish(box, m3, 3, TrainResult("failed", (), 0, 0, 0, 0, None, None, reason="out of memory"))
-        box.close()
+        _finish_failed(second, g3)
         m2 = h.store.get_model(ids[1])
         assert (m2.checkpoint_deleted, m2.checkpoint_delete_error) == (False, error)
         assert Path(ckpts[1].uri[len("file://"):]).exists(), "the record says where the file still is"
@@ -644,9 +665,7 @@ def test_an_undeleted_file_without_deletes_in_flight_still_loads(tmp_path):
 @pytest.mark.parametrize("refused", [False, True])
 def test_a_worker_killed_before_its_deletes_finishes_them_when_it_starts_again(
         master_server, small_graph, tmp_path, monkeypatch, refused):
-    from aiperf.hyperparameters import Hyperparameters
-    from worker.agent import Agent, AgentConfig, Outbox
-    from worker.trainer import TrainResult
+    from worker.agent import Agent, AgentConfig
 
     h = master_server()
     run_id = ControlClient(h.address, h.admin_token).start_run(600, profile="smoke", seed=1,
@@ -660,16 +679,7 @@ def test_a_worker_killed_before_its_deletes_finishes_them_when_it_starts_again(
         at_kill.append(kept.read_bytes())
 
     try:
-        first._register()
-        g1, g2, g3 = _children(small_graph, 3)
-        ids = [first._submit(g, 0, n + 1, Hyperparameters(32, 3)) for n, g in enumerate((g1, g2))]
-        ckpts = [first.inheritance.store.put(run_id, mid, _file(tmp_path / f"{mid}.weights.h5", b"w" * mid))
-                 for mid in ids]
-        monkeypatch.setattr(first.inheritance.store, "delete", killed)
-        box = Outbox()
-        for n, (mid, acc) in enumerate(zip(ids, (0.6, 0.5))):  # keep 1: m2 is let go at its finish
-            first._finish(box, mid, n + 1, TrainResult("done", (acc,), 1, 100, 10, 1, acc, acc), ckpts[n])
-        box.close()
+        ids, ckpts, g3 = _finish_two(first, run_id, small_graph, tmp_path, monkeypatch, killed)
         assert h.store.get_model(ids[1]).checkpoint_deleted and _exists(ckpts[1].uri)
         kept.write_bytes(at_kill[0])
         if refused:
@@ -684,10 +694,7 @@ def test_a_worker_killed_before_its_deletes_finishes_them_when_it_starts_again(
         error = f"cannot delete {ckpts[1].uri}: permission denied"
         assert second.inheritance.undeleted == [(ids[1], error)]
         second._register()
-        m3 = second._submit(g3, 0, 3, Hyperparameters(32, 3))
-        box = Outbox()
-        second._finish(box, m3, 3, TrainResult("failed", (), 0, 0, 0, 0, None, None, reason="out of memory"))
-        box.close()
+        _finish_failed(second, g3)
         m2 = h.store.get_model(ids[1])
         assert (m2.checkpoint_deleted, m2.checkpoint_delete_error) == (False, error), "the record says where it is"
     finally:

@@ -262,7 +262,9 @@ def test_lost_worker_and_its_model_abandoned_with_progress_kept(master_server, s
     assert c.run_status().workers_alive == 2
 
 
-def test_heartbeats_are_written_lazily_but_a_lost_worker_keeps_its_last_beat(master_server):
+def _two_workers_beating(master_server) -> tuple:
+    """A master whose background tick waits (a fake clock, heartbeat 5 s) and two workers that
+    registered, then beat 2 s later: (handle, clock, worker client, their ids, the registration time)."""
     clock = FakeClock()
     h = master_server(clock=clock, heartbeat_interval_s=5.0, tick_s=3600.0)
     w, _ = clients(h)
@@ -271,6 +273,11 @@ def test_heartbeats_are_written_lazily_but_a_lost_worker_keeps_its_last_beat(mas
     clock.t += 2
     w.heartbeat(wid)
     w.heartbeat(other)
+    return h, clock, w, wid, other, registered
+
+
+def test_heartbeats_are_written_lazily_but_a_lost_worker_keeps_its_last_beat(master_server):
+    h, clock, w, wid, other, registered = _two_workers_beating(master_server)
     h.master.tick(flush=False)  # the background loop: not due yet, nothing written
     assert h.store.get_worker(wid).last_heartbeat == registered
     h.master.tick()  # an explicit tick (and a stopping master) writes them
@@ -349,14 +356,7 @@ def test_a_large_fleets_heartbeats_are_written_less_often(master_server, monkeyp
     import master.heartbeats as heartbeats
 
     monkeypatch.setattr(heartbeats, "FLUSH_ROWS_PER_S", 0.25)
-    clock = FakeClock()
-    h = master_server(clock=clock, heartbeat_interval_s=5.0, tick_s=3600.0)
-    w, _ = clients(h)
-    wid, other = register(w), register(w, "node-2")
-    registered = clock.t
-    clock.t += 2
-    w.heartbeat(wid)
-    w.heartbeat(other)
+    h, clock, w, wid, other, registered = _two_workers_beating(master_server)
     h.master._flushed_at = time.monotonic() - 6  # past a small fleet's 5 s
     h.master.tick(flush=False)
     assert h.store.get_worker(wid).last_heartbeat == registered
