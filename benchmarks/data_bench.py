@@ -8,7 +8,7 @@ normalise, one-hot label, parallel interleave over shards, autotuned prefetch
 within a RAM budget, non-deterministic order as in a normal run) and a plain
 tf.data pipeline doing the same work (the textbook version: stateful random
 ops, no seeds, no label checks; the same shuffle buffer, epochs repeated whole) are timed in alternation in this process,
---rounds times each, on the same files. The figure is images per CPU-second of
+--rounds times each, on the same files, which of the two goes first alternating from round to round. The figure is images per CPU-second of
 the whole process (every tf.data thread counted), the median over rounds; each
 measurement begins after --warmup batches and the next one only once the
 process is idle again (a pipeline's threads outlive its iterator for a while,
@@ -188,9 +188,12 @@ def main(argv: list[str] | None = None) -> None:
         records, folder = write_sources(Path(tmp), images)
         for kind, root in (("tfrecord", records), ("folder", folder)):
             ours, plain = [], []
-            for _ in range(args.rounds):
-                ours.append(images_per_cpu_second(lambda: our_pipeline(kind, root), args.batches, args.warmup))
-                plain.append(images_per_cpu_second(lambda: plain_pipeline(kind, root), args.batches, args.warmup))
+            for r in range(args.rounds):
+                # which runs first alternates (ours, plain, plain, ours, ...): neither always pays
+                # for being first (a cold file cache, the other's threads winding down)
+                pair = [(ours, our_pipeline), (plain, plain_pipeline)]
+                for figures, pipeline in pair if r % 2 == 0 else pair[::-1]:
+                    figures.append(images_per_cpu_second(lambda: pipeline(kind, root), args.batches, args.warmup))
             o_cpu, p_cpu = statistics.median(x[0] for x in ours), statistics.median(x[0] for x in plain)
             o_wall, p_wall = statistics.median(x[1] for x in ours), statistics.median(x[1] for x in plain)
             ratio = o_cpu / p_cpu

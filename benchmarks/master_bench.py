@@ -30,6 +30,12 @@ least 95% of the offered heartbeats and reports answered. The script ends
 with `RESULT production_workers_held_<backend>=N` per backend: the largest
 production N held (0: none).
 
+The simulated workers share one process, so its garbage collector would stall
+all of them at once (a full collection over 10,000 streams' objects takes
+0.3-0.5 s, every ~10 s) and that pause would be counted as the master's
+latency; real workers are processes of their own. The fleet's objects are
+therefore frozen (gc.freeze) once registered and again before each window.
+
 Whole script: about 3 minutes on a 2-core machine without the production
 steps; registering 10,000 simulated workers adds a few minutes per backend.
 """
@@ -360,6 +366,7 @@ async def _bench(address: str, steps: list[Step], window_s: float, warmup_s: flo
         t = time.perf_counter()
         await fleet.grow(n, graph.to_json(), graph.hash())
         grow_s = time.perf_counter() - t
+        _freeze_heap()  # the registered fleet; its streams, opened in the first period, before the window
         print(f"  N={n:5d} {step.label}: load begins ({grow_s:.0f} s to register)", flush=True)
         cpu0, own0, mine0, wall0 = _cpu_tree(server_pid), _cpu_s(server_pid), _cpu_s(os.getpid()), time.perf_counter()
         st = await fleet.load(n, window, warmup, fc.train, step)
