@@ -7,10 +7,12 @@ decode-and-crop on an Inception-style random box, resize to 224, random flip,
 normalise, one-hot label, parallel interleave over shards, autotuned prefetch
 within a RAM budget, non-deterministic order as in a normal run) and a plain
 tf.data pipeline doing the same work (the textbook version: stateful random
-ops, no seeds, no label checks; the same shuffle buffer, epochs repeated whole) are timed in alternation in this process,
---rounds times each, on the same files, which of the two goes first alternating from round to round. The figure is images per CPU-second of
-the whole process (every tf.data thread counted), the median over rounds; the
-ratio is the median of the rounds' ratios (ours / plain within a round); each
+ops, no seeds, no label checks; the same shuffle buffer, epochs repeated
+whole) are timed in alternation in this process, --rounds times each, on the
+same files, which of the two goes first alternating from round to round. The
+figure is images per CPU-second of the whole process (every tf.data thread
+counted), the median over rounds; the ratio is the median of the rounds'
+ratios (ours / plain within a round), printed with their spread. Each
 measurement begins after --warmup batches and the next one only once the
 process is idle again (a pipeline's threads outlive its iterator for a while,
 and their CPU would be counted against the next one).
