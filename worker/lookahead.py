@@ -201,7 +201,7 @@ class LookAhead:
     def _timed(self, basis: Basis, ahead: bool) -> PlannedRound:
         begin = time.monotonic()
         if ahead:
-            gc.collect()  # the previous round's model goes here, off the training thread
+            gc.collect()  # what the hand-over released of the trained model: collected off the training thread
         planned = self._plan(basis)
         planned.seconds = time.monotonic() - begin
         planned.ahead = ahead
