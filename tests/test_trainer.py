@@ -293,3 +293,54 @@ def test_the_stored_weights_are_the_best_epochs(graph):
     x, y = data._x[data.train_size:], data._y[data.train_size:]
     accuracy = float(np.mean(np.argmax(model(x, training=False), -1) == np.argmax(y, -1)))
     assert accuracy == pytest.approx(res.best_val_accuracy, abs=1e-9), res.val_accuracies
+
+
+def _train_graphs() -> int:
+    import gc
+
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o).__name__ == "FuncGraph" and o.name == "train")
+
+
+def test_a_trained_round_leaves_no_graph_behind(graph):
+    """TensorFlow keeps the gradient function of every custom gradient traced in graph mode
+    (tensorflow#97697), and MirroredStrategy's all-reduce of the gradients is one: each round's
+    training graph stayed alive for the rest of the run. A round's graphs go with it."""
+    from tensorflow.python.framework import ops
+
+    registry = ops._gradient_registry._registry
+    graphs, names = _train_graphs(), set(registry)
+    for seed in (1, 2):
+        res = train_model(graph, {"batch_size": 16, "kernel_size": 3}, TinyDataset(), PROFILE, 1,
+                          on_progress=lambda p: None, epochs=1, seed=seed)
+        assert res.state == "done" and res.images_trained == 100
+    assert set(registry) == names
+    assert _train_graphs() == graphs
+
+
+def test_released_custom_gradients_keeps_what_was_there_and_gradients_work():
+    from tensorflow.python.framework import ops
+
+    from worker.steps import released_custom_gradients
+
+    registry = ops._gradient_registry._registry
+    registry["CustomGradient-test-before"] = registry.get("CustomGradient-test-before", {})
+    names = set(registry)
+
+    @tf.custom_gradient
+    def doubled(x):
+        return 2 * x, lambda dy: 10 * dy  # a gradient no built-in rule gives
+
+    @tf.function
+    def gradient(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = doubled(x)
+        return tape.gradient(y, x)
+
+    with released_custom_gradients():
+        concrete = gradient.get_concrete_function(tf.TensorSpec([], tf.float32))
+        assert len(set(registry) - names) == 1  # registered while tracing
+    assert set(registry) == names
+    assert float(concrete(tf.constant(3.0))) == 10.0  # the traced graph still has its gradient
+    del registry["CustomGradient-test-before"]
