@@ -268,3 +268,27 @@ def test_a_trained_round_is_freed_at_the_next_hand_over_never_beside_a_planning(
         third = off.take(basis(4))
         off.dispose(third)
         assert third.prepared.released, "without the look-ahead: at once"
+
+
+def test_the_heap_alive_when_rounds_begin_is_frozen_and_what_rounds_create_is_still_collected():
+    import gc
+    import weakref
+
+    from worker.lookahead import freeze_heap
+
+    class Node:
+        pass
+
+    try:
+        long_lived = Node()
+        freeze_heap()
+        assert gc.get_freeze_count() > 0
+        assert not any(o is long_lived for o in gc.get_objects()), "frozen: out of the scans"
+        cycle = Node()
+        cycle.me = cycle  # garbage only a collection frees
+        gone = weakref.ref(cycle)
+        del cycle
+        gc.collect()
+        assert gone() is None
+    finally:
+        gc.unfreeze()

@@ -5,6 +5,7 @@ import math
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -344,3 +345,36 @@ def test_released_custom_gradients_keeps_what_was_there_and_gradients_work():
     assert set(registry) == names
     assert float(concrete(tf.constant(3.0))) == 10.0  # the traced graph still has its gradient
     del registry["CustomGradient-test-before"]
+
+
+def test_a_released_rounds_iterators_are_deleted_on_the_reaper_thread():
+    """Deleting an autotuned tf.data iterator waits for its autotuning thread's next wake-up
+    (seconds): not on the thread that releases the round."""
+    import threading
+    import weakref
+
+    from worker.steps import CompiledRound
+
+    deleted_on: list[str] = []
+    done = threading.Event()
+
+    class SlowToDelete:
+        def __del__(self):
+            deleted_on.append(threading.current_thread().name)
+            done.set()
+
+    real = iter(tf.data.Dataset.range(100).map(lambda x: x + 1, num_parallel_calls=tf.data.AUTOTUNE)
+                .prefetch(tf.data.AUTOTUNE))
+    next(real)
+    real_ref = weakref.ref(real)
+    compiled = CompiledRound(model=object(), strategy=None, train_step=lambda it: None, eval_step=None,
+                             train_iterator=real, validation_iterator=SlowToDelete())
+    del real
+    compiled.release()
+    assert compiled.train_iterator is None and compiled.validation_iterator is None and compiled.model is None
+    assert done.wait(30)
+    assert deleted_on == ["iterator-reaper"]
+    deadline = time.monotonic() + 120
+    while real_ref() is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert real_ref() is None, "the real iterator is deleted too"

@@ -342,8 +342,9 @@ class Agent:
     def _rounds(self, ctx: RunContext, dataset: Any, pool: Any, outbox: Outbox) -> None:
         """Rounds until the run or the worker stops, each prepared while the previous one trains
         (`worker.lookahead`, which states the rule each round's basis follows)."""
-        from worker.lookahead import LookAhead
+        from worker.lookahead import LookAhead, freeze_heap
 
+        freeze_heap()
         basis: Basis | None = None
         with LookAhead(lambda b: self._plan(ctx, dataset, pool, b), enabled=self.config.lookahead) as ahead:
             while not self._stop.is_set() and self._run_state(ctx.run_id) == pb.RUN_RUNNING:
