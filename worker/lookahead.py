@@ -11,7 +11,11 @@ and before the next planning and training begin: freeing a model's functions
 while another thread traces or trains waited 3-37 s on TensorFlow's locks on a
 2-core machine (on the training thread it held up training; queued on the
 look-ahead thread it held up the next planning, and the hand-over with it),
-while with nothing else running it takes a twentieth of a second.
+while with nothing else running it takes a twentieth of a second. Its data
+iterators go to a thread of their own (`worker.steps`): deleting one waits for
+its pipeline's autotuning thread, seconds that were probably part of those waits.
+The heap alive when a run's rounds begin is frozen (`freeze_heap`), so the
+collection at each hand-over scans only what rounds create.
 
 Reproducibility. Everything a round chooses depends on its `Basis`: the run,
 the round index and the history snapshot. The rule (the same with the
