@@ -270,25 +270,32 @@ def test_a_trained_round_is_freed_at_the_next_hand_over_never_beside_a_planning(
         assert third.prepared.released, "without the look-ahead: at once"
 
 
-def test_the_heap_alive_when_rounds_begin_is_frozen_and_what_rounds_create_is_still_collected():
+def test_the_heap_alive_when_rounds_begin_is_frozen_once_and_what_rounds_create_is_still_collected(monkeypatch):
     import gc
     import weakref
 
+    import worker.lookahead
     from worker.lookahead import freeze_heap
 
     class Node:
         pass
 
+    def scanned(obj: object) -> bool:
+        return any(o is obj for o in gc.get_objects())
+
+    monkeypatch.setattr(worker.lookahead, "_heap_frozen", False)
     try:
         long_lived = Node()
         freeze_heap()
-        assert gc.get_freeze_count() > 0
-        assert not any(o is long_lived for o in gc.get_objects()), "frozen: out of the scans"
+        assert gc.get_freeze_count() > 0 and not scanned(long_lived), "frozen: out of the scans"
         cycle = Node()
         cycle.me = cycle  # garbage only a collection frees
         gone = weakref.ref(cycle)
         del cycle
         gc.collect()
         assert gone() is None
+        later = Node()
+        freeze_heap()  # a later run: nothing more is frozen (what is left of the run before may be garbage)
+        assert scanned(later)
     finally:
         gc.unfreeze()

@@ -59,6 +59,7 @@ from worker.generator import snapshot_digest, snapshot_rows
 log = logging.getLogger(__name__)
 
 Key = tuple[int, int, str]
+RETRY_WAIT_S = 60.0  # at most, for released iterators to be deleted before an out-of-memory retry
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,7 @@ class LookAhead:
                 # out of memory while the previous round held its memory: try again without it
                 log.info("event=lookahead_discarded round=%d reason=%s", basis.round_index, planned.prepared.failure)
                 planned.release()
+                _free_memory()
                 self.discarded += 1
                 planned = None
             if planned is not None:
@@ -228,16 +230,41 @@ class LookAhead:
         job.future.add_done_callback(_release_result)
 
 
+_heap_frozen = False
+
+
 def freeze_heap() -> None:
-    """Move what is alive when a run's rounds begin (TensorFlow, Keras, the dataset: about 400,000
-    objects) out of the collector's reach, so that the full collection at each hand-over
-    (`LookAhead._timed`) scans only what rounds create. Scanning everything took 0.2-0.4 s with
-    the interpreter held, and the next round's first step waited for it. Only live objects are
-    frozen (collected first); frozen ones are still freed when their last reference goes."""
+    """Move what is alive when the process's first run begins its rounds (TensorFlow, Keras, the
+    dataset: about 400,000 objects) out of the collector's reach, so that the full collection at
+    each hand-over (`LookAhead._timed`) scans only what rounds create. Scanning everything took
+    0.2-0.4 s with the interpreter held, and the next round's first step waited for it.
+
+    Once per process: frozen objects are never scanned again, so cyclic garbage among them is
+    never collected (objects outside cycles are still freed when their last reference goes).
+    What is alive before the first run is the process's long-lived state; freezing again at
+    later runs would also freeze what is left of the run before (a preparation still ending)."""
+    global _heap_frozen
     import keras  # noqa: F401 - long-lived too; imported here rather than by the first round
 
+    with _freeze_lock:
+        if _heap_frozen:
+            return
+        gc.collect()
+        gc.freeze()
+        _heap_frozen = True
+
+
+_freeze_lock = threading.Lock()
+
+
+def _free_memory() -> None:
+    """Free what released rounds still hold (models in reference cycles, iterators queued for
+    deletion with their prefetch buffers) before a preparation that ran out of memory is tried again."""
+    from worker.steps import wait_for_released
+
     gc.collect()
-    gc.freeze()
+    if not wait_for_released(RETRY_WAIT_S):
+        log.warning("event=released_iterators_pending waited_s=%.0f", RETRY_WAIT_S)
 
 
 def _release_result(future: "Future[PlannedRound]") -> None:

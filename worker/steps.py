@@ -30,13 +30,14 @@ images it processed (summed over replicas), so image counts are exact.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from aiperf.graph import Graph
 from aiperf.precision import get_precision
@@ -77,7 +78,7 @@ class _Reaper:
     hold the interpreter, so on this thread it costs the rounds nothing."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[list[Any]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[Any] | threading.Event] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -87,16 +88,37 @@ class _Reaper:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="iterator-reaper", daemon=True)
                 self._thread.start()
+                # a deletion still under way when the interpreter shuts down could end the
+                # daemon thread inside TensorFlow's C++ frames: let it finish, within bounds
+                atexit.register(self.drain, EXIT_WAIT_S)
         self._queue.put(objects)
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until what was dropped so far is deleted; False when `timeout_s` passed first."""
+        with self._lock:
+            if self._thread is None:
+                return True
+        reached = threading.Event()
+        self._queue.put(reached)
+        return reached.wait(timeout_s)
 
     def _run(self) -> None:
         while True:
-            objects = self._queue.get()
-            objects.clear()  # the deletions happen here
-            del objects
+            item = self._queue.get()
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            item.clear()  # the deletions happen here
+            del item
 
 
+EXIT_WAIT_S = 20.0  # at most, at interpreter exit, for deletions under way
 _reaper = _Reaper()
+
+
+def wait_for_released(timeout_s: float) -> bool:
+    """Wait until the iterators of the rounds released so far are deleted; False after `timeout_s`."""
+    return _reaper.drain(timeout_s)
 
 
 @dataclass(frozen=True)
@@ -263,17 +285,19 @@ def _warm_up(model: Any, train_step: Any, eval_step: Any, dummy: Callable[[], An
 # TensorFlow registers a gradient function for each tf.custom_gradient traced in graph
 # mode and never unregisters it (tensorflow/tensorflow#97697, open in 2.21). The
 # all-reduce of the gradients under MirroredStrategy is one, so every traced training
-# step stayed alive with its whole graph: on the smoke profile 64,000 Python objects a
+# step stayed alive with its whole graph: on the smoke profile 64,500 Python objects a
 # round, every full garbage collection slower than the last, memory growing for the run.
-# Only the trace itself looks these functions up (tape.gradient while tracing), so they
-# are dropped once the trace is done. One trace at a time: a trace on another thread
-# must not lose its own functions before its gradient is taken.
+# The registry is read only by symbolic gradients of the traced graph (tf.gradients over
+# it, differentiating the concrete function from outside, saving it as a SavedModel);
+# nothing does that to a training step, whose own gradient is taken while tracing it
+# (the tape holds that function directly). So the entries are dropped once the trace is
+# done. One trace at a time: another thread's trace must keep its entries until it ends.
 _trace_lock = threading.Lock()
 _CUSTOM_GRADIENT_PREFIX = "CustomGradient-"
 
 
 @contextlib.contextmanager
-def released_custom_gradients() -> Any:
+def released_custom_gradients() -> Iterator[None]:
     """Trace inside this block: the custom-gradient functions registered meanwhile are dropped after it."""
     registry = _gradient_registry()
     with _trace_lock:
