@@ -14,8 +14,8 @@ look-ahead thread it held up the next planning, and the hand-over with it),
 while with nothing else running it takes a twentieth of a second. Its data
 iterators go to a thread of their own (`worker.steps`): deleting one waits for
 its pipeline's autotuning thread, seconds that were probably part of those waits.
-The heap alive when a run's rounds begin is frozen (`freeze_heap`), so the
-collection at each hand-over scans only what rounds create.
+The heap alive when the process's first run begins its rounds is frozen
+(`freeze_heap`), so the collection at each hand-over scans only what rounds create.
 
 Reproducibility. Everything a round chooses depends on its `Basis`: the run,
 the round index and the history snapshot. The rule (the same with the
