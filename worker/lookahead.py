@@ -55,6 +55,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from aiperf.search import Candidate, HistoryEntry
 from worker.generator import snapshot_digest, snapshot_rows
+from worker.steps import wait_for_released
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +232,7 @@ class LookAhead:
 
 
 _heap_frozen = False
+_freeze_lock = threading.Lock()
 
 
 def freeze_heap() -> None:
@@ -254,14 +256,9 @@ def freeze_heap() -> None:
         _heap_frozen = True
 
 
-_freeze_lock = threading.Lock()
-
-
 def _free_memory() -> None:
     """Free what released rounds still hold (models in reference cycles, iterators queued for
     deletion with their prefetch buffers) before a preparation that ran out of memory is tried again."""
-    from worker.steps import wait_for_released
-
     gc.collect()
     if not wait_for_released(RETRY_WAIT_S):
         log.warning("event=released_iterators_pending waited_s=%.0f", RETRY_WAIT_S)

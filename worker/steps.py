@@ -15,11 +15,12 @@ so that it can run on another thread while the previous round trains
   graph (no retracing);
 - trace both (the training step in `released_custom_gradients`, which drops
   what TensorFlow would keep of it for good), then run each once on a dummy
-  batch of one image per replica, which makes TensorFlow instantiate and optimise the graphs (as costly as
-  the tracing); the training step's effect on the variables (weights,
-  batch-norm statistics, optimizer slots and step counter, loss scale) is
-  undone by restoring them from a snapshot. With XLA the dummy batch is
-  skipped: XLA compiles per batch shape and the dummy shape never recurs;
+  batch of one image per replica, which makes TensorFlow instantiate and
+  optimise the graphs (as costly as the tracing); the training step's effect
+  on the variables (weights, batch-norm statistics, optimizer slots and step
+  counter, loss scale) is undone by restoring them from a snapshot. With XLA
+  the dummy batch is skipped: XLA compiles per batch shape and the dummy shape
+  never recurs;
 - one iterator over all the round's training epochs and one over its
   validation passes (no per-epoch iterator set-up).
 
