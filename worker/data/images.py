@@ -6,7 +6,10 @@ The ImageNet kinds (TFRecord and folder) share `imagenet_train_image` and
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Callable
+
+import numpy as np
 
 from worker.data.base import first_line, tensorflow
 from worker.data.spec import DatasetError
@@ -28,8 +31,31 @@ CROP_ASPECT_RANGE = (3 / 4, 4 / 3)
 
 
 def normalise_image(image: tf.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> tf.Tensor:
+    """``(image - mean) / std`` per channel, for one image ``[h, w, c]`` or a batch of them.
+
+    Computed as ``(image - offset) * scale`` against constants of the image's own
+    shape: TensorFlow's CPU kernels broadcast a per-channel vector over an image
+    slowly (element by element, the inner dimension being 3), and that cost about
+    a third of an ImageNet image's CPU time in the input pipeline; operands of the
+    same shape are streamed (benchmarks/data_bench.py, docs/benchmarks.md).
+    """
     tf = tensorflow()
-    return (tf.cast(image, tf.float32) - tf.constant(mean, tf.float32)) / tf.constant(std, tf.float32)
+    image = tf.cast(image, tf.float32)
+    height, width = image.shape[-3:-1] if image.shape.rank and image.shape.rank >= 3 else (None, None)
+    if height is None or width is None:  # size known only at run time
+        return (image - tf.constant(mean, tf.float32)) / tf.constant(std, tf.float32)
+    offset, scale = _normalisation_constants((height, width, len(mean)), tuple(mean), tuple(std))
+    return (image - tf.constant(offset)) * tf.constant(scale)
+
+
+@functools.lru_cache(maxsize=16)
+def _normalisation_constants(shape: tuple[int, ...], mean: tuple[float, ...],
+                             std: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The per-channel mean and 1/std spread over `shape` (``[h, w, c]``)."""
+    offset = np.broadcast_to(np.asarray(mean, np.float32), shape).copy()
+    scale = np.broadcast_to(1.0 / np.asarray(std, np.float64), shape).astype(np.float32)
+    offset.flags.writeable = scale.flags.writeable = False
+    return offset, scale
 
 
 def imagenet_train_image(encoded: tf.Tensor, seed: tf.Tensor, size: int) -> tf.Tensor:
@@ -76,7 +102,9 @@ def _decode_crop(encoded: tf.Tensor, window: Callable[[tf.Tensor], tf.Tensor]) -
         crop = window(tf.shape(image))
         return tf.slice(image, [crop[0], crop[1], 0], [crop[2], crop[3], -1])
 
-    return tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
+    image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
+    image.set_shape([None, None, 3])  # both branches decode to RGB; the slice lost the static count
+    return image
 
 
 def _random_window(seed: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor]:
