@@ -7,8 +7,10 @@ decode-and-crop on an Inception-style random box, resize to 224, random flip,
 normalise, one-hot label, parallel interleave over shards, autotuned prefetch
 within a RAM budget, non-deterministic order as in a normal run) and a plain
 tf.data pipeline doing the same work (the textbook version: stateful random
-ops, no seeds, no label checks; the same shuffle buffer, epochs repeated
-whole) are timed in alternation in this process, --rounds times each, on the
+ops, no seeds, no label checks, normalisation by a per-channel broadcast,
+which TensorFlow's CPU kernels make cost about a third of an image's CPU
+time where the worker's pipeline uses constants of the image's shape; the
+same shuffle buffer, epochs repeated whole) are timed in alternation in this process, --rounds times each, on the
 same files, which of the two goes first alternating from round to round. The
 figure is images per CPU-second of the whole process (every tf.data thread
 counted), the median over rounds; the ratio is the median of the rounds'
