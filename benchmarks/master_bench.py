@@ -451,10 +451,10 @@ def _largest_held(rows: list[dict], production: bool = False) -> int:
 
 
 def _cpu_ratio(rows: list[dict], base: list[dict]) -> float:
-    """Median over the common 1 s steps of master CPU per RPC / the no-op server's
-    (steadier than latency on a shared machine)."""
-    noop = {r["n"]: r["cpu_per_call_us"] for r in base if not r["production"]}
-    v = sorted(r["cpu_per_call_us"] / noop[r["n"]] for r in rows if not r["production"] and r["n"] in noop)
+    """Median over the steps both ran (1 s steps and production steps alike) of master CPU
+    per RPC / the no-op server's (steadier than latency on a shared machine)."""
+    noop = {(r["n"], r["production"]): r["cpu_per_call_us"] for r in base}
+    v = sorted(r["cpu_per_call_us"] / noop[r["n"], r["production"]] for r in rows if (r["n"], r["production"]) in noop)
     return v[len(v) // 2] if v else float("nan")
 
 
