@@ -35,6 +35,8 @@ all of them at once (a full collection over 10,000 streams' objects takes
 0.3-0.5 s, every ~10 s) and that pause would be counted as the master's
 latency; real workers are processes of their own. The fleet's objects are
 therefore frozen (gc.freeze) once registered and again before each window.
+The simulation's own event loop is probed too (a 50 ms sleep, how late it
+wakes): printed beside each step, its delay is latency the master did not cause.
 
 Whole script: about 3 minutes on a 2-core machine without the production
 steps; registering 10,000 simulated workers adds a few minutes per backend.
@@ -173,6 +175,7 @@ class Stats:
     warmup_report: list[float] = field(default_factory=list)  # latencies before the window (printed apart)
     warmup_heartbeat: list[float] = field(default_factory=list)
     error_codes: dict[str, int] = field(default_factory=dict)
+    loop_lag: list[float] = field(default_factory=list)  # the simulation's own event-loop delays, in the window
 
 
 def _cpu_s(pid: int) -> float:
@@ -216,6 +219,7 @@ def _pct(values: list[float], q: float) -> float:
     return v[min(len(v) - 1, int(q * len(v)))]
 
 
+LAG_PROBE_S = 0.05  # period of the simulation's event-loop lag probe
 WORKERS_PER_CHANNEL = 64  # real workers each have their own connection; the simulation shares a few
 
 
@@ -330,7 +334,15 @@ class Fleet:
                 tick += period_s
                 beat += 1
 
-        await asyncio.gather(*(worker(i) for i in range(n)))
+        async def lag_probe() -> None:
+            # how late the simulation's own event loop wakes: latency the master did not cause
+            while loop.time() < end:
+                t = loop.time()
+                await asyncio.sleep(LAG_PROBE_S)
+                if t >= measure_from:
+                    stats.loop_lag.append(loop.time() - t - LAG_PROBE_S)
+
+        await asyncio.gather(lag_probe(), *(worker(i) for i in range(n)))
         return stats
 
     async def close(self) -> None:
@@ -387,14 +399,16 @@ async def _bench(address: str, steps: list[Step], window_s: float, warmup_s: flo
                      "hb_p99_ms": hb99 * 1e3, "errors": st.errors, "offered_s": st.offered / window,
                      "heartbeats_s": len(st.heartbeat) / window,
                      "held": held, "setup_s": grow_s, "server_cpu": server_cpu, "client_cpu": client_cpu,
-                     "cpu_per_call_us": cpu_per_call_us, "own_cpu_per_call_us": own_per_call_us})
+                     "cpu_per_call_us": cpu_per_call_us, "own_cpu_per_call_us": own_per_call_us,
+                     "sim_lag_p99_ms": _pct(st.loop_lag, 0.99) * 1e3})
         r = rows[-1]
         print(f"  N={n:5d} {step.label}  reports/s={r['reports_s']:7.0f} (offered {r['offered_s']:6.0f}) "
               f"heartbeats/s={r['heartbeats_s']:6.0f}  "
               f"report p50={r['p50_ms']:6.1f} ms p99={r['p99_ms']:7.1f} ms  "
               f"heartbeat p50={r['hb_p50_ms']:6.1f} ms p99={r['hb_p99_ms']:7.1f} ms  errors={st.errors}{' ' + str(st.error_codes) if st.error_codes else ''}  "
               f"cpu master={server_cpu:4.2f} ({cpu_per_call_us:3.0f} us/call, "
-              f"{own_per_call_us:3.0f} in its main process) sim={client_cpu:4.2f}  "
+              f"{own_per_call_us:3.0f} in its main process) sim={client_cpu:4.2f} "
+              f"(its loop late by p50 {_pct(st.loop_lag, 0.5) * 1e3:.1f} ms, p99 {r['sim_lag_p99_ms']:.1f} ms)  "
               f"{'held' if held else 'NOT held'}", flush=True)
         if step.production:
             print(f"  N={n:5d} {step.label}  first report period (not in the window): report p99="
