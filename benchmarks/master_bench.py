@@ -440,6 +440,10 @@ def run_backend(name: str, db_url: str | None, steps: list[Step], window_s: floa
         try:
             rows = asyncio.run(_bench(f"127.0.0.1:{port}", steps, window_s, warmup_s, production_window_s, proc.pid))
         finally:
+            # the closed fleet's frozen objects would never be collected: the next backend's
+            # simulation would carry 10,000 dead streams' worth of heap
+            gc.unfreeze()
+            gc.collect()
             stop.set()
             proc.join(30)
             if proc.is_alive():
