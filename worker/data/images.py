@@ -100,11 +100,10 @@ def _decode_crop(encoded: tf.Tensor, window: Callable[[tf.Tensor], tf.Tensor]) -
     def other() -> tf.Tensor:
         image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
         crop = window(tf.shape(image))
-        return tf.slice(image, [crop[0], crop[1], 0], [crop[2], crop[3], -1])
+        # 3 channels, not -1: the count stays static, and `normalise_image` needs it
+        return tf.slice(image, [crop[0], crop[1], 0], [crop[2], crop[3], 3])
 
-    image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
-    image.set_shape([None, None, 3])  # both branches decode to RGB; the slice lost the static count
-    return image
+    return tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
 
 
 def _random_window(seed: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor]:
