@@ -10,8 +10,9 @@ tf.data pipeline doing the same work (the textbook version: stateful random
 ops, no seeds, no label checks, normalisation by a per-channel broadcast,
 which TensorFlow's CPU kernels make cost about a third of an image's CPU
 time where the worker's pipeline uses constants of the image's shape; the
-same shuffle buffer, epochs repeated whole) are timed in alternation in this process, --rounds times each, on the
-same files, which of the two goes first alternating from round to round. The
+same shuffle buffer, epochs repeated whole) are timed in alternation in this
+process, --rounds times each, on the same files, which of the two goes first
+alternating from round to round. The
 figure is images per CPU-second of the whole process (every tf.data thread
 counted), the median over rounds; the ratio is the median of the rounds'
 ratios (ours / plain within a round), printed with their spread. Each
