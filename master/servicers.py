@@ -147,14 +147,7 @@ def rpc(fn: Callable[[Any, Any], T]) -> Callable[[Any, Any, grpc.aio.ServicerCon
 
     @functools.wraps(fn)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
-        try:
-            reply = await asyncio.get_running_loop().run_in_executor(self.pool, body, self, request)
-            _handled(self, fn.__name__, "OK")
-            return reply
-        except Exception as exc:  # noqa: BLE001 - every failure ends the call with a status code
-            code, message = refusal(exc, fn.__name__)
-        _handled(self, fn.__name__, code.name)
-        await _abort(context, code, message)
+        return await _unary(self, fn.__name__, context, body, self, request)
 
     return wrapper
 
@@ -169,16 +162,27 @@ def worker_rpc(fn: Callable[[Any, Any, str], T]) -> Callable[[Any, Any, grpc.aio
     @functools.wraps(fn)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
         credential = worker_credential(context.invocation_metadata())
-        try:
-            reply = await asyncio.get_running_loop().run_in_executor(self.pool, body, self, request, credential)
-            _handled(self, fn.__name__, "OK")
-            return reply
-        except Exception as exc:  # noqa: BLE001 - every failure ends the call with a status code
-            code, message = refusal(exc, fn.__name__)
-        _handled(self, fn.__name__, code.name)
-        await _abort(context, code, message)
+        return await _unary(self, fn.__name__, context, body, self, request, credential)
 
     return wrapper
+
+
+async def _unary(servicer: Any, method: str, context: grpc.aio.ServicerContext,
+                 body: Callable[..., T], *args: Any) -> T:
+    """Run a unary call's body on the servicer's pool and count how the call ended."""
+    try:
+        reply = await asyncio.get_running_loop().run_in_executor(servicer.pool, body, *args)
+        _handled(servicer, method, "OK")
+        return reply
+    except asyncio.CancelledError:  # the caller went away or its deadline passed
+        remaining = context.time_remaining()  # None: the call had no deadline
+        expired = remaining is not None and remaining <= 0.0
+        _handled(servicer, method, "DEADLINE_EXCEEDED" if expired else "CANCELLED")
+        raise
+    except Exception as exc:  # noqa: BLE001 - every failure ends the call with a status code
+        code, message = refusal(exc, method)
+    _handled(servicer, method, code.name)
+    await _abort(context, code, message)
 
 
 def _handled(servicer: Any, method: str, code: str) -> None:

@@ -5,11 +5,15 @@ real master's /metrics over HTTP, on a real SQLite file."""
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 import urllib.request
 
 import grpc
 import pytest
 
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
 from tests.fake_clock import FakeClock
@@ -90,3 +94,41 @@ def test_database_errors_are_counted_and_the_scrape_still_answers(master_server,
               'grpc_service="aiperf.v1.ControlService"}'
     assert metrics[handled] == 1.0
     c.close()
+
+
+@pytest.mark.parametrize("deadline", [True, False], ids=["deadline", "cancelled"])
+def test_a_unary_call_the_caller_gives_up_on_is_counted_with_its_code(master_server, deadline):
+    h = master_server(metrics_port=0)
+    entered, release = threading.Event(), threading.Event()
+    real = h.master.run_status
+
+    def slow(run_id: int):
+        entered.set()
+        release.wait(10)
+        return real(run_id)
+
+    h.master.run_status = slow
+    try:
+        with grpc.insecure_channel(h.address) as channel:
+            stub = pb_grpc.ControlServiceStub(channel)
+            md = (("authorization", "Bearer test-admin-token"),)
+            if deadline:
+                with pytest.raises(grpc.RpcError) as exc:
+                    stub.GetRunStatus(pb.GetRunStatusRequest(run_id=1), metadata=md, timeout=0.5)
+                assert exc.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            else:
+                future = stub.GetRunStatus.future(pb.GetRunStatusRequest(run_id=1), metadata=md)
+                assert entered.wait(10)
+                future.cancel()
+        code = "DEADLINE_EXCEEDED" if deadline else "CANCELLED"
+        handled = f'aiperf_grpc_server_handled_total{{grpc_code="{code}",grpc_method="GetRunStatus",' \
+                  'grpc_service="aiperf.v1.ControlService"}'
+        for _ in range(100):  # the server learns of it after the client
+            metrics = scrape(h.metrics_port)
+            if handled in metrics:
+                break
+            time.sleep(0.05)
+        assert metrics.get(handled) == 1.0
+        assert not any('grpc_method="GetRunStatus"' in k and 'grpc_code="OK"' in k for k in metrics)
+    finally:
+        release.set()
