@@ -29,6 +29,7 @@ MODEL_UPDATE = (("mid", ModelRow.id), ("new_state", ModelRow.state),
                 ("new_started_at", ModelRow.started_at), ("new_trained", ModelRow.images_trained),
                 ("new_validated", ModelRow.images_validated), ("new_epochs", ModelRow.epochs),
                 ("new_best", ModelRow.best_accuracy))
+BEAT_UPDATE = (("wid", WorkerRow.id), ("beat", WorkerRow.last_heartbeat))  # and state = 'alive'
 
 DriverStatement = tuple[str, tuple[str, ...] | None]  # SQL text, parameter order when positional
 
@@ -77,15 +78,31 @@ class ProgressSql:
         """The SQL around the VALUES rows, and one row, built once."""
         self._insert_head = f"INSERT INTO {ProgressRow.__tablename__} ({', '.join(PROGRESS_COLUMNS)}) VALUES "
         self._insert_row = "(" + ", ".join([placeholder] * len(PROGRESS_COLUMNS)) + ")"
-        if sqlite:
-            self._update_row = "(" + ", ".join([placeholder] * len(MODEL_UPDATE)) + ")"
-        else:  # PostgreSQL types a VALUES list from its values; a column of NULLs would be text
-            self._update_row = "(" + ", ".join(f"CAST({placeholder} AS {col.type.compile(dialect=self._dialect)})"
-                                               for _, col in MODEL_UPDATE) + ")"
-        sets = ", ".join(f"{col.key} = v.column{i + 1}" for i, (_, col) in enumerate(MODEL_UPDATE) if i > 0)
-        self._update_head = f"UPDATE {ModelRow.__tablename__} SET {sets} FROM (VALUES "
-        self._update_tail = f") AS v WHERE {ModelRow.__tablename__}.id = v.column1"
+        self._update = self._update_from_values(ModelRow.__tablename__, MODEL_UPDATE, placeholder, sqlite)
         self._update_keys = tuple(name for name, _ in MODEL_UPDATE)
+        self._beats = self._update_from_values(WorkerRow.__tablename__, BEAT_UPDATE, placeholder, sqlite,
+                                               extra="state = 'alive'")
+
+    def _update_from_values(self, table: str, columns: tuple[tuple[str, Any], ...], placeholder: str,
+                            sqlite: bool, extra: str = "") -> tuple[str, str, str]:
+        """`UPDATE table SET ... FROM (VALUES <rows>) AS v WHERE table.id = v.column1`, as
+        (head, one row, tail): columns[0] is the key, the others are set from the row."""
+        if sqlite:
+            row = "(" + ", ".join([placeholder] * len(columns)) + ")"
+        else:  # PostgreSQL types a VALUES list from its values; a column of NULLs would be text
+            row = "(" + ", ".join(f"CAST({placeholder} AS {col.type.compile(dialect=self._dialect)})"
+                                  for _, col in columns) + ")"
+        sets = [f"{col.key} = v.column{i + 1}" for i, (_, col) in enumerate(columns) if i > 0]
+        head = f"UPDATE {table} SET {', '.join(sets + ([extra] if extra else []))} FROM (VALUES "
+        return head, row, f") AS v WHERE {table}.id = v.column1"
+
+    @staticmethod
+    def _execute_multirow(cursor: Any, sql: tuple[str, str, str], rows: Sequence[Sequence[Any]]) -> None:
+        """Run a multi-row statement (head, one row, tail) over rows, MULTIROW_CHUNK rows at a time."""
+        head, one, tail = sql
+        for k in range(0, len(rows), MULTIROW_CHUNK):
+            chunk = rows[k:k + MULTIROW_CHUNK]
+            cursor.execute(head + ", ".join([one] * len(chunk)) + tail, [v for r in chunk for v in r])
 
     def _driver_statement(self, stmt: Any) -> DriverStatement:
         """SQL text in the driver's own parameter style, and the parameter order when positional."""
@@ -100,19 +117,18 @@ class ProgressSql:
             _executemany(conn, [(*self._insert_progress, rows), (*self._update_model, updates)])
             return
         with _cursor(conn) as cursor:
-            for k in range(0, len(rows), MULTIROW_CHUNK):
-                chunk = rows[k:k + MULTIROW_CHUNK]
-                cursor.execute(self._insert_head + ", ".join([self._insert_row] * len(chunk)),
-                               [r[c] for r in chunk for c in PROGRESS_COLUMNS])
-            for k in range(0, len(updates), MULTIROW_CHUNK):
-                chunk = updates[k:k + MULTIROW_CHUNK]
-                cursor.execute(self._update_head + ", ".join([self._update_row] * len(chunk)) + self._update_tail,
-                               [u[c] for u in chunk for c in self._update_keys])
+            self._execute_multirow(cursor, (self._insert_head, self._insert_row, ""),
+                                   [[r[c] for c in PROGRESS_COLUMNS] for r in rows])
+            self._execute_multirow(cursor, self._update, [[u[c] for c in self._update_keys] for u in updates])
 
     def write_heartbeats(self, conn: Any, beats: list[tuple[int, float]]) -> None:
         """Last-heartbeat times (worker id, time); each worker becomes alive."""
-        # the literal state is bound as a parameter named after its column
-        _executemany(conn, [(*self._update_beat, [{"wid": wid, "beat": t, "state": "alive"} for wid, t in beats])])
+        if not self._multirow:  # the literal state is bound as a parameter named after its column
+            _executemany(conn, [(*self._update_beat, [{"wid": wid, "beat": t, "state": "alive"}
+                                                      for wid, t in beats])])
+            return
+        with _cursor(conn) as cursor:  # one statement: an executemany's per-row work holds the GIL
+            self._execute_multirow(cursor, self._beats, beats)
 
 
 def exact_sums(*columns: Any) -> list[Any]:
