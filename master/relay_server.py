@@ -49,6 +49,9 @@ class RelayContext:
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return self._metadata
 
+    def time_remaining(self) -> float | None:
+        return None  # the caller's deadline stays with the front end
+
     async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
         raise Refused(code, details)
 

@@ -132,3 +132,34 @@ def test_a_unary_call_the_caller_gives_up_on_is_counted_with_its_code(master_ser
         assert not any('grpc_method="GetRunStatus"' in k and 'grpc_code="OK"' in k for k in metrics)
     finally:
         release.set()
+
+
+def test_a_relayed_call_cancelled_in_flight_is_counted_cancelled():
+    """The master's end of the relay cancels its calls in flight when it closes; a relayed call
+    has no deadline of its own there, so it is counted CANCELLED (not an error of the count)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+    from types import SimpleNamespace
+
+    from master.metrics import MasterMetrics
+    from master.relay_server import RelayContext
+    from master.servicers import _unary
+
+    release = threading.Event()
+    servicer = SimpleNamespace(pool=ThreadPoolExecutor(1), m=SimpleNamespace(metrics=MasterMetrics()),
+                               SERVICE="aiperf.v1.ControlService")
+
+    async def main() -> None:
+        task = asyncio.ensure_future(_unary(servicer, "GetRunStatus", RelayContext(""), release.wait, 10))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(main())
+    finally:
+        release.set()
+        servicer.pool.shutdown()
+    labels = {"grpc_service": "aiperf.v1.ControlService", "grpc_method": "GetRunStatus", "grpc_code": "CANCELLED"}
+    assert servicer.m.metrics.registry.get_sample_value("aiperf_grpc_server_handled_total", labels) == 1.0
