@@ -289,8 +289,10 @@ class Fleet:
         # Freeze the fleet's objects (10,000 streams' worth) before the window: otherwise this
         # one process's full collections stall all its workers at once every ~10 s (0.3-0.5 s at
         # 10,000), which would be counted as the master's latency; real workers are processes
-        # of their own, each with a small heap.
-        loop.call_at(max(begin, measure_from - 1.0), _freeze_heap)
+        # of their own, each with a small heap. Once every stream is open (one heartbeat period),
+        # and long before the window where there is time: the freeze's own collection stalls the
+        # fleet too, and the burst of messages held back meanwhile takes the master a while.
+        loop.call_at(max(begin, min(begin + period_s + 1.0, measure_from - 1.0)), _freeze_heap)
 
         async def worker(i: int) -> None:
             wid, mid, _ = self.workers[i]
