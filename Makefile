@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
 .PHONY: install test demo protos bench clean
 
@@ -33,7 +34,11 @@ protos: $(STAMP)
 
 # Every benchmarks/*_bench.py with its short options (BENCH_ARGS=--full: their defaults;
 # BENCH_ARGS="--only idle,data"), then one table: figure, baseline, ratio, goal (docs/benchmarks.md).
-bench: $(STAMP)
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[worker,test,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(PY) benchmarks/summary.py --run --logs bench-logs $(BENCH_ARGS)
 
 clean:

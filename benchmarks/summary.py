@@ -42,6 +42,7 @@ SHORT_OPTIONS: dict[str, list[str]] = {
     "data_bench": ["--short"],
     "fuzz_bench": ["--quick"],
     "master_bench": ["--steps", "250,1000", "--window", "4"],
+    "optuna_bench": ["--window", "5"],
     "repeatability_bench": ["--repeats", "2", "--rounds", "2", "--modes", "deterministic"],
     "validation_bench": ["--calls", "2000"],
 }
@@ -74,6 +75,8 @@ GOALS: dict[str, Goal] = {
     "images_per_cpu_second": Goal(">=", 250, "plain_images_per_cpu_second"),
     "production_workers_held_sqlite": Goal(">=", 10_000),
     "production_workers_held_postgres": Goal(">=", 10_000),
+    "optuna_ratio_20": Goal(">=", 10.0, "", "writes/s vs Optuna's gRPC proxy"),
+    "optuna_ratio_100": Goal(">=", 10.0, "", "writes/s vs Optuna's gRPC proxy"),
     "unknown": Goal("==", 0, "", "UNKNOWN statuses"),
     "master_deaths": Goal("==", 0),
     "max_valid_forgery_ratio": Goal("<=", 1.0, "", "no lie gains"),
