@@ -227,8 +227,9 @@ class Fleet:
     """Simulated workers: each holds a Connect stream and sends its heartbeat
     and report on it (what the worker agent does)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, workers_per_channel: int = WORKERS_PER_CHANNEL) -> None:
         self.address = address
+        self.per_channel = workers_per_channel
         self.channels: list[grpc.aio.Channel] = []
         self.stubs: list[pb_grpc.WorkerServiceStub] = []
         self.md = (("authorization", f"Bearer {WORKER_TOKEN}"),)
@@ -237,10 +238,10 @@ class Fleet:
         self.seq: dict[int, int] = {}
 
     def stub(self, i: int) -> pb_grpc.WorkerServiceStub:
-        while len(self.stubs) <= i // WORKERS_PER_CHANNEL:
+        while len(self.stubs) <= i // self.per_channel:
             self.channels.append(grpc.aio.insecure_channel(self.address))
             self.stubs.append(pb_grpc.WorkerServiceStub(self.channels[-1]))
-        return self.stubs[i // WORKERS_PER_CHANNEL]
+        return self.stubs[i // self.per_channel]
 
     def worker_md(self, credential: str) -> tuple:
         """The metadata of a worker's calls after Register: the token and its own credential."""
@@ -264,7 +265,8 @@ class Fleet:
         start = len(self.workers)
         self.workers += await asyncio.gather(*(one(i) for i in range(start, n)))
 
-    async def _exchange(self, i: int, message: pb.WorkerMessage) -> pb.MasterMessage:
+    async def exchange(self, i: int, message: pb.WorkerMessage) -> pb.MasterMessage:
+        """Send one message on worker i's Connect stream (opened on first use) and await its reply."""
         call = self.streams.get(i)
         if call is None:
             call = self.streams[i] = self.stub(i).Connect(metadata=self.worker_md(self.workers[i][2]))
@@ -307,7 +309,7 @@ class Fleet:
                     stats.offered += reporting
                 try:
                     t = time.perf_counter()
-                    await self._exchange(i, pb.WorkerMessage(heartbeat=pb.HeartbeatRequest(worker_id=wid, model_id=mid)))
+                    await self.exchange(i, pb.WorkerMessage(heartbeat=pb.HeartbeatRequest(worker_id=wid, model_id=mid)))
                     hb = time.perf_counter() - t
                     stats.calls += 1
                     if measured and loop.time() <= end + 1.0:
@@ -320,7 +322,7 @@ class Fleet:
                                                    images_validated=0, epoch=1, worker_flops=32 * flops_per_image)
                         self.seq[mid] = seq
                         t = time.perf_counter()
-                        await self._exchange(i, pb.WorkerMessage(progress=report))
+                        await self.exchange(i, pb.WorkerMessage(progress=report))
                         rep = time.perf_counter() - t
                         stats.calls += 1
                         if measured and loop.time() <= end + 1.0:

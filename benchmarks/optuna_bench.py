@@ -6,8 +6,12 @@ stream; the master checks it, records it in SQLite (group commit) and answers.
 Optuna's: `set_trial_intermediate_value` (a trial's value at a step) through
 `GrpcStorageProxy` to `run_grpc_proxy_server` over its RDB storage on SQLite
 (`get_storage`, as Optuna's documentation advises). The same kind of record,
-the same database kind, each server in a process of its own with its defaults,
-the clients threads of this process, one gRPC channel each (a node each).
+the same database kind, each server in a process of its own with its defaults.
+The clients run in this process, each side with the cheapest client it offers,
+so that the server is what is measured: Optuna's proxy is synchronous (a thread
+per client, a channel each); ours are master_bench.py's simulated workers
+(asyncio, a Connect stream each). Each figure prints the clients' process CPU:
+near one core, the clients would be the limit.
 
     python benchmarks/optuna_bench.py [--clients 20,100] [--window 10] [--warmup 2]
 
@@ -21,19 +25,32 @@ About 2 minutes.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing as mp
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Awaitable, Callable, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.master_bench import ADMIN_TOKEN, WORKER_TOKEN, _free_port, _pct, _serve  # noqa: E402
+import grpc  # noqa: E402
+
+from aiperf.api import aiperf_pb2 as pb  # noqa: E402
+from aiperf.api import aiperf_pb2_grpc as pb_grpc  # noqa: E402
+from benchmarks.master_bench import ADMIN_TOKEN, Fleet, _free_port, _pct, _serve  # noqa: E402
 
 Write = Callable[[int], None]  # one closed-loop write (its step number), blocking until answered
+AsyncWrite = Callable[[int], Awaitable[object]]  # the same, awaited
+
+
+class Figures(NamedTuple):
+    rate: float  # writes answered per second in the window
+    p50: float  # latency, seconds
+    p99: float
+    client_cpu: float  # the clients' process, in cores: near 1, the clients may be the limit
 
 
 def _serve_optuna(db_url: str, port: int, ready: mp.Event) -> None:
@@ -71,27 +88,33 @@ def _optuna_clients(port: int, n: int) -> list[Write]:
     return writes
 
 
-def _our_clients(address: str, n: int) -> tuple[list[Write], list]:
-    from aiperf.api.client import Accelerator, ControlClient, WorkerClient
+async def _our_writes(address: str, n: int) -> tuple[list[AsyncWrite], Fleet]:
+    """n simulated workers (master_bench's fleet), each with a model in a running run."""
     from aiperf.resnet import resnet50
 
     graph = resnet50(input_size=32, channels=3, classes=10, width=0.25)
-    with ControlClient(address, ADMIN_TOKEN) as control:
-        control.start_run(3600, profile="smoke")
-    writes, clients = [], []
-    for i in range(n):
-        client = WorkerClient(address, WORKER_TOKEN)
-        wid = client.register(f"bench-{i}", f"bench-{i}", [Accelerator("sim", 1)], cpus=8).worker_id
-        mid = client.submit_model(wid, graph.to_json(), graph.hash(), 0, 1,
-                                  {"batch_size": 32, "kernel_size": 3}).model_id
-        clients.append(client)
-        writes.append(lambda step, c=client, w=wid, m=mid: c.report_progress(w, m, step, 0, 0, 1, 0, 0.5))
-    return writes, clients
+    async with grpc.aio.insecure_channel(address) as channel:
+        await pb_grpc.ControlServiceStub(channel).StartRun(
+            pb.StartRunRequest(duration_s=3600, profile=pb.PROFILE_SMOKE),
+            metadata=(("authorization", f"Bearer {ADMIN_TOKEN}"),), timeout=30)
+    fleet = Fleet(address, workers_per_channel=1)  # a connection each, as Optuna's clients
+    await fleet.grow(n, graph.to_json(), graph.hash())
+
+    def write(i: int) -> AsyncWrite:
+        wid, mid, _ = fleet.workers[i]
+        return lambda step: fleet.exchange(i, pb.WorkerMessage(progress=pb.ProgressReport(
+            worker_id=wid, model_id=mid, seq=step, epoch=1, has_accuracy=True, val_accuracy=0.5)))
+    return [write(i) for i in range(n)], fleet
 
 
-def closed_loop(writes: list[Write], warmup_s: float, window_s: float) -> tuple[float, float, float]:
-    """Every client writing as fast as it is answered: (writes/s, p50 s, p99 s) over the window."""
-    start = time.perf_counter()
+def _summary(latencies: list[list[float]], window_s: float, cpu_s: float, wall_s: float) -> Figures:
+    every = [x for lat in latencies for x in lat]
+    return Figures(len(every) / window_s, _pct(every, 0.50), _pct(every, 0.99), cpu_s / wall_s)
+
+
+def closed_loop(writes: list[Write], warmup_s: float, window_s: float) -> Figures:
+    """Every client (a thread) writing as fast as it is answered; figures over the window."""
+    cpu0, start = time.process_time(), time.perf_counter()
     measure_from, end = start + warmup_s, start + warmup_s + window_s
     latencies: list[list[float]] = [[] for _ in writes]
     errors: list[BaseException] = []
@@ -114,24 +137,70 @@ def closed_loop(writes: list[Write], warmup_s: float, window_s: float) -> tuple[
         t.join()
     if errors:
         raise RuntimeError(f"{len(errors)} clients failed; the first: {errors[0]!r}")
-    every = [x for lat in latencies for x in lat]
-    return len(every) / window_s, _pct(every, 0.50), _pct(every, 0.99)
+    return _summary(latencies, window_s, time.process_time() - cpu0, time.perf_counter() - start)
 
 
-def _measure(name: str, target: Callable, args: tuple, ready: mp.Event, make: Callable[[], list[Write]],
-             warmup_s: float, window_s: float) -> tuple[float, float, float]:
-    """Start a server process (target(*args) sets `ready`), make its clients, run the closed loop."""
+async def closed_loop_async(writes: list[AsyncWrite], warmup_s: float, window_s: float) -> Figures:
+    """As `closed_loop`, each client a coroutine."""
+    cpu0, start = time.process_time(), time.perf_counter()
+    measure_from, end = start + warmup_s, start + warmup_s + window_s
+    latencies: list[list[float]] = [[] for _ in writes]
+
+    async def client(k: int) -> None:
+        step = 0
+        while (t := time.perf_counter()) < end:
+            step += 1
+            await writes[k](step)
+            if t >= measure_from:
+                latencies[k].append(time.perf_counter() - t)
+
+    outcomes = await asyncio.gather(*(client(k) for k in range(len(writes))), return_exceptions=True)
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    if errors:
+        raise RuntimeError(f"{len(errors)} clients failed; the first: {errors[0]!r}")
+    return _summary(latencies, window_s, time.process_time() - cpu0, time.perf_counter() - start)
+
+
+def _server(target: Callable, args: tuple, ready: mp.Event) -> mp.Process:
+    """A server process (target(*args) sets `ready` once it listens)."""
     proc = mp.get_context("spawn").Process(target=target, args=args, daemon=True)
     proc.start()
-    try:
-        if not ready.wait(60):
-            raise RuntimeError(f"{name}: the server did not start")
-        rate, p50, p99 = closed_loop(make(), warmup_s, window_s)
-    finally:
+    if not ready.wait(60):
         proc.kill()
-        proc.join(10)
-    print(f"  {name:6s} {rate:8.0f} writes/s  p50 {p50 * 1e3:7.2f} ms  p99 {p99 * 1e3:7.2f} ms", flush=True)
-    return rate, p50, p99
+        raise RuntimeError(f"{target.__name__}: the server did not start")
+    return proc
+
+
+def _print(name: str, f: Figures) -> None:
+    print(f"  {name:6s} {f.rate:8.0f} writes/s  p50 {f.p50 * 1e3:7.2f} ms  p99 {f.p99 * 1e3:7.2f} ms  "
+          f"(clients' process: {f.client_cpu:.2f} of a core)", flush=True)
+
+
+def compare(n: int, warmup_s: float, window_s: float) -> tuple[Figures, Figures]:
+    """The master's figures and Optuna's with n clients, SQLite behind both."""
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory() as d:
+        port, ready = _free_port(), ctx.Event()
+        proc = _server(_serve, (f"sqlite:///{d}/master.db", port, d, ready, ctx.Event(), 64, 0), ready)
+        try:
+            async def ours() -> Figures:
+                writes, fleet = await _our_writes(f"127.0.0.1:{port}", n)
+                try:
+                    return await closed_loop_async(writes, warmup_s, window_s)
+                finally:
+                    await fleet.close()
+            master = asyncio.run(ours())
+        finally:
+            proc.kill()
+        _print("master", master)
+        port, ready = _free_port(), ctx.Event()
+        proc = _server(_serve_optuna, (f"sqlite:///{d}/optuna.db", port, ready), ready)
+        try:
+            optuna = closed_loop(_optuna_clients(port, n), warmup_s, window_s)
+        finally:
+            proc.kill()
+        _print("optuna", optuna)
+    return master, optuna
 
 
 def main() -> int:
@@ -145,27 +214,11 @@ def main() -> int:
     except ImportError:
         print("SKIP optuna>=4.2 is not installed (pip install 'optuna>=4.2'; `make bench` installs it)")
         return 2  # as validation_bench.py: not measured
-    ctx = mp.get_context("spawn")
     results = []
     for n in [int(x) for x in args.clients.split(",") if x]:
         print(f"N={n} clients, closed loop, SQLite behind both:", flush=True)
-        with tempfile.TemporaryDirectory() as d:
-            port, ready = _free_port(), ctx.Event()
-            kept: list = []
-
-            def ours(port: int = port) -> list[Write]:
-                writes, clients = _our_clients(f"127.0.0.1:{port}", n)
-                kept.extend(clients)  # closed after the measurement
-                return writes
-
-            master = _measure("master", _serve, (f"sqlite:///{d}/master.db", port, d, ready, ctx.Event(), 64, 0),
-                              ready, ours, args.warmup, args.window)
-            for c in kept:
-                c.close()
-            port, ready = _free_port(), ctx.Event()
-            optuna = _measure("optuna", _serve_optuna, (f"sqlite:///{d}/optuna.db", port, ready), ready,
-                              lambda port=port: _optuna_clients(port, n), args.warmup, args.window)
-        ratio, p99_ratio = master[0] / optuna[0], optuna[2] / master[2]
+        master, optuna = compare(n, args.warmup, args.window)
+        ratio, p99_ratio = master.rate / optuna.rate, optuna.p99 / master.p99
         print(f"  ratio: {ratio:.1f}x the writes/s, Optuna's p99 {p99_ratio:.1f}x ours", flush=True)
         results.append((n, ratio, p99_ratio))
     for n, ratio, p99_ratio in results:
