@@ -10,8 +10,9 @@ the same database kind, each server in a process of its own with its defaults.
 The clients run in this process, each side with the cheapest client it offers,
 so that the server is what is measured: Optuna's proxy is synchronous (a thread
 per client, a channel each); ours are master_bench.py's simulated workers
-(asyncio, a Connect stream each). Each figure prints the clients' process CPU:
-near one core, the clients would be the limit.
+(asyncio, a Connect stream each). Each figure prints the cores the server and
+the clients used: a server near one core is the limit (one interpreter); the
+clients near one core would be.
 
     python benchmarks/optuna_bench.py [--clients 20,100] [--window 10] [--warmup 2]
 
@@ -40,7 +41,7 @@ import grpc  # noqa: E402
 
 from aiperf.api import aiperf_pb2 as pb  # noqa: E402
 from aiperf.api import aiperf_pb2_grpc as pb_grpc  # noqa: E402
-from benchmarks.master_bench import ADMIN_TOKEN, Fleet, _free_port, _pct, _serve  # noqa: E402
+from benchmarks.master_bench import ADMIN_TOKEN, Fleet, _cpu_s, _free_port, _pct, _serve  # noqa: E402
 
 Write = Callable[[int], None]  # one closed-loop write (its step number), blocking until answered
 AsyncWrite = Callable[[int], Awaitable[object]]  # the same, awaited
@@ -51,6 +52,7 @@ class Figures(NamedTuple):
     p50: float  # latency, seconds
     p99: float
     client_cpu: float  # the clients' process, in cores: near 1, the clients may be the limit
+    server_cpu: float = float("nan")  # the server's process, in cores (filled in by `compare`)
 
 
 def _serve_optuna(db_url: str, port: int, ready: mp.Event) -> None:
@@ -173,7 +175,14 @@ def _server(target: Callable, args: tuple, ready: mp.Event) -> mp.Process:
 
 def _print(name: str, f: Figures) -> None:
     print(f"  {name:6s} {f.rate:8.0f} writes/s  p50 {f.p50 * 1e3:7.2f} ms  p99 {f.p99 * 1e3:7.2f} ms  "
-          f"(clients' process: {f.client_cpu:.2f} of a core)", flush=True)
+          f"(cores used: server {f.server_cpu:.2f}, clients {f.client_cpu:.2f})", flush=True)
+
+
+def _with_server_cpu(pid: int, run: Callable[[], Figures]) -> Figures:
+    """run()'s figures with the server process's CPU over it, in cores."""
+    cpu0, t0 = _cpu_s(pid), time.perf_counter()
+    figures = run()
+    return figures._replace(server_cpu=(_cpu_s(pid) - cpu0) / (time.perf_counter() - t0))
 
 
 def compare(n: int, warmup_s: float, window_s: float) -> tuple[Figures, Figures]:
@@ -189,14 +198,15 @@ def compare(n: int, warmup_s: float, window_s: float) -> tuple[Figures, Figures]
                     return await closed_loop_async(writes, warmup_s, window_s)
                 finally:
                     await fleet.close()
-            master = asyncio.run(ours())
+            master = _with_server_cpu(proc.pid, lambda: asyncio.run(ours()))
         finally:
             proc.kill()
         _print("master", master)
         port, ready = _free_port(), ctx.Event()
         proc = _server(_serve_optuna, (f"sqlite:///{d}/optuna.db", port, ready), ready)
         try:
-            optuna = closed_loop(_optuna_clients(port, n), warmup_s, window_s)
+            writes = _optuna_clients(port, n)
+            optuna = _with_server_cpu(proc.pid, lambda: closed_loop(writes, warmup_s, window_s))
         finally:
             proc.kill()
         _print("optuna", optuna)
