@@ -27,7 +27,7 @@ def test_every_client_keeps_one_write_in_flight_and_only_the_window_is_counted()
                 in_flight[0] -= 1
         return write
 
-    rate, p50, p99, client_cpu = closed_loop([make(k) for k in range(4)], warmup_s=0.1, window_s=0.4)
+    rate, p50, p99, client_cpu, _ = closed_loop([make(k) for k in range(4)], warmup_s=0.1, window_s=0.4)
     assert most[0] <= 4  # closed loop: never more than one write per client
     assert all(s == list(range(1, len(s) + 1)) for s in steps.values())  # each client's steps in order
     assert p50 >= 0.01 and p99 >= p50
@@ -55,7 +55,7 @@ def test_the_async_loop_counts_alike_and_fails_alike():
     async def bad(step: int) -> None:
         raise ConnectionError("stream ended")
 
-    rate, p50, p99, _ = asyncio.run(closed_loop_async([ok, ok, ok], warmup_s=0.05, window_s=0.3))
+    rate, p50, p99, _, _ = asyncio.run(closed_loop_async([ok, ok, ok], warmup_s=0.05, window_s=0.3))
     assert 3 / 0.3 <= rate <= 3 * 100 * 1.05 and 0.01 <= p50 <= p99
     with pytest.raises(RuntimeError, match="1 clients failed.*stream ended"):
         asyncio.run(closed_loop_async([bad, ok], warmup_s=0.0, window_s=0.1))
