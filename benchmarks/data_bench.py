@@ -12,13 +12,12 @@ which TensorFlow's CPU kernels make cost about a third of an image's CPU
 time where the worker's pipeline uses constants of the image's shape; the
 same shuffle buffer, epochs repeated whole) are timed in alternation in this
 process, --rounds times each, on the same files, which of the two goes first
-alternating from round to round. The
-figure is images per CPU-second of the whole process (every tf.data thread
-counted), the median over rounds; the ratio is the median of the rounds'
-ratios (ours / plain within a round), printed with their spread. Each
-measurement begins after --warmup batches and the next one only once the
-process is idle again (a pipeline's threads outlive its iterator for a while,
-and their CPU would be counted against the next one).
+alternating from round to round. The figure is images per CPU-second of the
+whole process (every tf.data thread counted), the median over rounds; the
+ratio is the median of the rounds' ratios (ours / plain within a round),
+printed with their spread. Each measurement begins after --warmup batches and
+the next one only once the process is idle again (a pipeline's threads outlive
+its iterator for a while, and their CPU would be counted against the next one).
 
     RESULT data_ratio_vs_plain=<ours / plain, worst source> images_per_cpu_second=<ours, worst source>
            plain_images_per_cpu_second=<plain, same source>

@@ -206,6 +206,14 @@ def _cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
                if cpu == cpu and before.get(p, 0.0) == before.get(p, 0.0))  # nan: unreadable
 
 
+def default_max_workers() -> int:
+    """The master's own default number of gRPC/database threads (`serve`'s max_workers)."""
+    import inspect
+
+    from master.server import serve
+    return int(inspect.signature(serve).parameters["max_workers"].default)
+
+
 def _freeze_heap() -> None:
     """Collect once, then keep everything alive now out of later collections."""
     gc.collect()
@@ -522,10 +530,7 @@ def main() -> int:
                              "(`aiperf master serve --frontends N`), right after the master serving gRPC itself")
     args = parser.parse_args()
     if args.max_workers is None:
-        import inspect
-
-        from master.server import serve
-        args.max_workers = int(inspect.signature(serve).parameters["max_workers"].default)
+        args.max_workers = default_max_workers()
     steps = [Step(int(x)) for x in args.steps.split(",") if x]
     if args.production:
         ns, heartbeat_s, report_s = args.production.split(":")
@@ -553,7 +558,7 @@ def main() -> int:
     if args.frontends:
         _compare_frontends(results, args.frontends)
     if "noop" in results:
-        production = not any(not s.production for s in steps)  # compare what was run
+        production = all(s.production for s in steps)  # compare what was run
         base = _largest_held(results["noop"], production)
         for name, rows in results.items():
             if name != "noop":

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import socket
 import sys
 import tempfile
 import threading
@@ -41,7 +42,8 @@ import grpc  # noqa: E402
 
 from aiperf.api import aiperf_pb2 as pb  # noqa: E402
 from aiperf.api import aiperf_pb2_grpc as pb_grpc  # noqa: E402
-from benchmarks.master_bench import ADMIN_TOKEN, Fleet, _cpu_s, _free_port, _pct, _serve  # noqa: E402
+from benchmarks.master_bench import (  # noqa: E402
+    ADMIN_TOKEN, Fleet, _cpu_s, _free_port, _pct, _serve, default_max_workers)
 
 Write = Callable[[int], None]  # one closed-loop write (its step number), blocking until answered
 AsyncWrite = Callable[[int], Awaitable[object]]  # the same, awaited
@@ -60,8 +62,21 @@ def _serve_optuna(db_url: str, port: int, ready: mp.Event) -> None:
 
     _quiet_optuna()
     storage = get_storage(db_url)
-    threading.Timer(1.0, ready.set).start()  # run_grpc_proxy_server blocks; it listens within a second
+    # run_grpc_proxy_server blocks: a thread says ready once the port takes connections
+    threading.Thread(target=_set_when_listening, args=(port, ready), daemon=True).start()
     run_grpc_proxy_server(storage, host="127.0.0.1", port=port)
+
+
+def _set_when_listening(port: int, ready: mp.Event, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+        except OSError:
+            time.sleep(0.05)
+            continue
+        ready.set()
+        return
 
 
 def _quiet_optuna() -> None:
@@ -77,8 +92,6 @@ def _quiet_optuna() -> None:
 def _optuna_clients(port: int, n: int) -> list[Write]:
     from optuna.storages import GrpcStorageProxy
     from optuna.study import StudyDirection
-
-    _quiet_optuna()
 
     first = GrpcStorageProxy(host="127.0.0.1", port=port)
     study_id = first.create_new_study([StudyDirection.MAXIMIZE], "bench")
@@ -109,26 +122,40 @@ async def _our_writes(address: str, n: int) -> tuple[list[AsyncWrite], Fleet]:
     return [write(i) for i in range(n)], fleet
 
 
-def _summary(latencies: list[list[float]], window_s: float, cpu_s: float, wall_s: float) -> Figures:
-    every = [x for lat in latencies for x in lat]
-    return Figures(len(every) / window_s, _pct(every, 0.50), _pct(every, 0.99), cpu_s / wall_s)
+class _Window:
+    """One closed-loop measurement: when it is measured, each client's latencies, the figures."""
+
+    def __init__(self, clients: int, warmup_s: float, window_s: float) -> None:
+        self.cpu0, self.start = time.process_time(), time.perf_counter()
+        self.measure_from, self.end = self.start + warmup_s, self.start + warmup_s + window_s
+        self.window_s = window_s
+        self.latencies: list[list[float]] = [[] for _ in range(clients)]
+
+    def record(self, k: int, sent: float) -> None:
+        """Client k's write sent at `sent` is answered now (counted when sent in the window)."""
+        if sent >= self.measure_from:
+            self.latencies[k].append(time.perf_counter() - sent)
+
+    def figures(self, errors: list[BaseException]) -> Figures:
+        if errors:
+            raise RuntimeError(f"{len(errors)} clients failed; the first: {errors[0]!r}")
+        every = [x for lat in self.latencies for x in lat]
+        cpu = (time.process_time() - self.cpu0) / (time.perf_counter() - self.start)
+        return Figures(len(every) / self.window_s, _pct(every, 0.50), _pct(every, 0.99), cpu)
 
 
 def closed_loop(writes: list[Write], warmup_s: float, window_s: float) -> Figures:
     """Every client (a thread) writing as fast as it is answered; figures over the window."""
-    cpu0, start = time.process_time(), time.perf_counter()
-    measure_from, end = start + warmup_s, start + warmup_s + window_s
-    latencies: list[list[float]] = [[] for _ in writes]
+    w = _Window(len(writes), warmup_s, window_s)
     errors: list[BaseException] = []
 
     def client(k: int) -> None:
         step = 0
         try:
-            while (t := time.perf_counter()) < end:
+            while (t := time.perf_counter()) < w.end:
                 step += 1
                 writes[k](step)
-                if t >= measure_from:
-                    latencies[k].append(time.perf_counter() - t)
+                w.record(k, t)
         except BaseException as exc:  # noqa: BLE001 - reported after the window
             errors.append(exc)
 
@@ -137,30 +164,22 @@ def closed_loop(writes: list[Write], warmup_s: float, window_s: float) -> Figure
         t.start()
     for t in threads:
         t.join()
-    if errors:
-        raise RuntimeError(f"{len(errors)} clients failed; the first: {errors[0]!r}")
-    return _summary(latencies, window_s, time.process_time() - cpu0, time.perf_counter() - start)
+    return w.figures(errors)
 
 
 async def closed_loop_async(writes: list[AsyncWrite], warmup_s: float, window_s: float) -> Figures:
     """As `closed_loop`, each client a coroutine."""
-    cpu0, start = time.process_time(), time.perf_counter()
-    measure_from, end = start + warmup_s, start + warmup_s + window_s
-    latencies: list[list[float]] = [[] for _ in writes]
+    w = _Window(len(writes), warmup_s, window_s)
 
     async def client(k: int) -> None:
         step = 0
-        while (t := time.perf_counter()) < end:
+        while (t := time.perf_counter()) < w.end:
             step += 1
             await writes[k](step)
-            if t >= measure_from:
-                latencies[k].append(time.perf_counter() - t)
+            w.record(k, t)
 
     outcomes = await asyncio.gather(*(client(k) for k in range(len(writes))), return_exceptions=True)
-    errors = [o for o in outcomes if isinstance(o, BaseException)]
-    if errors:
-        raise RuntimeError(f"{len(errors)} clients failed; the first: {errors[0]!r}")
-    return _summary(latencies, window_s, time.process_time() - cpu0, time.perf_counter() - start)
+    return w.figures([o for o in outcomes if isinstance(o, BaseException)])
 
 
 def _server(target: Callable, args: tuple, ready: mp.Event) -> mp.Process:
@@ -190,7 +209,8 @@ def compare(n: int, warmup_s: float, window_s: float) -> tuple[Figures, Figures]
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as d:
         port, ready = _free_port(), ctx.Event()
-        proc = _server(_serve, (f"sqlite:///{d}/master.db", port, d, ready, ctx.Event(), 64, 0), ready)
+        proc = _server(_serve, (f"sqlite:///{d}/master.db", port, d, ready, ctx.Event(), default_max_workers(), 0),
+                       ready)
         try:
             async def ours() -> Figures:
                 writes, fleet = await _our_writes(f"127.0.0.1:{port}", n)
@@ -224,6 +244,7 @@ def main() -> int:
     except ImportError:
         print("SKIP optuna>=4.2 is not installed (pip install 'optuna>=4.2'; `make bench` installs it)")
         return 2  # as validation_bench.py: not measured
+    _quiet_optuna()  # its clients here; its server quiets itself
     results = []
     for n in [int(x) for x in args.clients.split(",") if x]:
         print(f"N={n} clients, closed loop, SQLite behind both:", flush=True)
