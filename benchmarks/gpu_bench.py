@@ -1,0 +1,248 @@
+"""The GPU path on one accelerator: GEMM rate per compute type, ResNet-50 training images/s (issue 16).
+
+For each compute type, the dense n×n GEMM rate against the accelerator's
+datasheet figure (`aiperf.peaks.check_peak`, the check the master applies to a
+worker's peak). Then ResNet-50 at --size (224: the official shape) training on
+one batch held on the device, through the project's path (`aiperf.resnet`
+graph → `aiperf.keras_builder.build_model`) and through
+`keras.applications.ResNet50(weights=None)`, in each precision of --precisions
+(the Keras dtype policy of `aiperf.precision`), SGD with momentum as the
+workers train, XLA on and off where the backend has the choice: the best of
+--windows windows of at least --seconds each after two untimed steps (compile).
+Efficiency = the graph's analytic training FLOPs per image (`aiperf.flops`)
+× images/s / the GEMM rate of the precision's compute type. While the windows
+run, the worker's own NVML sampler (`worker.monitor`) reads the accelerator's
+utilisation and memory.
+
+It runs on the Keras backend in use (KERAS_BACKEND): TensorFlow, the workers'
+backend, or JAX, where TensorFlow is not installed (the lent device image has
+JAX and no TensorFlow; JAX always compiles with XLA, so only "xla on" exists
+there). Each configuration's figures are appended to --out (JSON lines) as soon
+as they are measured, so a run cut short keeps what it measured, and no new
+configuration starts after --budget-s seconds.
+
+    RESULT gemm_tflops_<type>=... path_ratio_<precision>[_xla|_noxla]=<ours / keras.applications>
+           images_per_s_<precision>[_xla|_noxla]=<ours> efficiency_<precision>[...]=<0..1> gpu_util_mean=<%>
+
+Goals (issue 16): path ratio >= 0.95 in every precision; GPU utilisation >= 90%
+during training steps; mixed-precision efficiency >= 0.30 of the measured fp16
+GEMM rate.
+
+Usage: python benchmarks/gpu_bench.py [--batch 256] [--precisions mixed_bf16,mixed_fp16,fp32]
+       [--xla on,off] [--size 224] [--width 1.0] [--classes 1000] [--out results.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from aiperf.flops import count_flops  # noqa: E402
+from aiperf.keras_builder import build_model  # noqa: E402
+from aiperf.peaks import check_peak  # noqa: E402
+from aiperf.precision import get_precision  # noqa: E402
+from aiperf.resnet import resnet50  # noqa: E402
+from worker import monitor  # noqa: E402
+
+# Compute types measured: the workers' three, plus float32 with TF32 forbidden
+# (the frameworks run float32 products on TF32 tensor cores by default on Ampere and later).
+GEMM_TYPES = ("float32", "float32_strict", "float16", "bfloat16")
+SAMPLE_S = 0.5  # NVML sampling interval during the timed windows
+
+
+def backend() -> str:
+    import keras
+
+    return keras.backend.backend()
+
+
+def accelerator_name() -> str:
+    found = monitor.accelerators()
+    return found[0].name if found else "CPU"
+
+
+def gemm_rate(dtype: str, n: int, seconds: float) -> float:
+    """Operations per second of n×n products of `dtype` on the first device (2n³ each)."""
+    make, run = (_jax_gemm if backend() == "jax" else _tf_gemm)(dtype, n)
+    a, b = make()
+    run(a, b, 1)  # compile, select kernels, allocate
+    k = 1
+    while (elapsed := run(a, b, k)) < seconds / 4:
+        k *= 2
+    k = max(1, int(k * seconds / elapsed))
+    return max(2.0 * n ** 3 * k / run(a, b, k) for _ in range(3))
+
+
+def _jax_gemm(dtype: str, n: int) -> tuple[Callable, Callable]:
+    import jax
+    import jax.numpy as jnp
+
+    strict = dtype == "float32_strict"
+    dt = {"float32": jnp.float32, "float32_strict": jnp.float32, "float16": jnp.float16,
+          "bfloat16": jnp.bfloat16}[dtype]
+    precision = jax.lax.Precision.HIGHEST if strict else jax.lax.Precision.DEFAULT
+    product = jax.jit(lambda a, b: jnp.matmul(a, b, precision=precision))
+
+    def make() -> tuple[Any, Any]:
+        ka, kb = jax.random.split(jax.random.PRNGKey(0))
+        return (jax.random.uniform(ka, (n, n), jnp.float32, -1, 1).astype(dt),
+                jax.random.uniform(kb, (n, n), jnp.float32, -1, 1).astype(dt))
+
+    def run(a: Any, b: Any, k: int) -> float:
+        start = time.perf_counter()
+        for _ in range(k):
+            c = product(a, b)
+        c.block_until_ready()  # the products run in order on the device
+        return time.perf_counter() - start
+
+    return make, run
+
+
+def _tf_gemm(dtype: str, n: int) -> tuple[Callable, Callable]:
+    import tensorflow as tf
+
+    dt = tf.float32 if dtype.startswith("float32") else getattr(tf, dtype)
+    device = "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
+
+    def make() -> tuple[Any, Any]:
+        tf.config.experimental.enable_tensor_float_32_execution(dtype != "float32_strict")
+        with tf.device(device):
+            return tuple(tf.cast(tf.random.stateless_uniform((n, n), seed=(s, 1), minval=-1.0, maxval=1.0), dt)
+                         for s in (1, 2))
+
+    def run(a: Any, b: Any, k: int) -> float:
+        start = time.perf_counter()
+        with tf.device(device):
+            for _ in range(k):
+                c = tf.linalg.matmul(a, b)
+        c[0, 0].numpy()
+        return time.perf_counter() - start
+
+    return make, run
+
+
+def model_builders(size: int, classes: int, width: float) -> dict[str, Callable[[], Any]]:
+    """The two ResNet-50s: ours (graph → Keras) and keras.applications'."""
+    import keras
+
+    graph = resnet50(input_size=size, classes=classes, width=width)
+    builders = {"aiperf": lambda: build_model(graph, seed=0)}
+    if width == 1.0:
+        builders["keras"] = lambda: keras.applications.ResNet50(weights=None, input_shape=(size, size, 3),
+                                                                classes=classes)
+    return builders
+
+
+def train_rate(build: Callable[[], Any], precision: str, batch: int, size: int, classes: int, xla: bool,
+               seconds: float, windows: int) -> tuple[float, list[float]]:
+    """Best images/s over the timed windows, and the accelerator utilisation samples taken in them."""
+    import keras
+    import numpy as np
+
+    keras.utils.clear_session()
+    keras.config.set_dtype_policy(get_precision(precision).keras_policy)
+    try:
+        model = build()
+        model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+                      loss="sparse_categorical_crossentropy", jit_compile=xla)
+        rng = np.random.default_rng(0)
+        x = keras.ops.convert_to_tensor(rng.standard_normal((batch, size, size, 3), dtype=np.float32))
+        y = keras.ops.convert_to_tensor(rng.integers(0, classes, batch).astype("int32"))
+        for _ in range(2):
+            model.train_on_batch(x, y)  # tracing, compilation, first-step allocation
+        util: list[float] = []
+        best = 0.0
+        with monitor.Monitor(SAMPLE_S, lambda s: util.extend(a.utilization_percent for a in s.accelerators)):
+            for _ in range(windows):
+                steps, start = 0, time.perf_counter()
+                while steps < 3 or time.perf_counter() - start < seconds:
+                    model.train_on_batch(x, y)  # returns the loss as a number: waits for the step
+                    steps += 1
+                best = max(best, steps * batch / (time.perf_counter() - start))
+        return best, util
+    finally:
+        keras.config.set_dtype_policy("float32")
+        keras.utils.clear_session()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--width", type=float, default=1.0, help="conv width multiplier (below 1: ours only)")
+    p.add_argument("--classes", type=int, default=1000)
+    p.add_argument("--precisions", default="mixed_bf16,mixed_fp16,fp32")
+    p.add_argument("--xla", default="on,off", help="on, off or both (JAX: on only)")
+    p.add_argument("--gemm-n", type=int, default=8192)
+    p.add_argument("--gemm-types", default=",".join(GEMM_TYPES))
+    p.add_argument("--seconds", type=float, default=2.0, help="length of a timed window")
+    p.add_argument("--windows", type=int, default=3)
+    p.add_argument("--budget-s", type=float, default=float("inf"), help="start no configuration after this")
+    p.add_argument("--out", type=Path, help="append each measurement here as a JSON line")
+    args = p.parse_args(argv)
+    started = time.monotonic()
+    name = accelerator_name()
+    xla_modes = [m == "on" for m in args.xla.split(",") if m] if backend() != "jax" else [True]
+    print(f"backend={backend()} accelerator={name!r} batch={args.batch} size={args.size}", flush=True)
+
+    def record(entry: dict[str, Any]) -> None:
+        if args.out:
+            with args.out.open("a") as f:
+                f.write(json.dumps({"accelerator": name, "backend": backend(), **entry}) + "\n")
+
+    rates: dict[str, float] = {}
+    results: list[str] = []
+    for dtype in [t for t in args.gemm_types.split(",") if t]:
+        rate = gemm_rate(dtype, args.gemm_n, args.seconds / 4)
+        rates[dtype] = rate
+        check = check_peak(name, dtype.removesuffix("_strict"), rate) if name != "CPU" else None
+        sheet = f"{check.datasheet_flops / 1e12:8.1f}" if check and check.datasheet_flops else "       -"
+        print(f"gemm {dtype:15s} {rate / 1e12:8.2f} TFLOPS  datasheet {sheet}  "
+              f"{check.verdict if check else 'CPU: no datasheet'}", flush=True)
+        record({"gemm": dtype, "n": args.gemm_n, "flops": rate, "check": check.to_dict() if check else None})
+        results.append(f"gemm_tflops_{dtype}={rate / 1e12:.2f}")
+
+    train_flops = count_flops(resnet50(input_size=args.size, classes=args.classes, width=args.width)).train
+    util_all: list[float] = []
+    for precision in [q for q in args.precisions.split(",") if q]:
+        for xla in xla_modes:
+            if time.monotonic() - started > args.budget_s:
+                print(f"budget: {precision} xla={xla} not started", flush=True)
+                continue
+            tag = precision + ("" if len(xla_modes) == 1 else "_xla" if xla else "_noxla")
+            got: dict[str, float] = {}
+            for path, build in model_builders(args.size, args.classes, args.width).items():
+                t0 = time.monotonic()
+                got[path], util = train_rate(build, precision, args.batch, args.size, args.classes, xla,
+                                             args.seconds, args.windows)
+                util_all += util
+                mean_util = statistics.fmean(util) if util else None
+                print(f"train {tag:18s} {path:7s} {got[path]:9.1f} images/s  gpu util "
+                      f"{'-' if mean_util is None else f'{mean_util:.0f}%'}  ({time.monotonic() - t0:.0f} s)",
+                      flush=True)
+                record({"train": path, "precision": precision, "xla": xla, "batch": args.batch,
+                        "size": args.size, "images_per_s": got[path], "gpu_util": util})
+            gemm = rates.get(get_precision(precision).gemm_dtype or "")
+            efficiency = train_flops * got["aiperf"] / gemm if gemm else None
+            results.append(f"images_per_s_{tag}={got['aiperf']:.1f}")
+            if "keras" in got:
+                results.append(f"path_ratio_{tag}={got['aiperf'] / got['keras']:.3f}")
+            if efficiency is not None:
+                results.append(f"efficiency_{tag}={efficiency:.3f}")
+    print(f"training FLOPs per image (analytic): {train_flops:.4g}")
+    if util_all:
+        results.append(f"gpu_util_mean={statistics.fmean(util_all):.1f}")
+    print("RESULT " + " ".join(results))
+
+
+if __name__ == "__main__":
+    main()
