@@ -28,7 +28,9 @@ Goals (issue 16): path ratio >= 0.95 in every precision; GPU utilisation >= 90%
 during training steps; mixed-precision efficiency >= 0.30 of the measured fp16
 GEMM rate.
 
-Usage: python benchmarks/gpu_bench.py [--batch 256] [--precisions mixed_bf16,mixed_fp16,fp32]
+Without an accelerator (NVML sees none) it prints SKIP and exits 2, unless --allow-cpu.
+
+Usage: python benchmarks/gpu_bench.py [--batch 256] [--loop async|sync] [--precisions mixed_bf16,mixed_fp16,fp32]
        [--xla on,off] [--size 224] [--width 1.0] [--classes 1000] [--out results.jsonl]
 """
 
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -143,8 +146,9 @@ def model_builders(size: int, classes: int, width: float) -> dict[str, Callable[
 
 
 def train_rate(build: Callable[[], Any], precision: str, batch: int, size: int, classes: int, xla: bool,
-               seconds: float, windows: int) -> tuple[float, list[float]]:
-    """Best images/s over the timed windows, and the accelerator utilisation samples taken in them."""
+               seconds: float, windows: int, loop: str) -> tuple[float, list[float], int]:
+    """Best images/s over the timed windows; the accelerator utilisation samples taken in them and
+    the most accelerator memory in use."""
     import keras
     import numpy as np
 
@@ -157,24 +161,48 @@ def train_rate(build: Callable[[], Any], precision: str, batch: int, size: int, 
         rng = np.random.default_rng(0)
         x = keras.ops.convert_to_tensor(rng.standard_normal((batch, size, size, 3), dtype=np.float32))
         y = keras.ops.convert_to_tensor(rng.integers(0, classes, batch).astype("int32"))
-        for _ in range(2):
-            model.train_on_batch(x, y)  # tracing, compilation, first-step allocation
+        step = _sync_steps if loop == "sync" else _async_steps
+        step(model, x, y, 2)  # tracing, compilation, first-step allocation
         util: list[float] = []
+        memory: list[int] = []
+
+        def take(sample: monitor.ResourceSample) -> None:
+            util.extend(a.utilization_percent for a in sample.accelerators)
+            memory.extend(a.memory_used_bytes for a in sample.accelerators)
+
+        start = time.perf_counter()
+        step(model, x, y, 3)  # sizes the windows: at least `seconds` and 3 steps each
+        steps = max(3, math.ceil(3 * seconds / (time.perf_counter() - start)))
         best = 0.0
-        with monitor.Monitor(SAMPLE_S, lambda s: util.extend(a.utilization_percent for a in s.accelerators)):
+        with monitor.Monitor(SAMPLE_S, take):
             for _ in range(windows):
-                steps, start = 0, time.perf_counter()
-                while steps < 3 or time.perf_counter() - start < seconds:
-                    model.train_on_batch(x, y)  # returns the loss as a number: waits for the step
-                    steps += 1
+                start = time.perf_counter()
+                step(model, x, y, steps)
                 best = max(best, steps * batch / (time.perf_counter() - start))
-        return best, util
+        return best, util, max(memory, default=0)
     finally:
         keras.config.set_dtype_policy("float32")
         keras.utils.clear_session()
 
 
-def main(argv: list[str] | None = None) -> None:
+def _sync_steps(model: Any, x: Any, y: Any, steps: int) -> None:
+    """`steps` steps, each waited for (its loss is read) before the next starts: the audit's timing."""
+    for _ in range(steps):
+        model.train_on_batch(x, y)
+
+
+def _async_steps(model: Any, x: Any, y: Any, steps: int) -> None:
+    """`steps` steps launched ahead of their results, as the worker's loop keeps one in flight:
+    Keras's fit over the batch already on the device, with no callback that reads a step's loss."""
+    model.fit(_repeat(x, y), steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
+
+
+def _repeat(x: Any, y: Any) -> Any:
+    while True:
+        yield x, y
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--size", type=int, default=224)
@@ -182,17 +210,26 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--classes", type=int, default=1000)
     p.add_argument("--precisions", default="mixed_bf16,mixed_fp16,fp32")
     p.add_argument("--xla", default="on,off", help="on, off or both (JAX: on only)")
+    p.add_argument("--loop", choices=("async", "sync"), default="async",
+                   help="async: steps launched ahead (the worker's loop); sync: each step waited for (the audit's)")
+    p.add_argument("--paths", default="aiperf,keras", help="which ResNet-50s: aiperf (ours), keras")
     p.add_argument("--gemm-n", type=int, default=8192)
     p.add_argument("--gemm-types", default=",".join(GEMM_TYPES))
     p.add_argument("--seconds", type=float, default=2.0, help="length of a timed window")
     p.add_argument("--windows", type=int, default=3)
     p.add_argument("--budget-s", type=float, default=float("inf"), help="start no configuration after this")
     p.add_argument("--out", type=Path, help="append each measurement here as a JSON line")
+    p.add_argument("--allow-cpu", action="store_true", help="run on the CPU when NVML sees no accelerator (tests)")
     args = p.parse_args(argv)
     started = time.monotonic()
     name = accelerator_name()
+    if name == "CPU" and not args.allow_cpu:
+        print("SKIP no NVIDIA accelerator visible through NVML (this benchmark is for GPU nodes; --allow-cpu runs it "
+              "on the CPU)")
+        return 2
     xla_modes = [m == "on" for m in args.xla.split(",") if m] if backend() != "jax" else [True]
-    print(f"backend={backend()} accelerator={name!r} batch={args.batch} size={args.size}", flush=True)
+    print(f"backend={backend()} accelerator={name!r} batch={args.batch} size={args.size} loop={args.loop}",
+          flush=True)
 
     def record(entry: dict[str, Any]) -> None:
         if args.out:
@@ -220,18 +257,20 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             tag = precision + ("" if len(xla_modes) == 1 else "_xla" if xla else "_noxla")
             got: dict[str, float] = {}
-            for path, build in model_builders(args.size, args.classes, args.width).items():
+            builders = model_builders(args.size, args.classes, args.width)
+            for path in [q for q in args.paths.split(",") if q in builders]:
                 t0 = time.monotonic()
-                got[path], util = train_rate(build, precision, args.batch, args.size, args.classes, xla,
-                                             args.seconds, args.windows)
+                got[path], util, memory = train_rate(builders[path], precision, args.batch, args.size,
+                                                     args.classes, xla, args.seconds, args.windows, args.loop)
                 util_all += util
-                mean_util = statistics.fmean(util) if util else None
-                print(f"train {tag:18s} {path:7s} {got[path]:9.1f} images/s  gpu util "
-                      f"{'-' if mean_util is None else f'{mean_util:.0f}%'}  ({time.monotonic() - t0:.0f} s)",
-                      flush=True)
-                record({"train": path, "precision": precision, "xla": xla, "batch": args.batch,
-                        "size": args.size, "images_per_s": got[path], "gpu_util": util})
+                mean_util = f"{statistics.fmean(util):.0f}%" if util else "-"
+                print(f"train {tag:18s} {path:7s} {got[path]:9.1f} images/s  gpu util {mean_util:>4s}  "
+                      f"memory {memory / 2**30:5.1f} GiB  ({time.monotonic() - t0:.0f} s)", flush=True)
+                record({"train": path, "precision": precision, "xla": xla, "batch": args.batch, "loop": args.loop,
+                        "size": args.size, "images_per_s": got[path], "gpu_util": util, "memory_bytes": memory})
             gemm = rates.get(get_precision(precision).gemm_dtype or "")
+            if "aiperf" not in got:
+                continue
             efficiency = train_flops * got["aiperf"] / gemm if gemm else None
             results.append(f"images_per_s_{tag}={got['aiperf']:.1f}")
             if "keras" in got:
@@ -242,7 +281,8 @@ def main(argv: list[str] | None = None) -> None:
     if util_all:
         results.append(f"gpu_util_mean={statistics.fmean(util_all):.1f}")
     print("RESULT " + " ".join(results))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

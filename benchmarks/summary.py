@@ -34,6 +34,7 @@ from typing import Callable, Iterable
 HERE = Path(__file__).resolve().parent
 RESULT_LINE = re.compile(r"^RESULT\s+(.*)$")
 SKIP_LINE = re.compile(r"^SKIP\s+(.*)$", re.M)  # a benchmark that cannot run here says why
+XLA_SUFFIX = re.compile(r"_(no)?xla$")
 PAIR = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(\S+)")
 
 # Options that keep `make bench` short (minutes, not hours); --full drops them.
@@ -77,6 +78,11 @@ GOALS: dict[str, Goal] = {
     "production_workers_held_postgres": Goal(">=", 10_000),
     "optuna_ratio_20": Goal(">=", 10.0, "", "writes/s vs Optuna's gRPC proxy"),
     "optuna_ratio_100": Goal(">=", 10.0, "", "writes/s vs Optuna's gRPC proxy"),
+    "path_ratio_mixed_bf16": Goal(">=", 0.95, "", "vs keras.applications (issue 16)"),
+    "path_ratio_mixed_fp16": Goal(">=", 0.95, "", "vs keras.applications"),
+    "path_ratio_fp32": Goal(">=", 0.95, "", "vs keras.applications"),
+    "gpu_util_mean": Goal(">=", 90.0, "", "NVML, % during training steps"),
+    "efficiency_mixed_fp16": Goal(">=", 0.30, "", "of the measured fp16 GEMM rate"),
     "unknown": Goal("==", 0, "", "UNKNOWN statuses"),
     "master_deaths": Goal("==", 0),
     "max_valid_forgery_ratio": Goal("<=", 1.0, "", "no lie gains"),
@@ -119,6 +125,11 @@ def _number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def goal_of(key: str) -> Goal | None:
+    """A figure's goal; gpu_bench's figures measured with XLA on and off share their precision's goal."""
+    return GOALS.get(key) or GOALS.get(XLA_SUFFIX.sub("", key))
+
+
 def rows_for(benchmark: str, results: dict[str, str]) -> list[Row]:
     """A table row per figure; a key that is only some figure's baseline gets no row of its own."""
     baselines = {g.baseline for k, g in GOALS.items() if k in results and g.baseline}
@@ -126,7 +137,7 @@ def rows_for(benchmark: str, results: dict[str, str]) -> list[Row]:
     for key, value in results.items():
         if key in baselines:
             continue
-        goal = GOALS.get(key)
+        goal = goal_of(key)
         number = _number(value)
         baseline = ratio = verdict = ""
         if goal is not None and goal.baseline and goal.baseline in results:

@@ -88,3 +88,14 @@ def test_run_executes_every_benchmark_with_its_short_options_and_keeps_the_outpu
 
     assert summary.main(["--run", "--full", "--only", "idle", "--dir", str(bench), "--logs", str(logs)]) == 0
     assert (logs / "idle_bench.txt").read_text().rstrip().endswith("args="), "--full: the defaults"
+
+
+def test_gpu_figures_measured_with_xla_on_and_off_share_their_precisions_goal():
+    results = summary.parse_results("RESULT path_ratio_mixed_bf16_xla=0.99 path_ratio_mixed_bf16_noxla=0.90 "
+                                    "path_ratio_fp32=0.96 gpu_util_mean=72.1 efficiency_mixed_fp16_xla=0.24 "
+                                    "images_per_s_fp32_xla=3717.9 mixed_bf16_xlax=1")
+    rows = {r.key: r for r in summary.rows_for("gpu_bench", results)}
+    assert rows["path_ratio_mixed_bf16_xla"].verdict == "met" and rows["path_ratio_mixed_bf16_noxla"].verdict == "MISSED"
+    assert rows["path_ratio_fp32"].verdict == "met" and rows["gpu_util_mean"].verdict == "MISSED"
+    assert rows["efficiency_mixed_fp16_xla"].verdict == "MISSED"
+    assert rows["images_per_s_fp32_xla"].goal == "" and rows["mixed_bf16_xlax"].goal == ""

@@ -1,0 +1,60 @@
+"""benchmarks/gpu_bench.py on the CPU (TensorFlow), at a size this machine trains in seconds: the
+figures a GPU run prints, and its SKIP where no accelerator is visible. The GPU figures themselves
+are in docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import gpu_bench
+
+
+def test_without_an_accelerator_it_skips_unless_asked_to_run_on_the_cpu(monkeypatch, capsys):
+    monkeypatch.setattr(gpu_bench, "accelerator_name", lambda: "CPU")
+    assert gpu_bench.main([]) == 2
+    assert capsys.readouterr().out.startswith("SKIP no NVIDIA accelerator")
+
+
+def test_both_resnets_train_and_every_figure_is_printed_and_recorded(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(gpu_bench, "accelerator_name", lambda: "CPU")
+    out = tmp_path / "gpu.jsonl"
+    assert gpu_bench.main(["--allow-cpu", "--batch", "2", "--size", "32", "--classes", "10", "--precisions", "fp32",
+                           "--xla", "on", "--gemm-n", "64", "--gemm-types", "float32,float32_strict",
+                           "--seconds", "0.05", "--windows", "1", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    result = dict(pair.split("=") for pair in text.strip().splitlines()[-1].removeprefix("RESULT ").split())
+    assert set(result) == {"gemm_tflops_float32", "gemm_tflops_float32_strict", "images_per_s_fp32",
+                           "path_ratio_fp32", "efficiency_fp32"}
+    assert float(result["images_per_s_fp32"]) > 0 and 0 < float(result["path_ratio_fp32"]) < 10
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    # efficiency = analytic training FLOPs per image x images/s / the float32 GEMM rate
+    flops = gpu_bench.count_flops(gpu_bench.resnet50(input_size=32, classes=10)).train
+    expected = flops * lines[2]["images_per_s"] / lines[0]["flops"]
+    assert float(result["efficiency_fp32"]) == pytest.approx(expected, rel=0.01)
+    assert [line.get("gemm") or line["train"] for line in lines] == ["float32", "float32_strict", "aiperf", "keras"]
+    assert all(line["accelerator"] == "CPU" and line["backend"] == "tensorflow" for line in lines)
+    assert lines[2]["loop"] == "async" and lines[2]["batch"] == 2 and lines[2]["gpu_util"] == []
+
+
+def test_the_audits_loop_waits_for_each_step(monkeypatch, capsys):
+    monkeypatch.setattr(gpu_bench, "accelerator_name", lambda: "CPU")
+    waited = []
+    monkeypatch.setattr(gpu_bench, "_sync_steps", lambda model, x, y, steps: waited.append(steps) or
+                        [model.train_on_batch(x, y) for _ in range(steps)])
+    assert gpu_bench.main(["--allow-cpu", "--batch", "2", "--size", "32", "--width", "0.25", "--classes", "10",
+                           "--precisions", "mixed_bf16", "--xla", "off", "--gemm-types", "", "--seconds", "0.05",
+                           "--windows", "2", "--loop", "sync"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("RESULT images_per_s_mixed_bf16=") and "path_ratio" not in last  # width < 1: ours only
+    assert waited[:2] == [2, 3] and len(waited) == 4  # compile, sizing, two windows
+
+
+def test_a_budget_spent_starts_no_further_configuration(monkeypatch, capsys):
+    monkeypatch.setattr(gpu_bench, "accelerator_name", lambda: "CPU")
+    assert gpu_bench.main(["--allow-cpu", "--size", "32", "--precisions", "fp32,mixed_bf16", "--xla", "on",
+                           "--gemm-types", "", "--budget-s", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "budget: fp32 xla=True not started" in text and "budget: mixed_bf16 xla=True not started" in text
+    assert text.strip().splitlines()[-1] == "RESULT"
