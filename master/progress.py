@@ -30,12 +30,15 @@ OnCommit = Callable[[list[ProgressInput], list[ProgressResult]], None]
 
 
 class ProgressWriter:
-    """One thread that records queued reports in batches (at most `max_batch`
-    reports, after lingering `linger_s` for more to arrive). `on_commit(items, results)` runs on
+    """One thread that records queued reports in batches of at most `max_batch` reports: what
+    queued while the previous batch was being committed, without waiting for more (`linger_s`,
+    0 by default, would wait that long before each batch: fewer transactions when reports are
+    sparse, but every report that much later, and in a closed loop the writes/s that much
+    lower). `on_commit(items, results)` runs on
     the writer thread after each commit, before the callers hear of it, whether or not they are
     still waiting (a caller may be gone: what was recorded is still folded)."""
 
-    def __init__(self, store: Store, max_batch: int = 1024, linger_s: float = 0.002,
+    def __init__(self, store: Store, max_batch: int = 1024, linger_s: float = 0.0,
                  on_commit: OnCommit | None = None) -> None:
         self._store = store
         self._on_commit = on_commit
@@ -114,8 +117,9 @@ class ProgressWriter:
         """The first job and everything queued behind it (up to max_batch reports); True when told to stop."""
         jobs = [job]
         n = len(job[0])
-        # Linger once, then take everything queued: a transaction costs as much as a few
-        # reports, and one sleep wakes this thread once per batch instead of once per report.
+        # Reports that arrive while a batch commits form the next one (group commit without a
+        # timer). Measured (docs/benchmarks.md): a 2 ms linger halved the writes/s of 20
+        # closed-loop clients and held 10,000 production-pattern workers no better.
         if self._linger_s > 0:
             time.sleep(self._linger_s)
         while n < self._max_batch:
