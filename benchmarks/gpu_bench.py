@@ -8,7 +8,8 @@ graph → `aiperf.keras_builder.build_model`) and through
 `keras.applications.ResNet50(weights=None)`, in each precision of --precisions
 (the Keras dtype policy of `aiperf.precision`), SGD with momentum as the
 workers train, XLA on and off where the backend has the choice: the best of
---windows windows of at least --seconds each after two untimed steps (compile).
+--windows windows of at least --seconds each after two untimed steps (compile) and
+three that size the windows.
 Efficiency = the graph's analytic training FLOPs per image (`aiperf.flops`)
 × images/s / the GEMM rate of the precision's compute type. While the windows
 run, the worker's own NVML sampler (`worker.monitor`) reads the accelerator's
@@ -202,6 +203,49 @@ def _repeat(x: Any, y: Any) -> Any:
         yield x, y
 
 
+def gemm_figures(args: argparse.Namespace, name: str,
+                 record: Callable[[dict], None]) -> tuple[dict[str, float], list[str]]:
+    """Each compute type's GEMM rate, printed with its datasheet check; the rates and their RESULT pairs."""
+    rates: dict[str, float] = {}
+    results: list[str] = []
+    for dtype in [t for t in args.gemm_types.split(",") if t]:
+        rate = rates[dtype] = gemm_rate(dtype, args.gemm_n, args.seconds / 4)
+        check = check_peak(name, dtype.removesuffix("_strict"), rate) if name != "CPU" else None
+        sheet = f"{check.datasheet_flops / 1e12:8.1f}" if check and check.datasheet_flops else "       -"
+        print(f"gemm {dtype:15s} {rate / 1e12:8.2f} TFLOPS  datasheet {sheet}  "
+              f"{check.verdict if check else 'CPU: no datasheet'}", flush=True)
+        record({"gemm": dtype, "n": args.gemm_n, "flops": rate, "check": check.to_dict() if check else None})
+        results.append(f"gemm_tflops_{dtype}={rate / 1e12:.2f}")
+    return rates, results
+
+
+def training_figures(args: argparse.Namespace, precision: str, xla: bool, tag: str, rates: dict[str, float],
+                     record: Callable[[dict], None], util_all: list[float]) -> list[str]:
+    """Both ResNet-50s trained in one precision and XLA setting, printed; their RESULT pairs."""
+    got: dict[str, float] = {}
+    builders = model_builders(args.size, args.classes, args.width)
+    for path in [q for q in args.paths.split(",") if q in builders]:
+        t0 = time.monotonic()
+        got[path], util, memory = train_rate(builders[path], precision, args.batch, args.size, args.classes, xla,
+                                             args.seconds, args.windows, args.loop)
+        util_all += util
+        mean_util = f"{statistics.fmean(util):.0f}%" if util else "-"
+        print(f"train {tag:18s} {path:7s} {got[path]:9.1f} images/s  gpu util {mean_util:>4s}  "
+              f"memory {memory / 2**30:5.1f} GiB  ({time.monotonic() - t0:.0f} s)", flush=True)
+        record({"train": path, "precision": precision, "xla": xla, "batch": args.batch, "loop": args.loop,
+                "size": args.size, "images_per_s": got[path], "gpu_util": util, "memory_bytes": memory})
+    if "aiperf" not in got:
+        return []
+    results = [f"images_per_s_{tag}={got['aiperf']:.1f}"]
+    if "keras" in got:
+        results.append(f"path_ratio_{tag}={got['aiperf'] / got['keras']:.3f}")
+    gemm = rates.get(get_precision(precision).gemm_dtype or "")
+    if gemm:
+        train_flops = count_flops(resnet50(input_size=args.size, classes=args.classes, width=args.width)).train
+        results.append(f"efficiency_{tag}={train_flops * got['aiperf'] / gemm:.3f}")
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=256)
@@ -236,19 +280,9 @@ def main(argv: list[str] | None = None) -> int:
             with args.out.open("a") as f:
                 f.write(json.dumps({"accelerator": name, "backend": backend(), **entry}) + "\n")
 
-    rates: dict[str, float] = {}
-    results: list[str] = []
-    for dtype in [t for t in args.gemm_types.split(",") if t]:
-        rate = gemm_rate(dtype, args.gemm_n, args.seconds / 4)
-        rates[dtype] = rate
-        check = check_peak(name, dtype.removesuffix("_strict"), rate) if name != "CPU" else None
-        sheet = f"{check.datasheet_flops / 1e12:8.1f}" if check and check.datasheet_flops else "       -"
-        print(f"gemm {dtype:15s} {rate / 1e12:8.2f} TFLOPS  datasheet {sheet}  "
-              f"{check.verdict if check else 'CPU: no datasheet'}", flush=True)
-        record({"gemm": dtype, "n": args.gemm_n, "flops": rate, "check": check.to_dict() if check else None})
-        results.append(f"gemm_tflops_{dtype}={rate / 1e12:.2f}")
-
+    rates, results = gemm_figures(args, name, record)
     train_flops = count_flops(resnet50(input_size=args.size, classes=args.classes, width=args.width)).train
+    print(f"training FLOPs per image (analytic): {train_flops:.4g}", flush=True)
     util_all: list[float] = []
     for precision in [q for q in args.precisions.split(",") if q]:
         for xla in xla_modes:
@@ -256,28 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"budget: {precision} xla={xla} not started", flush=True)
                 continue
             tag = precision + ("" if len(xla_modes) == 1 else "_xla" if xla else "_noxla")
-            got: dict[str, float] = {}
-            builders = model_builders(args.size, args.classes, args.width)
-            for path in [q for q in args.paths.split(",") if q in builders]:
-                t0 = time.monotonic()
-                got[path], util, memory = train_rate(builders[path], precision, args.batch, args.size,
-                                                     args.classes, xla, args.seconds, args.windows, args.loop)
-                util_all += util
-                mean_util = f"{statistics.fmean(util):.0f}%" if util else "-"
-                print(f"train {tag:18s} {path:7s} {got[path]:9.1f} images/s  gpu util {mean_util:>4s}  "
-                      f"memory {memory / 2**30:5.1f} GiB  ({time.monotonic() - t0:.0f} s)", flush=True)
-                record({"train": path, "precision": precision, "xla": xla, "batch": args.batch, "loop": args.loop,
-                        "size": args.size, "images_per_s": got[path], "gpu_util": util, "memory_bytes": memory})
-            gemm = rates.get(get_precision(precision).gemm_dtype or "")
-            if "aiperf" not in got:
-                continue
-            efficiency = train_flops * got["aiperf"] / gemm if gemm else None
-            results.append(f"images_per_s_{tag}={got['aiperf']:.1f}")
-            if "keras" in got:
-                results.append(f"path_ratio_{tag}={got['aiperf'] / got['keras']:.3f}")
-            if efficiency is not None:
-                results.append(f"efficiency_{tag}={efficiency:.3f}")
-    print(f"training FLOPs per image (analytic): {train_flops:.4g}")
+            results += training_figures(args, precision, xla, tag, rates, record, util_all)
     if util_all:
         results.append(f"gpu_util_mean={statistics.fmean(util_all):.1f}")
     print("RESULT " + " ".join(results))
