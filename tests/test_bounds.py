@@ -460,6 +460,37 @@ def test_a_poisoned_report_in_a_batch_does_not_fail_a_good_one(tmp_path, caplog)
     store.close()
 
 
+def test_reports_queued_during_a_commit_form_the_next_batch_without_a_wait():
+    """The writer waits for nothing before a batch (no linger by default): a lone report is
+    committed at once, and the reports that queue while it commits go in one next batch."""
+    batches: list[list[int]] = []
+    committing, release = threading.Event(), threading.Event()
+
+    class SlowStore:
+        def add_progress(self, items: list[Any]) -> list[Any]:
+            batches.append([i.model_id for i in items])
+            if len(batches) == 1:
+                committing.set()
+                assert release.wait(30)
+            return [None] * len(items)
+
+    writer = ProgressWriter(SlowStore())  # type: ignore[arg-type]
+    answered = threading.Semaphore(0)
+    report = lambda model_id: ProgressInput(model_id, 1, 1, 1.0, 1, 10, 0, None, 0, 100, False)  # noqa: E731
+    begin = time.monotonic()
+    writer.submit([report(1)], lambda results, error: answered.release())
+    assert committing.wait(30)
+    first_batch_s = time.monotonic() - begin
+    for model_id in (2, 3, 4):
+        writer.submit([report(model_id)], lambda results, error: answered.release())
+    release.set()
+    for _ in range(4):
+        assert answered.acquire(timeout=30)
+    writer.close()
+    assert batches == [[1], [2, 3, 4]]
+    assert first_batch_s < 1.0  # nothing waited for company (a linger of 0.3 s would show here)
+
+
 def test_a_committed_report_counts_even_when_its_caller_is_gone(master_server, small_graph):
     """The run's operations total (the live FLOPS gauge) and the report counter are kept by the
     progress writer's hook at the commit: a caller gone after queueing its report (a closed
