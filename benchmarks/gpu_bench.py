@@ -56,6 +56,7 @@ from aiperf.peaks import check_peak  # noqa: E402
 from aiperf.precision import get_precision  # noqa: E402
 from aiperf.resnet import resnet50  # noqa: E402
 from worker import monitor  # noqa: E402
+from worker.gemm import best_rate, gemm_flops  # noqa: E402
 
 # Compute types measured: the workers' three, plus float32 with TF32 forbidden
 # (the frameworks run float32 products on TF32 tensor cores by default on Ampere and later).
@@ -76,62 +77,40 @@ def accelerator_name() -> str:
 
 def gemm_rate(dtype: str, n: int, seconds: float) -> float:
     """Operations per second of n×n products of `dtype` on the first device (2n³ each)."""
-    make, run = (_jax_gemm if backend() == "jax" else _tf_gemm)(dtype, n)
-    a, b = make()
-    run(a, b, 1)  # compile, select kernels, allocate
-    k = 1
-    while (elapsed := run(a, b, k)) < seconds / 4:
-        k *= 2
-    k = max(1, int(k * seconds / elapsed))
-    return max(2.0 * n ** 3 * k / run(a, b, k) for _ in range(3))
+    if backend() == "jax":
+        return best_rate(_jax_products(dtype, n), 2.0 * n ** 3, seconds)
+    import tensorflow as tf
+
+    device = "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
+    if dtype != "float32_strict":
+        return gemm_flops(device, dtype, n=n, seconds=seconds)
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    try:
+        return gemm_flops(device, "float32", n=n, seconds=seconds)
+    finally:  # TensorFlow's default, which the training that follows must have
+        tf.config.experimental.enable_tensor_float_32_execution(True)
 
 
-def _jax_gemm(dtype: str, n: int) -> tuple[Callable, Callable]:
+def _jax_products(dtype: str, n: int) -> Callable[[int], float]:
+    """run(k): k products of two random n×n matrices of `dtype` on JAX's first device; its seconds."""
     import jax
     import jax.numpy as jnp
 
     strict = dtype == "float32_strict"
-    dt = {"float32": jnp.float32, "float32_strict": jnp.float32, "float16": jnp.float16,
-          "bfloat16": jnp.bfloat16}[dtype]
+    dt = jnp.float32 if strict else getattr(jnp, dtype)
     precision = jax.lax.Precision.HIGHEST if strict else jax.lax.Precision.DEFAULT
     product = jax.jit(lambda a, b: jnp.matmul(a, b, precision=precision))
+    ka, kb = jax.random.split(jax.random.PRNGKey(0))
+    a, b = (jax.random.uniform(key, (n, n), jnp.float32, -1, 1).astype(dt) for key in (ka, kb))
 
-    def make() -> tuple[Any, Any]:
-        ka, kb = jax.random.split(jax.random.PRNGKey(0))
-        return (jax.random.uniform(ka, (n, n), jnp.float32, -1, 1).astype(dt),
-                jax.random.uniform(kb, (n, n), jnp.float32, -1, 1).astype(dt))
-
-    def run(a: Any, b: Any, k: int) -> float:
+    def run(k: int) -> float:
         start = time.perf_counter()
         for _ in range(k):
             c = product(a, b)
         c.block_until_ready()  # the products run in order on the device
         return time.perf_counter() - start
 
-    return make, run
-
-
-def _tf_gemm(dtype: str, n: int) -> tuple[Callable, Callable]:
-    import tensorflow as tf
-
-    dt = tf.float32 if dtype.startswith("float32") else getattr(tf, dtype)
-    device = "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
-
-    def make() -> tuple[Any, Any]:
-        tf.config.experimental.enable_tensor_float_32_execution(dtype != "float32_strict")
-        with tf.device(device):
-            return tuple(tf.cast(tf.random.stateless_uniform((n, n), seed=(s, 1), minval=-1.0, maxval=1.0), dt)
-                         for s in (1, 2))
-
-    def run(a: Any, b: Any, k: int) -> float:
-        start = time.perf_counter()
-        with tf.device(device):
-            for _ in range(k):
-                c = tf.linalg.matmul(a, b)
-        c[0, 0].numpy()
-        return time.perf_counter() - start
-
-    return make, run
+    return run
 
 
 def model_builders(size: int, classes: int, width: float) -> dict[str, Callable[[], Any]]:
@@ -220,7 +199,7 @@ def gemm_figures(args: argparse.Namespace, name: str,
 
 
 def training_figures(args: argparse.Namespace, precision: str, xla: bool, tag: str, rates: dict[str, float],
-                     record: Callable[[dict], None], util_all: list[float]) -> list[str]:
+                     train_flops: int, record: Callable[[dict], None], util_all: list[float]) -> list[str]:
     """Both ResNet-50s trained in one precision and XLA setting, printed; their RESULT pairs."""
     got: dict[str, float] = {}
     builders = model_builders(args.size, args.classes, args.width)
@@ -241,7 +220,6 @@ def training_figures(args: argparse.Namespace, precision: str, xla: bool, tag: s
         results.append(f"path_ratio_{tag}={got['aiperf'] / got['keras']:.3f}")
     gemm = rates.get(get_precision(precision).gemm_dtype or "")
     if gemm:
-        train_flops = count_flops(resnet50(input_size=args.size, classes=args.classes, width=args.width)).train
         results.append(f"efficiency_{tag}={train_flops * got['aiperf'] / gemm:.3f}")
     return results
 
@@ -290,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"budget: {precision} xla={xla} not started", flush=True)
                 continue
             tag = precision + ("" if len(xla_modes) == 1 else "_xla" if xla else "_noxla")
-            results += training_figures(args, precision, xla, tag, rates, record, util_all)
+            results += training_figures(args, precision, xla, tag, rates, train_flops, record, util_all)
     if util_all:
         results.append(f"gpu_util_mean={statistics.fmean(util_all):.1f}")
     print("RESULT " + " ".join(results))

@@ -36,6 +36,9 @@ def test_both_resnets_train_and_every_figure_is_printed_and_recorded(monkeypatch
     assert [line.get("gemm") or line["train"] for line in lines] == ["float32", "float32_strict", "aiperf", "keras"]
     assert all(line["accelerator"] == "CPU" and line["backend"] == "tensorflow" for line in lines)
     assert lines[2]["loop"] == "async" and lines[2]["batch"] == 2 and lines[2]["gpu_util"] == []
+    import tensorflow as tf
+
+    assert tf.config.experimental.tensor_float_32_execution_enabled()  # restored after float32_strict
 
 
 def test_the_audits_loop_waits_for_each_step(monkeypatch, capsys):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from aiperf.precision import GEMM_DTYPES
 
@@ -43,13 +43,19 @@ def gemm_flops(device: str, dtype: str, n: int = 8192, seconds: float = 0.5, tri
             c[0, 0].numpy()
             return time.perf_counter() - start
 
-        run(1)  # kernel selection, memory allocation
-        k = 1
-        while (elapsed := run(k)) < seconds / 4:
-            k *= 2
-        k = max(1, int(k * seconds / elapsed))
-        best = max(2.0 * n ** 3 * k / run(k) for _ in range(trials))
-    return best
+        return best_rate(run, 2.0 * n ** 3, seconds, trials)
+
+
+def best_rate(run: Callable[[int], float], ops: float, seconds: float, trials: int = 3) -> float:
+    """Operations per second of `run(k)`, which does k operations of `ops` each and returns its
+    seconds: the best of `trials` timings of about `seconds` each, after an untimed first call
+    (kernel selection, compilation, memory allocation)."""
+    run(1)
+    k = 1
+    while (elapsed := run(k)) < seconds / 4:
+        k *= 2
+    k = max(1, int(k * seconds / elapsed))
+    return max(ops * k / run(k) for _ in range(trials))
 
 
 # The CPU measurement: float32 only (the compute type of the CPU's runs; 16-bit
