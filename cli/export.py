@@ -1,14 +1,13 @@
 """Exports of finished (or running) runs, through the master's control API.
 
     aiperf export [--run ID] --format json|csv|mllog [--table T] [--out FILE]
+                  [--org ORG] [--platform TEXT] [--status research|onprem|cloud|preview]
     aiperf compare RUN RUN... [--json]
 
 json: one object {scoreboard, timeline, models}. csv: one table (--table models,
-timeline or scoreboard), one row per model / FLOPS(t) point / run. mllog: MLPerf
-log lines (":::MLLOG {...}") written by the mlperf-logging package's own logger,
-so its parser reads them: run_start/run_stop at the run's real times, one
-`aiperf_flops` event per FLOPS(t) point, one eval_accuracy per model done, and the
-scoreboard's figures as events before run_stop.
+timeline or scoreboard), one row per model / FLOPS(t) point / run. mllog: an
+MLPerf Training log (open division, ResNet) that MLPerf's compliance checker
+passes; cli/mllog.py maps the run onto MLPerf's keys (docs/spec.md, "MLPerf logs").
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import logging
 from pathlib import Path
 from typing import Any, Optional
 
@@ -29,6 +27,11 @@ from cli.values import RUN_ID, _choices, int_option
 
 ExportFormat = _choices("ExportFormat", ("json", "csv", "mllog"))
 CsvTable = _choices("CsvTable", ("models", "timeline", "scoreboard"))
+# mllog's submission_status: the values MLPerf's training 4.0.0 rules accept (common.yaml);
+# the default is MLPerf's research, development or internal category.
+SubmissionStatus = _choices("SubmissionStatus", ("research", "onprem", "cloud", "preview"))
+DEFAULT_ORG = "unknown"  # submission_org: the run's record names no organisation
+MAX_SUBMISSION_TEXT = 256  # --org, --platform
 PAGE = 1000  # models per ListModels call
 MAX_COMPARE = 16
 
@@ -81,49 +84,26 @@ def to_csv(data: dict[str, Any], table: str) -> str:
     return out.getvalue()
 
 
-def to_mllog(data: dict[str, Any]) -> str:
-    """The run as MLPerf log lines, written by mlperf_logging's MLLogger."""
+def to_mllog(data: dict[str, Any], org: str, platform: Optional[str], status: str) -> str:
+    """The run as an MLPerf Training log (cli.mllog holds the mapping)."""
     try:
-        from mlperf_logging.mllog import constants as mc
-        from mlperf_logging.mllog.mllog import MLLogger
-    except ImportError:
+        from cli import mllog
+    except ModuleNotFoundError as exc:
+        if exc.name != "mlperf_logging" and not (exc.name or "").startswith("mlperf_logging."):
+            raise
         fail("--format mllog needs the mlperf-logging package: pip install 'aiperf[export]'")
-
-    stream = io.StringIO()
-    sink = logging.getLogger(f"aiperf.mllog.{id(stream)}")
-    sink.propagate = False
-    sink.setLevel(logging.INFO)
-    handler = logging.StreamHandler(stream)
-    sink.addHandler(handler)
-    try:
-        _log_run(MLLogger(logger=sink), mc, data)
-    finally:
-        sink.removeHandler(handler)
-    return stream.getvalue()
+    return mllog.to_mllog(data, mllog.Submission(org=org, platform=platform, status=status))
 
 
-def _log_run(ml: Any, mc: Any, data: dict[str, Any]) -> None:
-    board = data["scoreboard"]
-    t0 = board["started_at"] or board["created_at"]
-    ms = lambda t: int(round(t * 1000))  # noqa: E731 - seconds since the epoch -> ms
-    start_ms = ms(t0)
-    ml.event(key=mc.SUBMISSION_BENCHMARK, value="aiperf", time_ms=start_ms)
-    ml.event(key=mc.SEED, value=board["seed"], time_ms=start_ms)
-    for key in ("run_id", "profile", "precision", "duration_s"):
-        ml.event(key=f"aiperf_{key}", value=board[key], time_ms=start_ms)
-    ml.start(key=mc.RUN_START, time_ms=start_ms)
-    for p in data["timeline"]["points"]:
-        ml.event(key="aiperf_flops", value=p["flops"], time_ms=ms(t0 + p["elapsed_s"]),
-                 metadata={"elapsed_s": p["elapsed_s"], "ops": p["ops"]})
-    for m in data["models"]:
-        if m["state"] == "done" and m["best_accuracy"] is not None:
-            ml.event(key=mc.EVAL_ACCURACY, value=m["best_accuracy"], time_ms=ms(m["finished_at"] or t0),
-                     metadata={"model_id": m["model_id"], "round": m["round"], "epochs": m["epochs"]})
-    end_ms = ms(board["finished_at"] or board["stopped_at"] or t0 + board["elapsed_s"])
-    for key in ("score", "regulated_score", "valid_flops", "error", "valid", "provisional", "total_ops"):
-        ml.event(key=f"aiperf_{key}", value=board[key], time_ms=end_ms)
-    status = mc.SUCCESS if board["state"] == "finished" and board["valid"] else mc.ABORTED
-    ml.end(key=mc.RUN_STOP, time_ms=end_ms, metadata={mc.STATUS: status, "state": board["state"]})
+def _text_problem(option: str, value: str) -> Optional[str]:
+    """Why `value` cannot be a submission_* text (None: it can): not empty, printable, bounded."""
+    if not value.strip():
+        return f"{option} must not be empty"
+    if len(value) > MAX_SUBMISSION_TEXT:
+        return f"{option} is longer than {MAX_SUBMISSION_TEXT} characters"
+    if not value.isprintable():
+        return f"{option} holds a control character"
+    return None
 
 
 def _write(text: str, out: Optional[Path]) -> None:
@@ -147,15 +127,23 @@ def export_cmd(
     fmt: ExportFormat = typer.Option(..., "--format", help="json (everything), csv (one --table) or mllog."),
     table: CsvTable = typer.Option("models", "--table", help="The table --format csv writes."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="File to write (default: standard output)."),
+    org: str = typer.Option(DEFAULT_ORG, "--org", help="mllog: submission_org (the run does not record it)."),
+    platform: Optional[str] = typer.Option(
+        None, "--platform", help="mllog: submission_platform (default: the run's workers, e.g. '2 nodes, 16xH100')."),
+    status: SubmissionStatus = typer.Option("research", "--status", help="mllog: submission_status."),
 ) -> None:
     """Export a run: its scoreboard, FLOPS(t) timeline and models."""
+    for option, value in (("--org", org), ("--platform", platform)):
+        problem = None if value is None else _text_problem(option, value)
+        if problem:
+            fail(problem)
     data = ctl.call(fetch_export, ctl.client(), run)
     if fmt.value == "json":
         text = json.dumps(data, indent=1) + "\n"
     elif fmt.value == "csv":
         text = to_csv(data, table.value)
     else:
-        text = to_mllog(data)
+        text = to_mllog(data, org, platform, status.value)
     _write(text, out)
 
 

@@ -130,20 +130,30 @@ def cluster(tmp_path):
     c.close()
 
 
-def test_smoke_run_end_to_end(cluster):
-    # Counted in models, not wall time, so a loaded machine makes the test slower, not red:
-    # the master refuses a fourth model, the worker takes that as the end of its run. One epoch
-    # a round: nothing below depends on how well the models learn, only on what was reported.
-    start = cluster.cli("start", "--duration", "30m", "--profile", "smoke", "--seed", "7",
-                        "--max-models", "3", "--max-epochs", "1")
-    assert start.returncode == 0, start.stderr
-    status = cluster.control.run_status()
-    run_id = status.run.config.run_id
-    worker = cluster.worker("w1", "--exit-when-done")
-    assert worker.wait(timeout=900) == 0, "the worker exits cleanly when the run takes no more models"
-    cluster.control.stop_run(run_id, reason="three models done")
-    cluster.wait_state(run_id, {pb.RUN_FINISHED}, timeout_s=120)
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """A finished smoke run on one worker, (cluster, run_id): trained once for the tests that read it.
 
+    Counted in models, not wall time, so a loaded machine makes it slower, not red: the master
+    refuses a fourth model, the worker takes that as the end of its run. One epoch a round:
+    nothing the tests check depends on how well the models learn, only on what was reported."""
+    cluster = Cluster(tmp_path_factory.mktemp("smoke"))
+    try:
+        start = cluster.cli("start", "--duration", "30m", "--profile", "smoke", "--seed", "7",
+                            "--max-models", "3", "--max-epochs", "1")
+        assert start.returncode == 0, start.stderr
+        run_id = cluster.control.run_status().run.config.run_id
+        worker = cluster.worker("w1", "--exit-when-done")
+        assert worker.wait(timeout=900) == 0, "the worker exits cleanly when the run takes no more models"
+        cluster.control.stop_run(run_id, reason="three models done")
+        cluster.wait_state(run_id, {pb.RUN_FINISHED}, timeout_s=120)
+        yield cluster, run_id
+    finally:
+        cluster.close()
+
+
+def test_smoke_run_end_to_end(smoke_run):
+    cluster, run_id = smoke_run
     models = cluster.models(run_id)
     done = [m for m in models if m.state == pb.MODEL_DONE]
     assert len(done) >= 3, f"only {len(done)} models done; see {cluster.dir}"
@@ -217,6 +227,44 @@ def test_smoke_run_end_to_end(cluster):
     # The readable table shows the same run.
     table = cluster.cli("scoreboard")
     assert table.returncode == 0 and "smoke" in table.stdout
+
+
+def test_mllog_export_of_the_smoke_run_passes_mlperf_compliance_checker(smoke_run):
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+
+    from tests.mlperf_checker import check_log
+
+    cluster, run_id = smoke_run
+    log = cluster.dir / "smoke.mllog"
+    export = cluster.cli("export", "--run", str(run_id), "--format", "mllog", "--out", str(log))
+    assert export.returncode == 0, export.stderr
+    verdict = check_log(log)  # MLPerf Training 4.0.0, open division, ResNet
+    assert verdict.passed, verdict.output
+
+    # What the rules were checked on is the run's own record: a block per model trained, an
+    # accuracy per model that reported one, the split the worker loaded, the worker's CPUs.
+    loglines, errors = parse_file(str(log), ruleset="4.0.0")
+    assert not errors
+    models = [m for m in cluster.models(run_id) if m.images_trained]
+    blocks = [ll.value["metadata"] for ll in loglines if ll.key == "block_start"]
+    assert sorted(b["aiperf_model_id"] for b in blocks) == sorted(m.model_id for m in models)
+    assert all(b["epoch_count"] == 1 for b in blocks)  # --max-epochs 1
+    accuracies = {ll.value["metadata"]["aiperf_model_id"]: ll.value["value"] for ll in loglines
+                  if ll.key == "eval_accuracy"}
+    assert accuracies == {m.model_id: pytest.approx(m.best_accuracy) for m in models if m.has_accuracy}
+    value = {ll.key: ll.value["value"] for ll in loglines}
+    assert (value["train_samples"], value["eval_samples"]) == (1437, 360)
+    (node,) = cluster.control.scoreboard(run_id).inventory
+    assert value["submission_platform"] == f"1 node, {node.cpus} CPUs without accelerator"
+    stop = next(ll for ll in loglines if ll.key == "run_stop")
+    board = cluster.control.scoreboard(run_id)
+    assert stop.value["metadata"]["status"] == ("success" if board.valid else "aborted")
+
+    # The checker can fail: an accuracy without the epoch it was measured at is rejected.
+    broken = cluster.dir / "no-epoch-num.mllog"
+    broken.write_text(log.read_text().replace('"epoch_num": ', '"aiperf_epoch": '))
+    verdict = check_log(broken)
+    assert verdict.returncode == 1 and "'epoch_num' in v['metadata']" in verdict.output, verdict.output
 
 
 def test_killed_worker_loses_nothing_reported(cluster):

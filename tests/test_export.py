@@ -11,6 +11,9 @@ import pytest
 from cli.main import main
 
 HP = {"batch_size": 32, "kernel_size": 3}
+# what a smoke worker reports of its dataset (tests/test_dataset_fingerprint.py)
+DIGITS = {"kind": "digits", "train_images": 1437, "validation_images": 360, "num_classes": 10, "image_size": 32,
+          "fingerprint": "0" * 64}
 
 
 @pytest.fixture
@@ -28,10 +31,10 @@ def runs(master_server, monkeypatch, small_graph, capsys):
     wid = w.register(name="n1", host="n1").worker_id
     fc = count_flops(small_graph)
     graph, digest = small_graph.to_json(), small_graph.hash()
-    m1 = w.submit_model(wid, graph, digest, 0, 1, HP).model_id
+    m1 = w.submit_model(wid, graph, digest, 0, 1, HP, dataset=DIGITS).model_id
     w.report_progress(wid, m1, 1, 3200, 320, 1, fc.ops(3200, 320), val_accuracy=0.5)
     w.finish_model(wid, m1, "done", best_accuracy=0.5)
-    m2 = w.submit_model(wid, graph, digest, m1, 2, HP).model_id
+    m2 = w.submit_model(wid, graph, digest, m1, 2, HP, dataset=DIGITS).model_id
     w.report_progress(wid, m2, 1, 640, 0, 0, fc.ops(640, 0))
     w.report_progress(wid, m2, 2, 640, 0, 0, fc.ops(640, 0))
     assert main(["stop", "--abort"]) == 0
@@ -89,21 +92,50 @@ def test_mllog_export_is_read_back_by_the_mlperf_parser(runs, capsys, tmp_path):
     assert rc == 0, err
     lines = out.read_text().splitlines()
     assert lines and all(line.startswith(":::MLLOG {") for line in lines)
-    loglines, errors = parse_file(str(out), ruleset="5.1.0")
+    loglines, errors = parse_file(str(out), ruleset="4.0.0")
     assert errors == [] and len(loglines) == len(lines)  # every line read back
     keys = [ll.key for ll in loglines]
-    assert keys.count("run_start") == 1 and keys[-1] == "run_stop"
+    assert keys.index("init_start") < keys.index("init_stop") < keys.index("run_start") < keys.index("block_start")
+    assert keys.count("run_start") == keys.count("run_stop") == 1
     assert keys.count("aiperf_flops") == 3
+    value = {ll.key: ll.value["value"] for ll in loglines}
+    assert (value["submission_benchmark"], value["submission_division"]) == ("resnet", "open")
+    assert (value["submission_org"], value["submission_status"]) == ("unknown", "research")
+    assert value["submission_platform"] == "1 node, 0 CPUs without accelerator"  # n1 registered no hardware
+    assert (value["train_samples"], value["eval_samples"]) == (1437, 360)  # the worker's reported split
+    assert value["global_batch_size"] == 32  # both models: batch 32 on a worker without accelerators
+    assert value["sgd_opt_base_learning_rate"] == 0.05 and value["opt_name"] == "sgd"  # the smoke profile's
+    m1, m2 = runs["models"]
     (acc,) = [ll for ll in loglines if ll.key == "eval_accuracy"]
-    assert acc.value["value"] == 0.5 and acc.value["metadata"]["model_id"] == runs["models"][0]
-    stop = loglines[-1]
+    assert acc.value["value"] == 0.5 and acc.value["metadata"]["aiperf_model_id"] == m1
+    assert acc.value["metadata"]["epoch_num"] == 1  # m1 reported epoch 1
+    starts = [ll.value["metadata"] for ll in loglines if ll.key == "block_start"]
+    assert [(b["aiperf_model_id"], b["first_epoch_num"], b["epoch_count"]) for b in starts] == [(m1, 1, 1), (m2, 1, 1)]
+    stop = next(ll for ll in loglines if ll.key == "run_stop")
     assert stop.value["metadata"]["status"] == "aborted"  # an aborted smoke run is no success
     start = next(ll for ll in loglines if ll.key == "run_start")
     assert start.timestamp <= stop.timestamp
-    assert [ll.timestamp for ll in loglines if ll.key == "aiperf_flops"] == sorted(
-        ll.timestamp for ll in loglines if ll.key == "aiperf_flops")
+    timed = loglines[keys.index("run_start"):]
+    assert [ll.timestamp for ll in timed] == sorted(ll.timestamp for ll in timed)  # after init: by time
     total = next(ll for ll in loglines if ll.key == "aiperf_total_ops")
     assert total.value["value"] == runs["ops"]
+
+
+def test_mllog_export_passes_the_mlperf_compliance_checker(runs, capsys, tmp_path):
+    from tests.mlperf_checker import check_log
+
+    out = tmp_path / "run1.log"
+    rc, _, err = run(capsys, "export", "--run", "1", "--format", "mllog", "--out", str(out), "--org", "ACME Labs",
+                     "--platform", "laptop", "--status", "onprem")
+    assert rc == 0, err
+    verdict = check_log(out)
+    assert verdict.passed, verdict.output
+    assert '"value": "ACME Labs"' in out.read_text() and '"value": "onprem"' in out.read_text()
+    # The checker can fail: the same log without its run_stop is rejected.
+    broken = tmp_path / "no-run-stop.log"
+    broken.write_text("".join(line for line in out.read_text().splitlines(keepends=True) if '"key": "run_stop"' not in line))
+    verdict = check_log(broken)
+    assert verdict.returncode == 1 and "run_stop" in verdict.output, verdict.output
 
 
 def test_compare_prints_runs_side_by_side(runs, capsys):
@@ -121,6 +153,10 @@ def test_compare_prints_runs_side_by_side(runs, capsys):
 @pytest.mark.parametrize("argv, code, message", [
     (["export", "--run", "999", "--format", "json"], 4, "run 999 not found"),
     (["export", "--format", "xml"], 2, "xml"),
+    (["export", "--format", "mllog", "--org", " "], 2, "--org must not be empty"),
+    (["export", "--format", "mllog", "--platform", "x" * 257], 2, "--platform is longer than 256 characters"),
+    (["export", "--format", "mllog", "--org", "a\nb"], 2, "--org holds a control character"),
+    (["export", "--format", "mllog", "--status", "closed"], 2, "closed"),
     (["export", "--format", "csv", "--out", "/nonexistent-dir/x.csv"], 2, "directory /nonexistent-dir does not exist"),
     (["compare", "1"], 2, "2 to 16 run ids"),
     (["compare", "1", "--", "-3"], 2, "out of range"),
