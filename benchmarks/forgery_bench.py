@@ -12,7 +12,7 @@ ratio, whether the run stays valid, and the calls refused.
     PYTHONPATH=$PWD python benchmarks/forgery_bench.py [--json] [--audit]
 
 `two_models_at_peak` reports the peak's worth of work on two models at once:
-with one budget per worker (master/budget.py) it reaches the peak once, not
+with one budget per worker (master/core/budget.py) it reaches the peak once, not
 twice. Ends with RESULT lines. A lie that stays within the worker's accepted peak is
 physically possible, so it is bounded, not refused. Accuracy and the kernel
 size are not counted by the master: `--audit` (needs TensorFlow, about a minute)

@@ -98,7 +98,7 @@ def _serve_noop(port: int, ready: mp.Event, stop: mp.Event, max_workers: int) ->
     import itertools
 
     from aiperf.api.client import MAX_MESSAGE_BYTES
-    from master.auth import TokenInterceptor, Tokens
+    from master.rpc.tokens import TokenInterceptor, Tokens
 
     ids = itertools.count(1)
     run = pb.RunInfo(config=pb.RunConfig(run_id=1), state=pb.RUN_RUNNING)

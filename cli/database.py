@@ -1,5 +1,5 @@
 """`aiperf master serve --db URL`: the URL checked before anything starts, and the
-database's failures as one line with the password masked (master.dburl).
+database's failures as one line with the password masked (master.store.sql.urls).
 
 The checks read the URL as SQLAlchemy does: a URL it cannot parse or whose
 kind it does not know is bad input; so is an asyncio driver (the master's
@@ -28,7 +28,7 @@ def check_db_url(url: str) -> None:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-    from master.dburl import mask_url
+    from master.store.sql.urls import mask_url
 
     shown = mask_url(url)
     try:
@@ -62,7 +62,7 @@ def database_failure(exc: Exception, url: str) -> NoReturn:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import InterfaceError, OperationalError
 
-    from master.dburl import mask_url, scrub
+    from master.store.sql.urls import mask_url, scrub
 
     orig = getattr(exc, "orig", None)
     lines = str(orig or exc).splitlines() or [type(exc).__name__]

@@ -6,7 +6,7 @@ Everything that can be checked before the master starts is checked first, in
 this order, each failure one line with exit code 2: option ranges (parser),
 TLS files (readable PEM), the metrics port (free), the database URL (parsable,
 a known kind, a synchronous driver that is installed). Database URLs are shown
-with the password masked (master.dburl), in errors and logs.
+with the password masked (master.store.sql.urls), in errors and logs.
 """
 
 from __future__ import annotations
@@ -68,11 +68,11 @@ def _check_metrics_port(port: Optional[int]) -> None:
 
 
 def _start(db: str, metrics_port: Optional[int], **options: Any) -> Any:
-    """master.server.serve(db, **options); a refused database or port: one line (master.dburl masks the URL)."""
+    """master.server.serve(db, **options); a refused database or port: one line (master.store.sql.urls masks the URL)."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from master.server import serve
-    from master.store import SchemaError
+    from master.store.errors import SchemaError
 
     try:
         return serve(db, metrics_port=metrics_port, **options)

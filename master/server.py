@@ -25,17 +25,18 @@ from typing import Any, Callable
 import grpc
 from grpc_health.v1 import health
 
-from master import scrape
-from master.auth import Tokens, load_tokens
-from master.collector import settle_collector
-from master.dburl import mask_url
-from master.frontends import FrontEndConfig, FrontEnds
-from master.listener import listen, server_credentials
-from master.master import Master
-from master.metrics import MasterMetrics
-from master.relay_server import RelayServer, close_relay, relay_directory, remove_relay_directory, serve_relay
-from master.servicers import ControlServicer, WorkerServicer, add_to_server
-from master.sqlstore import SqlStore
+from master.core import scrape
+from master.core.master import Master
+from master.frontends.master_end import RelayServer, close_relay, relay_directory, remove_relay_directory, serve_relay
+from master.frontends.supervisor import FrontEndConfig, FrontEnds
+from master.observability.metrics import MasterMetrics
+from master.rpc.garbage_collector import settle_collector
+from master.rpc.listener import listen, server_credentials
+from master.rpc.servicers import ControlServicer, WorkerServicer, add_to_server
+from master.rpc.tokens import Tokens, load_tokens
+from master.store.sql.engine import count_errors
+from master.store.sql.sql_store import SqlStore
+from master.store.sql.urls import mask_url
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +172,7 @@ def serve(
     workers each hold one Connect stream, which a thread-per-call server
     cannot do; database work runs on a pool of max_workers threads. With
     frontends > 0, that many processes serve gRPC on the port instead and
-    relay every call to this one (master/frontends.py).
+    relay every call to this one (master/frontends/supervisor.py).
     """
     if frontends < 0:
         raise ValueError(f"frontends must be 0 or more, not {frontends}")
@@ -182,7 +183,8 @@ def serve(
     store = SqlStore(db_url or default_db_url(data_dir))
     master = Master(store, heartbeat_interval_s=heartbeat_interval_s, stop_grace_s=stop_grace_s,
                     clock=clock, metrics=MasterMetrics())
-    scrape.watch(master, store.engine)  # run gauges at scrape time, database errors counted
+    scrape.watch(master, store)  # run gauges at scrape time
+    count_errors(store.engine, master.metrics.database_errors.inc)
     pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="aiperf-rpc")
     address = f"{host}:{port}"
     loop, loop_thread = _start_loop()

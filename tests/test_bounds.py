@@ -23,9 +23,9 @@ from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
-from master.progress import ProgressWriter
-from master.sqlstore import SqlStore
-from master.store import NewModel, NewRun, ProgressInput, WorkerInput
+from master.core.progress_writer import ProgressWriter
+from master.store.sql.sql_store import SqlStore
+from master.store.records import NewModel, NewRun, ProgressInput, WorkerInput
 from tests.fake_clock import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -447,7 +447,7 @@ def test_a_poisoned_report_in_a_batch_does_not_fail_a_good_one(tmp_path, caplog)
                 done.set()
         return callback
 
-    with caplog.at_level(logging.WARNING, logger="master.progress"):
+    with caplog.at_level(logging.WARNING, logger="master.core.progress_writer"):
         writer.submit([item(models[0], 1)], collect("good"))
         writer.submit([item(models[1], 2**64)], collect("poisoned"))
         assert done.wait(30)
@@ -497,7 +497,7 @@ def test_a_committed_report_counts_even_when_its_caller_is_gone(master_server, s
     stream cancels its coroutine) leaves neither short."""
     import asyncio
 
-    from master.domain import ProgressReport
+    from master.core.requests import ProgressReport
 
     h = master_server()
     w, c = clients(h)

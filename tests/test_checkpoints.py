@@ -1,5 +1,5 @@
 """The checkpoint store (worker/checkpoints.py) on a real directory, its record at FinishModel
-through the real server, retention (aiperf/retention.py, master/retention.py), and the CLI's
+through the real server, retention (aiperf/retention.py, master/core/retention.py), and the CLI's
 `checkpoint` and `inherited_from` fields."""
 
 from __future__ import annotations
@@ -375,8 +375,8 @@ def test_retention_keeps_an_early_record_holder_outside_the_top_k(master_server,
 
 
 def test_migration_0005_round_trips_and_old_models_have_no_checkpoint(db_url: str):
-    from master.sqlstore import SqlStore
-    from master.store import NewModel, NewRun, WorkerInput
+    from master.store.sql.sql_store import SqlStore
+    from master.store.records import NewModel, NewRun, WorkerInput
 
     s = SqlStore(db_url)
     try:

@@ -401,7 +401,7 @@ def test_the_master_logs_its_database_url_masked(postgres_schema_url: str, tmp_p
 def test_make_engine_does_not_quote_an_unparsable_url() -> None:
     from sqlalchemy.exc import ArgumentError
 
-    from master.sqlstore import make_engine
+    from master.store.sql.engine import make_engine
 
     with pytest.raises(ArgumentError) as caught:
         make_engine(f"://u:{SECRET}@host/db")
@@ -416,7 +416,7 @@ PASSWORDS = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")
 def test_masked_urls_never_contain_the_password(password: str, in_query: bool) -> None:
     from urllib.parse import quote
 
-    from master.dburl import mask_url, scrub
+    from master.store.sql.urls import mask_url, scrub
 
     encoded = quote(password, safe="")
     url = (f"postgresql+psycopg://user@db.example:5432/aiperf?password={encoded}" if in_query
@@ -426,7 +426,7 @@ def test_masked_urls_never_contain_the_password(password: str, in_query: bool) -
     assert mask_url(url) == masked[0 if in_query else 1]
     if any(password in m or encoded in m for m in masked):
         return  # a "password" such as "user" or "5432" is part of any masked URL
-    if len(password) >= 4:  # master.dburl.MIN_SCRUBBED
+    if len(password) >= 4:  # master.store.sql.urls.MIN_SCRUBBED
         text = scrub(f"connecting as {password} to {url} failed ({encoded})", url)
         assert password not in text and encoded not in text, text
 

@@ -41,7 +41,7 @@ GPU_DEPLOYMENTS = ["base", "overlays/external-db", "overlays/monitoring"]
 # Kustomize Components: not rendered alone, only through an overlay that uses them.
 COMPONENTS = ["components/monitoring"]
 # Prometheus-operator kinds: no schema ships with kubernetes-validate; checked
-# structurally (and every metric they use against master/metrics.py) below.
+# structurally (and every metric they use against master/observability/metrics.py) below.
 OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
 # The Secrets the manifests use and docs/deploy.md tells the operator to create.
@@ -590,7 +590,7 @@ def _cli_commands() -> dict[str, Any]:
     return found
 
 
-# Read by the master's own code (master/auth.py), not through a CLI option.
+# Read by the master's own code (master/rpc/tokens.py), not through a CLI option.
 MASTER_ENV = {"AIPERF_TOKEN", "AIPERF_ADMIN_TOKEN"}
 
 
@@ -617,7 +617,7 @@ def _assert_cli_accepts(
     for p in cmd.params:
         envvars |= {p.envvar} if isinstance(p.envvar, str) else set(p.envvar or ())
     substituted = {v for a in args for v in re.findall(r"\$\((\w+)\)", a)}
-    auth_source = (ROOT / "master" / "auth.py").read_text()
+    auth_source = (ROOT / "master" / "rpc" / "tokens.py").read_text()
     for name in sorted(v for v in env if v.startswith("AIPERF_")):
         if name in envvars or name in substituted:
             continue
@@ -1046,7 +1046,7 @@ def test_guide_covers_every_deployment_and_creates_the_secrets() -> None:
 
 def _exported_metric_names() -> set[str]:
     """Every series name the master's /metrics serves (counters with their _total)."""
-    from master.metrics import MasterMetrics
+    from master.observability.metrics import MasterMetrics
 
     names: set[str] = set()
     for family in MasterMetrics().registry.collect():
@@ -1098,7 +1098,7 @@ def test_monitoring_objects_are_well_formed_and_use_only_exported_metrics() -> N
         if "for" in alert:
             assert re.fullmatch(r"\d+[smh]", alert["for"]), name
         unknown = _metric_names(alert["expr"]) - exported
-        assert not unknown, f"{name} uses {unknown}, which master/metrics.py does not export"
+        assert not unknown, f"{name} uses {unknown}, which master/observability/metrics.py does not export"
 
     import json
 
@@ -1108,7 +1108,7 @@ def test_monitoring_objects_are_well_formed_and_use_only_exported_metrics() -> N
     assert exprs and len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
     for expr in exprs:
         unknown = _metric_names(expr) - exported
-        assert not unknown, f"dashboard query {expr!r} uses {unknown}, which master/metrics.py does not export"
+        assert not unknown, f"dashboard query {expr!r} uses {unknown}, which master/observability/metrics.py does not export"
     assert {"aiperf_run_flops", "aiperf_workers_alive"} <= {n for e in exprs for n in _metric_names(e)}
 
 

@@ -197,7 +197,7 @@ def test_smoke_run_end_to_end(cluster):
     else:
         assert board["invalid_reason"]
     # The worker's resource samples reached the master's database.
-    from master.sqlstore import SqlStore
+    from master.store.sql.sql_store import SqlStore
 
     store = SqlStore(f"sqlite:///{cluster.dir / 'm.db'}")
     try:

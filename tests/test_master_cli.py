@@ -208,7 +208,7 @@ def test_serve_refuses_a_bad_number_of_frontends(tmp_path: Path, capsys, value: 
 def test_serve_refuses_a_database_newer_than_it_knows(tmp_path: Path, capsys):
     from sqlalchemy import text
 
-    from master.sqlstore import SqlStore
+    from master.store.sql.sql_store import SqlStore
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
     store = SqlStore(url)

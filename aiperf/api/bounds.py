@@ -1,7 +1,7 @@
 """The bounds of every field of every request of the master's API, declared once.
 
 The master applies `check(request)` to every request of WorkerService and
-ControlService before anything reads it (master/servicers.py); a field out of
+ControlService before anything reads it (master/rpc/servicers.py); a field out of
 its bound is refused with INVALID_ARGUMENT naming the field, e.g.
 ``RegisterRequest.accelerators[3].peak_flops: must be a finite number in
 [0, 1e+16], got inf``. The limits are physical (no accelerator computes more
@@ -12,7 +12,7 @@ worker's free text (a failure reason) inside its bound.
 
 What needs the master's state is checked by the Master on top of these: a
 report's images × the model's FLOPs per image against the time since the
-model's previous report (`report_ops_ceiling`, master/budget.py), a graph's
+model's previous report (`report_ops_ceiling`, master/core/budget.py), a graph's
 FLOPs per image and layer count after it was parsed.
 
 Why hand-written and not protovalidate (buf.validate annotations): measured
