@@ -28,8 +28,9 @@ from typing import Any, Optional
 
 import typer
 
-from aiperf.api import bounds
+from aiperf import limits
 from aiperf.scoring import model_rank_key
+from aiperf.states import ModelState
 from cli.options import Control, ExitCode, UsageError, control_command, fail
 from cli.records import audit_to_dict
 from cli.tables import audits_table
@@ -37,7 +38,7 @@ from cli.values import RUN_ID, DatasetFormat, LogLevel, int_option
 
 DEFAULT_TOP = 3
 TOP = (1, 1000)
-PAGE = bounds.MAX_PAGE
+PAGE = limits.MAX_PAGE
 
 
 def ranked_done_models(client: Any, run_id: int) -> list[tuple[int, Any]]:
@@ -45,7 +46,7 @@ def ranked_done_models(client: Any, run_id: int) -> list[tuple[int, Any]]:
     its place in the id order (where `with_graph` fetches it with its graph)."""
     models: list[Any] = []
     while True:
-        page = client.list_models(run_id, state="done", limit=PAGE, offset=len(models))
+        page = client.list_models(run_id, state=ModelState.DONE, limit=PAGE, offset=len(models))
         models.extend(page.models)
         if not page.models or len(models) >= page.total:
             break
@@ -57,7 +58,7 @@ def ranked_done_models(client: Any, run_id: int) -> list[tuple[int, Any]]:
 
 def with_graph(client: Any, run_id: int, position: int, model_id: int) -> Any:
     """The DONE model at `position` (id order) with its graph; it must still be `model_id`."""
-    page = client.list_models(run_id, state="done", limit=1, offset=position, include_graph=True)
+    page = client.list_models(run_id, state=ModelState.DONE, limit=1, offset=position, include_graph=True)
     if not page.models or page.models[0].model_id != model_id:
         fail(f"the run's DONE models changed while auditing (model {model_id} moved); run the audit again",
              ExitCode.UNAVAILABLE)
@@ -131,7 +132,7 @@ def audit_run(client: Any, run: int, top: int, kind: Optional[str], dataset: Opt
 
         device, strategy = one_device()
         timing = Timing(xla=board.run.config.xla, profile=profile, strategy=strategy,
-                        hardware=auditor_hardware(device)[:bounds.MAX_HARDWARE_CHARS])
+                        hardware=auditor_hardware(device)[:limits.MAX_HARDWARE_CHARS])
     return run_id, [_audit_one(client, run_id, position, model, precision, data, scratch, timing)
                     for position, model in picked]
 
@@ -148,7 +149,7 @@ def _audit_one(client: Any, run_id: int, position: int, model: Any, precision: s
         fail(f"model {model.model_id}: cannot evaluate on this dataset: {' '.join(str(exc).split())[:300]}")
     recorded = client.record_audit(f.model_id, verdict=f.verdict, architecture_ok=f.architecture_ok,
                                    audited_accuracy=f.audited_accuracy, validation_images=f.validation_images,
-                                   auditor_host=socket.gethostname()[:bounds.MAX_NAME_CHARS], detail=f.detail,
+                                   auditor_host=socket.gethostname()[:limits.MAX_NAME_CHARS], detail=f.detail,
                                    audited_images_per_second=f.audited_images_per_second,
                                    auditor_hardware=f.auditor_hardware)
     return audit_to_dict(recorded)

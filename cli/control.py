@@ -25,6 +25,7 @@ from typing import Any, Optional
 import typer
 
 from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS
+from aiperf.states import ModelState, WorkerState
 from cli.format import format_duration, format_flops, parse_duration
 from cli.options import Control, control_command, fail, fail_api
 from cli.records import (
@@ -32,7 +33,7 @@ from cli.records import (
 )
 from cli.report import fetch_report
 from cli.tables import models_table, runs_table, scoreboard_table, status_line, workers_table
-from cli.values import COUNT, KEEP, LIMIT, PAGE, RUN_ID, SEED, ModelState, Precision, Profile, WorkerState, int_option
+from cli.values import COUNT, KEEP, PAGE, RUN_ID, SEED, Precision, Profile, int_option
 
 RunOpt = int_option(0, "--run", span=RUN_ID, help="Run id (0: the current or most recent run).")
 
@@ -133,7 +134,7 @@ def status_cmd(ctl: Control, run: int = RunOpt) -> None:
     page = ctl.call(client.list_workers, limit=STATUS_WORKERS)
     d: dict[str, Any] = st if st is not None else {
         "run_id": None, "state": None, "master_time": page.master_time,
-        "workers_alive": ctl.call(client.list_workers, state="alive", limit=1).total,
+        "workers_alive": ctl.call(client.list_workers, state=WorkerState.ALIVE, limit=1).total,
     }
     d.update({"has_run": st is not None, "workers_registered": page.total,
               "registered_workers": [worker_entry_to_dict(w) for w in page.workers]})
@@ -175,7 +176,7 @@ def models_cmd(
     ctl: Control,
     run: int = RunOpt,
     state: Optional[ModelState] = typer.Option(None, "--state", help="Only models in this state."),
-    limit: int = int_option(100, "--limit", span=LIMIT, help="At most this many models."),
+    limit: int = int_option(100, "--limit", span=PAGE, help="At most this many models."),
 ) -> None:
     """List the models of a run."""
     resp = ctl.call(ctl.client().list_models, run, state=state.value if state else None, limit=limit)

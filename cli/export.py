@@ -22,6 +22,8 @@ from typing import Any, Optional
 
 import typer
 
+from aiperf import limits
+from aiperf.states import ModelState, RunState
 from cli.format import format_flops
 from cli.options import Control, control_command, fail
 from cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
@@ -29,7 +31,7 @@ from cli.values import RUN_ID, _choices, int_option
 
 ExportFormat = _choices("ExportFormat", ("json", "csv", "mllog"))
 CsvTable = _choices("CsvTable", ("models", "timeline", "scoreboard"))
-PAGE = 1000  # models per ListModels call
+PAGE = limits.MAX_PAGE  # models per ListModels call: the master's page
 MAX_COMPARE = 16
 
 # The scoreboard's figures in `compare` and in the scoreboard CSV row, in order.
@@ -116,13 +118,13 @@ def _log_run(ml: Any, mc: Any, data: dict[str, Any]) -> None:
         ml.event(key="aiperf_flops", value=p["flops"], time_ms=ms(t0 + p["elapsed_s"]),
                  metadata={"elapsed_s": p["elapsed_s"], "ops": p["ops"]})
     for m in data["models"]:
-        if m["state"] == "done" and m["best_accuracy"] is not None:
+        if m["state"] == ModelState.DONE and m["best_accuracy"] is not None:
             ml.event(key=mc.EVAL_ACCURACY, value=m["best_accuracy"], time_ms=ms(m["finished_at"] or t0),
                      metadata={"model_id": m["model_id"], "round": m["round"], "epochs": m["epochs"]})
     end_ms = ms(board["finished_at"] or board["stopped_at"] or t0 + board["elapsed_s"])
     for key in ("score", "regulated_score", "valid_flops", "error", "valid", "provisional", "total_ops"):
         ml.event(key=f"aiperf_{key}", value=board[key], time_ms=end_ms)
-    status = mc.SUCCESS if board["state"] == "finished" and board["valid"] else mc.ABORTED
+    status = mc.SUCCESS if board["state"] == RunState.FINISHED and board["valid"] else mc.ABORTED
     ml.end(key=mc.RUN_STOP, time_ms=end_ms, metadata={mc.STATUS: status, "state": board["state"]})
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 
+from aiperf.limits import MAX_RUN_DURATION_S
+
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-# The longest run the CLI starts: a month is already far beyond any benchmark
-# (official runs are hours); anything longer is a typo, and absurd values
-# (1e300 s) would overflow the master's arithmetic on deadlines.
-MAX_DURATION_S = 30 * 86400.0
+# The longest run the CLI starts is the API's (a month): anything longer is a typo, and absurd
+# values (1e300 s) would overflow the master's arithmetic on deadlines.
 _PREFIXES = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
@@ -38,8 +38,8 @@ def parse_duration(text: str) -> float:
         value = sum(float(n) * _UNITS[u] for n, u in parts)
     if value <= 0:
         raise ValueError(f"bad duration {_short(text)}: must be positive")
-    if not value <= MAX_DURATION_S:  # also inf: float() of 400 digits
-        raise ValueError(f"bad duration {_short(text)}: at most 30d ({MAX_DURATION_S:.0f} s)")
+    if not value <= MAX_RUN_DURATION_S:  # also inf: float() of 400 digits
+        raise ValueError(f"bad duration {_short(text)}: at most 30d ({MAX_RUN_DURATION_S:.0f} s)")
     return value
 
 

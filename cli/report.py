@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from aiperf.profiles import OFFICIAL
 from aiperf.scoring import model_rank_key
 from aiperf.timeline import CurvePoint, score_curve
+from aiperf.states import ModelState
 from cli.format import format_flops
 from cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
 from cli.tables import (
@@ -229,7 +230,7 @@ def fetch_report(client: "ControlClient", run: int = 0) -> tuple[dict[str, Any],
     board = scoreboard_to_dict(client.scoreboard(run))
     run_id = board["run_id"]
     timeline = timeline_to_dict(client.timeline(run_id, max_points=2000))
-    done = [model_to_dict(m) for m in client.list_models(run_id, state="done", limit=10000).models]
+    done = [model_to_dict(m) for m in client.list_models(run_id, state=ModelState.DONE, limit=10000).models]
     # the master's ranking (GetHistory), from the one rule in aiperf.scoring
     done.sort(key=lambda m: model_rank_key(m["model_id"], m["predicted_accuracy"], m["best_accuracy"]))
     return board, render_report(board, timeline, done[:REPORT_MODELS])

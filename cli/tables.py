@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from aiperf import audit
+from aiperf.states import ModelState, RunState, WorkerState
 from cli.format import format_duration, format_flops
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,7 +41,7 @@ def score_label(d: dict[str, Any]) -> str:
 
 def stop_text(d: dict[str, Any]) -> str | None:
     """'deadline reached, after 1:00:00' of a stopped run dict; None while it has not stopped."""
-    if d["stopped_at"] is None and d["state"] in ("pending", "running"):
+    if d["stopped_at"] is None and d["state"] in (RunState.PENDING, RunState.RUNNING):
         return None
     after = f", after {format_duration(d['stopped_at'] - d['started_at'])}" if d["stopped_at"] and d["started_at"] \
         else ""
@@ -77,7 +79,7 @@ def status_line(d: dict[str, Any]) -> str:
     """One line of `run_status_to_dict` output: state, time, workers, models, master downtime."""
     models = ", ".join(f"{k} {v}" for k, v in d["models"].items() if v) or "none"
     remaining = ""
-    if d["state"] == "running" and d["deadline"]:
+    if d["state"] == RunState.RUNNING and d["deadline"]:
         remaining = f", {format_duration(max(0.0, d['deadline'] - d['master_time']))} left"
     return (f"run {d['run_id']} {d['state']} ({d['profile']}, seed {d['seed']}): elapsed "
             f"{format_duration(d['elapsed_s'])}{remaining}; workers alive {d['workers_alive']}, "
@@ -109,7 +111,7 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
         ("Workers", f"{d['workers']} ({d['workers_alive']} alive)"),
         ("Accelerators", str(d["accelerators"])),
         ("Models trained", f"{d['models_done']} done"
-         + "".join(f", {v} {k}" for k, v in d["models"].items() if k != "done" and v)),
+         + "".join(f", {v} {k}" for k, v in d["models"].items() if k != ModelState.DONE and v)),
         ("Images", f"{d['images_trained']:,} trained, {d['images_validated']:,} validated"),
         ("Seed / precision", f"{d['seed']} / {d['precision']}"),
         ("Weight inheritance", "on (children start from their parent's weights)" if d.get("inherit")
@@ -174,7 +176,7 @@ def workers_table(workers: list[dict[str, Any]], total: int, now: float, title: 
     """`aiperf workers` and `aiperf status`: one row per worker_entry_to_dict."""
     from rich.table import Table
 
-    alive = sum(1 for w in workers if w["state"] == "alive")
+    alive = sum(1 for w in workers if w["state"] == WorkerState.ALIVE)
     table = Table(title=title or f"{total} worker{'s' if total != 1 else ''} registered ({alive} alive"
                                  + (f" of the {len(workers)} shown)" if len(workers) < total else ")"))
     for col in WORKER_COLUMNS:
@@ -193,7 +195,7 @@ def audit_text(d: dict[str, Any]) -> str:
     a = d.get("audit")
     text = f"model {d['audit_model_id']}: {d['audit_status']}"
     if a is not None:
-        if a["verdict"] not in ("passed", "failed"):
+        if a["verdict"] not in (audit.PASSED, audit.FAILED):
             text += f" ({a['verdict']})"
         if a["audited_accuracy"] is not None:
             text += f", audited accuracy {a['audited_accuracy']:.4f} (claimed {a['claimed_accuracy']:.4f})"

@@ -21,25 +21,23 @@ from typing import Any, Optional
 
 import typer
 
-from aiperf.api import bounds
-from aiperf.api.enums import MODEL_STATE_NAMES, PRECISIONS, PROFILES, WORKER_STATES
+from aiperf import limits
+from aiperf.api.enums import PRECISIONS, PROFILES
 from aiperf.profiles import DATASET_KINDS
 from aiperf.profiles import PROFILES as RUN_PROFILES
-from cli.format import MAX_DURATION_S
 
 INT64_MAX = 2**63 - 1
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
 
 # (lowest, highest) of each kind of option.
-RUN_ID = (0, bounds.MAX_ID)          # 0: the current (or most recent) run
-SEED = (0, bounds.MAX_SEED)
-KEEP = (0, bounds.MAX_KEEP_CHECKPOINTS)  # --keep-checkpoints; 0: the default
+RUN_ID = (0, limits.MAX_ID)          # 0: the current (or most recent) run
+SEED = (0, limits.MAX_SEED)
+KEEP = (0, limits.MAX_KEEP_CHECKPOINTS)  # --keep-checkpoints; 0: the default
 COUNT = (0, UINT32_MAX)              # uint32 limits of a run; 0: no limit / the default
-LIMIT = (1, UINT32_MAX)              # --limit of a listing
-PAGE = (1, bounds.MAX_PAGE)          # --limit of `aiperf runs` / `aiperf workers`: one page of the master's
+PAGE = (1, limits.MAX_PAGE)          # --limit of `aiperf runs` / `workers` / `models`: one page of the master's
 PORT = (0, 65535)                    # 0: any free port
-DEMO_MINUTES = (0.0, MAX_DURATION_S / 60)  # low end excluded
+DEMO_MINUTES = (0.0, limits.MAX_RUN_DURATION_S / 60)  # low end excluded
 HEARTBEAT_S = (0.1, 3600.0)          # below 0.1 s the master's tick cannot keep up; above 1 h no worker is lost
 STOP_GRACE_S = (0.0, 86400.0)
 PROCESSES = (1, 1024)                # processes or CPUs on one node
@@ -88,8 +86,6 @@ def _choices(name: str, values: Any) -> Any:
 
 Profile = _choices("Profile", PROFILES.values())
 Precision = _choices("Precision", PRECISIONS.values())
-ModelState = _choices("ModelState", MODEL_STATE_NAMES)
-WorkerState = _choices("WorkerState", WORKER_STATES.values())
 DatasetFormat = _choices("DatasetFormat", DATASET_KINDS)
 LogLevel = _choices("LogLevel", ("debug", "info", "warning", "error"))
 # `graph morph --kernel-size`: the kernels the profiles search (3, 5, 7)

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from aiperf.api import aiperf_pb2 as pb
-from aiperf.api.bounds import MAX_REQUEST_BYTES
+from aiperf.limits import MAX_REQUEST_BYTES
 from aiperf.api.calls import CREDENTIAL_METADATA
 from aiperf.api.client import Accelerator, ControlClient, WorkerClient
 from tests.conftest import POSTGRES_ENV, postgres_url

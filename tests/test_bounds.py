@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
+from aiperf import limits
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
 from master.core.progress_writer import ProgressWriter
@@ -98,9 +99,9 @@ def test_ids_fit_their_sql_keys_and_zero_only_where_it_means_none_or_current():
 
 def test_docs_quote_every_limit():
     spec = (ROOT / "docs" / "spec.md").read_text()
-    names = {n for n in dir(bounds) if re.fullmatch(r"(MAX|MIN)_[A-Z_]+|CLOCK_SLACK_S", n)}
-    assert names == {name for name, _ in bounds.LIMITS}, "every named limit is in LIMITS"
-    for name, value, _ in bounds.limits_table():
+    names = {n for n in dir(limits) if re.fullmatch(r"(MAX|MIN)_[A-Z_]+|CLOCK_SLACK_S", n)}
+    assert names == {name for name, _ in limits.LIMITS}, "every named limit is in LIMITS"
+    for name, value, _ in limits.limits_table():
         assert name in spec, f"docs/spec.md does not quote {name}"
 
 
@@ -326,7 +327,7 @@ def test_graph_flops_and_layers_are_bounded(master_server, small_graph, monkeypa
     g = Graph.from_dict(huge)
     e = refusal(w.submit_model, wid, g.to_json(), g.hash(), 0, 1, HP)
     assert e.code == grpc.StatusCode.INVALID_ARGUMENT and "operations per trained image exceed" in e.details
-    monkeypatch.setattr(bounds, "MAX_GRAPH_LAYERS", len(small_graph.layers) - 1)
+    monkeypatch.setattr(limits, "MAX_GRAPH_LAYERS", len(small_graph.layers) - 1)
     e = refusal(w.submit_model, wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP)
     assert f"{len(small_graph.layers)} layers exceed the bound" in e.details
     assert c.list_models().total == 0
@@ -342,7 +343,7 @@ def test_images_per_report_are_bounded_by_physics(master_server, small_graph):
     rate = 2 * bounds.MAX_OPS_PER_S_PER_ACCELERATOR  # two accelerators
     mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
     clock.t += 10.0  # 10 s after submission (+ the slack)
-    fits = int(rate * (10.0 + bounds.CLOCK_SLACK_S) / fc.train)
+    fits = int(rate * (10.0 + limits.CLOCK_SLACK_S) / fc.train)
     e = refusal(w.report_progress, wid, mid, 1, fits + 1000, 0, 1, fc.ops(fits + 1000, 0))
     assert e.code == grpc.StatusCode.INVALID_ARGUMENT and "physical ceiling" in e.details
     w.report_progress(wid, mid, 1, fits // 2, 0, 1, fc.ops(fits // 2, 0))

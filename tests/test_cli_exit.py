@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiperf.api import bounds
+from aiperf import limits
 from cli.main import main
 from tests.ports import free_port
 
@@ -33,8 +33,8 @@ CONTROL = ["--master", UNREACHABLE, "--admin-token", "t"]
 CONTROL_COMMANDS = ["status", "stop", "models", "scoreboard", "report", "workers"]  # each takes --run
 # The API's field types (protos/aiperf.proto) and the README's ranges.
 INT64_MAX, UINT32_MAX, UINT64_MAX = 2**63 - 1, 2**32 - 1, 2**64 - 1
-MAX_ID, MAX_SEED = bounds.MAX_ID, bounds.MAX_SEED  # the API's bounds, which the CLI's ranges follow
-MAX_PAGE = bounds.MAX_PAGE
+MAX_ID, MAX_SEED = limits.MAX_ID, limits.MAX_SEED  # the API's bounds, which the CLI's ranges follow
+MAX_PAGE = limits.MAX_PAGE
 SECRET = "s3cret-Passw0rd"
 
 
@@ -482,8 +482,7 @@ def _options(graph: str, a_file: str) -> list[tuple[list[str], str, type, float,
         (start, "--seed", int, 0, MAX_SEED, False, {3}),
         *[(start, o, int, 0, UINT32_MAX, False, {3})
           for o in ("--max-models", "--max-rounds", "--max-epochs", "--warmup-rounds", "--min-workers")],
-        (["models", *CONTROL], "--limit", int, 1, UINT32_MAX, False, {3}),
-        *[([c, *CONTROL], "--limit", int, 1, MAX_PAGE, False, {3}) for c in ("runs", "workers")],
+        *[([c, *CONTROL], "--limit", int, 1, MAX_PAGE, False, {3}) for c in ("runs", "workers", "models")],
         (["graph", "morph", graph, "--seed", "1"], "--max-params", int, 1, INT64_MAX, False, {0, 2}),
         (["graph", "morph", graph, "--seed", "1"], "--max-layers", int, 1, 10**6, False, {0, 2}),
         (["graph", "morph", graph], "--seed", int, 0, MAX_SEED, False, {0}),

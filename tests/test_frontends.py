@@ -48,7 +48,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from aiperf.api import aiperf_pb2 as pb
-from aiperf.api.bounds import MAX_REQUEST_BYTES
+from aiperf.limits import MAX_REQUEST_BYTES
 from aiperf.api.calls import CREDENTIAL_METADATA
 from aiperf.api.client import MAX_MESSAGE_BYTES, ApiError
 from master.frontends.supervisor import _child_env  # the environment the master starts its front ends with

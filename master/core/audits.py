@@ -24,6 +24,7 @@ from typing import Callable
 
 from aiperf import audit as rule
 from aiperf import scoring
+from aiperf.states import ModelState
 from master.core.replies import RegulatedAudit
 from master.core.requests import AuditSubmission
 from master.store.errors import FailedPrecondition, InvalidArgument
@@ -46,7 +47,7 @@ class Audits:
     def record(self, sub: AuditSubmission) -> AuditRecord:
         """Check and record an audit of a DONE model (NotFound, FailedPrecondition, InvalidArgument)."""
         model = self.store.get_model(sub.model_id)
-        if model.state != "done":
+        if model.state != ModelState.DONE:
             raise FailedPrecondition(f"model {model.id} is {model.state}: only a DONE model is audited")
         if sub.verdict not in rule.VERDICTS:
             raise InvalidArgument(f"verdict must be one of {', '.join(rule.VERDICTS)}, got {sub.verdict!r}")

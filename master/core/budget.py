@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from aiperf.api import bounds
+from aiperf.limits import CLOCK_SLACK_S
 from master.store.errors import FailedPrecondition, InvalidArgument
 
 _CLAIM_LOCK = threading.Lock()  # a claim reads and moves busy_until at once
@@ -89,7 +90,7 @@ class WorkerBudget:
             start = max(self.busy_until, since)
             rate = self.ceiling.rate
             need_s = ops / rate
-            if need_s <= now + bounds.CLOCK_SLACK_S - start:
+            if need_s <= now + CLOCK_SLACK_S - start:
                 self.busy_until = max(now, start + need_s)
                 return
         interval = max(0.0, now - start)

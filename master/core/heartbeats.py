@@ -20,6 +20,7 @@ import threading
 from dataclasses import replace
 from typing import Iterable
 
+from aiperf.states import WorkerState
 from master.store.records import WorkerRecord
 
 # The most rows a second the periodic flush writes: a longer period for a larger fleet.
@@ -42,11 +43,11 @@ class Heartbeats:
     def learn(self, w: WorkerRecord, now: float | None = None) -> None:
         """Know a worker as stored (alive ones get a grace period until `now`)."""
         with self._lock:
-            if w.state == "alive" and now is not None:
+            if w.state == WorkerState.ALIVE and now is not None:
                 self._last[w.id] = max(w.last_heartbeat, now)
             else:
                 self._last.setdefault(w.id, w.last_heartbeat)
-            if w.state == "lost":
+            if w.state == WorkerState.LOST:
                 self._lost.add(w.id)
 
     def knows(self, worker_id: int) -> bool:
@@ -123,7 +124,7 @@ class Heartbeats:
             lost = w.id in self._lost
         if last is None:
             return w
-        return replace(w, state="lost" if lost else "alive", last_heartbeat=max(last, w.last_heartbeat))
+        return replace(w, state=WorkerState.LOST if lost else WorkerState.ALIVE, last_heartbeat=max(last, w.last_heartbeat))
 
     def is_alive(self, worker_id: int) -> bool:
         with self._lock:

@@ -20,11 +20,11 @@ import secrets
 import threading
 from typing import Callable
 
+from aiperf.limits import MAX_CREDENTIAL_CHARS  # ours have 43: a longer one cannot match
 from master.store.errors import AlreadyExists, PermissionDenied
 from master.store.records import WorkerRecord
 
 CREDENTIAL_BYTES = 32  # 256 random bits (at least 128 are required)
-MAX_CREDENTIAL_CHARS = 128  # ours have 43; a longer one cannot match and is not worth hashing
 _UNKNOWN = object()  # a worker whose hash is not cached yet
 
 

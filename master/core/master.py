@@ -37,10 +37,11 @@ from typing import Callable, Sequence
 
 from aiperf import scoring, timeline
 from aiperf.api import bounds
-from aiperf.api.enums import FINISHED_MODEL_STATES, MODEL_STATE_NAMES, OPEN_MODEL_STATES
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
 from aiperf.hyperparameters import HyperparameterError, Hyperparameters
+from aiperf.limits import CLOCK_SLACK_S, MAX_OPS_PER_REPORT, MAX_PAGE, MAX_TIMELINE_BUCKETS
+from aiperf.states import FINISHED_MODEL_STATES, OPEN_MODEL_STATES, ModelState, RunState, WorkerState
 from master.core import retention
 from master.core.audits import Audits, with_audit_rule, with_throughput_rule
 from master.core.budget import ImplausibleReport, WorkerBudgets
@@ -54,7 +55,7 @@ from master.core.replies import (
     History, HyperparameterObservation, ModelPage, Registration, RunStatus, RunTimeline, Scoreboard,
 )
 from master.core.requests import ModelFinish, ModelSubmission, ProgressReport, ResourceSampleReport, RunSpec
-from master.core.roster import LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, Roster
+from master.core.roster import Roster
 from master.core.run_rules import (
     accelerator_peaks, check_accelerators, check_graph_fits, parse_graph, peak_verdict, rules_of,
     with_checked_peaks, worker_budget,
@@ -75,8 +76,9 @@ HEARTBEAT_FLUSH_MAX_S = 5.0
 # open models whose FLOPs and busy_until stay in memory: one per worker, for 10,000s of workers
 # (an evicted entry costs a database read on the report path and restarts its busy_until)
 FLOP_CACHE_SIZE = 1 << 17
+LIST_LIMIT_DEFAULT = 1000  # models per ListModels page when the caller names no limit
 TIMELINE_BUCKETS = 200
-TIMELINE_BUCKETS_MAX = bounds.MAX_TIMELINE_BUCKETS
+TIMELINE_BUCKETS_MAX = MAX_TIMELINE_BUCKETS
 # the model counts of the metrics: a query over the run's models (scrapes come every 15-30 s)
 METRICS_S = 5.0
 ALIVE_STAMP_S = 1.0  # liveness stamp period: an outage's start is known to within this (plus a tick)
@@ -186,7 +188,7 @@ class Master:
         now = self.clock()
         with self._lock:
             if abort:
-                run, abandoned = self.store.finish_run(run.id, now, "aborted", reason or "aborted on request")
+                run, abandoned = self.store.finish_run(run.id, now, RunState.ABORTED, reason or "aborted on request")
                 self._forget_models(abandoned)
             else:
                 run = self.store.stop_run(run.id, now, reason or "stopped on request")
@@ -259,19 +261,19 @@ class Master:
     def _advance_runs(self, now: float) -> None:
         changed = False
         for run in self.store.active_runs():
-            if run.state == "pending":
+            if run.state == RunState.PENDING:
                 need = int(run.config.get("min_workers", 0))
                 if self.alive_count() >= need:
                     self.store.start_run(run.id, now)
                     log.info("event=run_started run_id=%d workers_alive=%d", run.id, self.alive_count())
                     changed = True
-            elif run.state == "running" and run.deadline is not None and now >= run.deadline:
+            elif run.state == RunState.RUNNING and run.deadline is not None and now >= run.deadline:
                 # stopped at the deadline itself (the store caps stopped_at), however late this tick is
                 down = any(o.start <= run.deadline <= o.end for o in run.outages)
                 self.store.stop_run(run.id, now, "deadline reached" + (" while the master was down" if down else ""))
                 log.info("event=run_deadline run_id=%d late_s=%.3f", run.id, now - run.deadline)
                 changed = True
-            elif run.state == "stopping":
+            elif run.state == RunState.STOPPING:
                 changed = self._finish_stopping(run, now) or changed
         if changed:
             self._refresh_current()
@@ -285,7 +287,7 @@ class Master:
         if open_models and now - stopped < self.stop_grace_s:
             return False
         _, abandoned = self.store.finish_run(
-            run.id, now, "finished", "" if open_models == 0 else "stop grace period over"
+            run.id, now, RunState.FINISHED, "" if open_models == 0 else "stop grace period over"
         )
         self._forget_models(abandoned)
         log.info("event=run_finished run_id=%d abandoned=%d", run.id, len(abandoned))
@@ -298,9 +300,9 @@ class Master:
             self.metrics.run_state.set(0)
             return
         counts = self.store.count_models(run.id)
-        for state in MODEL_STATE_NAMES:
+        for state in ModelState:
             self.metrics.models.labels(state=state).set(counts.get(state, 0))
-        self.metrics.run_state.set(1 if run.state == "running" else 0)
+        self.metrics.run_state.set(1 if run.state == RunState.RUNNING else 0)
         if run.started_at is not None:
             elapsed = self.clock() - run.started_at
             ops = self.operations.total(run.id)
@@ -331,7 +333,7 @@ class Master:
     def _join(self, run: RunRecord | None, worker_id: int) -> None:
         """Join the worker to a running run (once) and have its ceiling there in memory:
         the report path reads it on the event loop."""
-        if run is None or run.state != "running":
+        if run is None or run.state != RunState.RUNNING:
             return
         key = (run.id, worker_id)
         with self._lock:
@@ -378,14 +380,14 @@ class Master:
             entry = self._flops.get(model_id)
         return entry is not None and self.budgets.cached(entry.worker_id, entry.run_id)
 
-    def heartbeat_in_memory(self, worker_id: int, *, credential: str) -> tuple[RunRecord | None, str] | None:
+    def heartbeat_in_memory(self, worker_id: int, *, credential: str) -> tuple[RunRecord | None, WorkerState] | None:
         """heartbeat(), when it will not touch the database (the worker and its credential
         are known and, in a running run, it joined and its budget is cached): safe on an
         event loop. None (nothing done) when it would: call heartbeat on a pool."""
         run = self.current_run()
         if not self._heartbeats.knows(worker_id) or not self._credentials.cached(worker_id):
             return None
-        if run is not None and run.state == "running":
+        if run is not None and run.state == RunState.RUNNING:
             with self._lock:
                 joined = (run.id, worker_id) in self._joined
             if not joined or not self.budgets.cached(worker_id, run.id):
@@ -393,14 +395,14 @@ class Master:
         self._credentials.verify(worker_id, credential)  # cached: no store (the worker is known)
         return run, self._beat(worker_id)
 
-    def _beat(self, worker_id: int) -> str:
+    def _beat(self, worker_id: int) -> WorkerState:
         """Record the beat of an authorized worker; its state ("lost" once after it was)."""
         was_lost = self._heartbeats.beat(worker_id, self.clock())
         if was_lost:
             log.info("event=worker_back worker_id=%d", worker_id)
-        return "lost" if was_lost else "alive"
+        return WorkerState.LOST if was_lost else WorkerState.ALIVE
 
-    def heartbeat(self, worker_id: int, *, credential: str) -> tuple[RunRecord | None, str]:
+    def heartbeat(self, worker_id: int, *, credential: str) -> tuple[RunRecord | None, WorkerState]:
         """The current run and the worker's state: "lost" once after the
         master gave up on it (its model was abandoned), else "alive"."""
         self._authorize(worker_id, credential)
@@ -485,7 +487,7 @@ class Master:
         new = NewModel(
             run_id=run.id, parent_id=sub.parent_id or None, worker_id=sub.worker_id, round=int(sub.round),
             graph_json=graph.to_json(), graph_hash=actual, batch_size=int(sub.batch_size),
-            kernel_size=int(sub.kernel_size), state="queued" if sub.queue else "training",
+            kernel_size=int(sub.kernel_size), state=ModelState.QUEUED if sub.queue else ModelState.TRAINING,
             flops_per_train_image=int(fc.train), flops_per_eval_image=int(fc.eval),
             inherited_from=int(sub.inherited_from),
         )
@@ -518,9 +520,9 @@ class Master:
         if entry.worker_id != r.worker_id:  # the store's rule, before the model's time is spent
             raise PermissionDenied(f"model {r.model_id} belongs to worker {entry.worker_id}, not {r.worker_id}")
         master_flops = entry.ops(int(r.images_trained), int(r.images_validated))
-        if master_flops > bounds.MAX_OPS_PER_REPORT:
+        if master_flops > MAX_OPS_PER_REPORT:
             raise InvalidArgument(f"images_trained/images_validated: {master_flops:.3g} operations in one report "
-                                  f"exceed the bound of {bounds.MAX_OPS_PER_REPORT:.3g}")
+                                  f"exceed the bound of {MAX_OPS_PER_REPORT:.3g}")
         now = self.clock()
         try:
             self.budgets.get(r.worker_id, entry.run_id).claim(master_flops, now, since=entry.created_at)
@@ -616,11 +618,11 @@ class Master:
         ]
 
     def list_models(self, run_id: int, state: str | None = None, limit: int = 0, offset: int = 0) -> ModelPage:
-        """A page of the run's models (limit 0: LIST_LIMIT_DEFAULT; at most LIST_LIMIT_MAX)."""
+        """A page of the run's models (limit 0: LIST_LIMIT_DEFAULT; at most MAX_PAGE)."""
         run = self.resolve_run(run_id)
-        if state is not None and state not in MODEL_STATE_NAMES:
+        if state is not None and state not in set(ModelState):
             raise InvalidArgument(f"unknown model state {state}")
-        models, total = self.store.list_models(run.id, state, min(limit or LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX), offset)
+        models, total = self.store.list_models(run.id, state, min(limit or LIST_LIMIT_DEFAULT, MAX_PAGE), offset)
         return ModelPage(run.id, models, total)
 
     # ------------------------------------------------------------ scores and reports
@@ -634,7 +636,7 @@ class Master:
         return scoring.score_run(
             run.started_at, self.clock(), self.store.timeline(run.id), rules, run.precision,
             end=run.stopped_at if run.stopped_at is not None else run.deadline, peaks=peaks,
-            peak_slack_s=bounds.CLOCK_SLACK_S,
+            peak_slack_s=CLOCK_SLACK_S,
         )
 
     def run_status(self, run_id: int) -> RunStatus:

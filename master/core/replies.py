@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from aiperf import scoring, timeline
+from aiperf.states import ModelState
 from master.store.records import AuditRecord, ModelRecord, RunRecord, RunWorker, WorkerRecord
 
 
@@ -115,7 +116,7 @@ class Scoreboard:
 
     @property
     def models_done(self) -> int:
-        return self.model_counts.get("done", 0)
+        return self.model_counts.get(ModelState.DONE, 0)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import threading
 from typing import Sequence
 
 from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS, RecordHolders, checkpoints_to_delete
+from aiperf.states import ModelState
 from master.core.requests import ModelFinish
 from master.store.errors import InvalidArgument
 from master.store.protocol import Store
@@ -28,7 +29,7 @@ def check_checkpoint(fin: ModelFinish) -> None:
     """A finish carries both checkpoint fields or neither, and only a done model has one."""
     if bool(fin.checkpoint_uri) != bool(fin.checkpoint_sha256):
         raise InvalidArgument("checkpoint_uri and checkpoint_sha256 go together: give both or neither")
-    if fin.checkpoint_uri and fin.state != "done":
+    if fin.checkpoint_uri and fin.state != ModelState.DONE:
         raise InvalidArgument(f"a {fin.state} model has no checkpoint: only MODEL_DONE carries checkpoint_uri")
 
 

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from typing import Callable
 
+from aiperf.limits import MAX_PAGE
+from aiperf.states import WorkerState
 from master.core.replies import RunPage, WorkerEntry, WorkerPage
 from master.store.errors import InvalidArgument
 from master.store.protocol import Store
 from master.store.records import WorkerRecord
 
-LIST_LIMIT_DEFAULT = 1000
-LIST_LIMIT_MAX = 10000
 RUNS_LIMIT_DEFAULT = 100
 WORKERS_LIMIT_DEFAULT = 1000
-WORKER_STATE_NAMES = ("alive", "lost")
 
 
 class Roster:
@@ -30,14 +29,14 @@ class Roster:
         self._store, self._live_worker, self._clock = store, live_worker, clock
 
     def runs(self, limit: int = 0, offset: int = 0) -> RunPage:
-        """A page of runs, newest first (limit 0: RUNS_LIMIT_DEFAULT; at most LIST_LIMIT_MAX)."""
-        runs, total = self._store.list_runs(min(limit or RUNS_LIMIT_DEFAULT, LIST_LIMIT_MAX), offset)
+        """A page of runs, newest first (limit 0: RUNS_LIMIT_DEFAULT; at most MAX_PAGE)."""
+        runs, total = self._store.list_runs(min(limit or RUNS_LIMIT_DEFAULT, MAX_PAGE), offset)
         return RunPage(runs, total, self._clock())
 
     def workers(self, state: str | None = None, run_id: int = 0, limit: int = 0, offset: int = 0) -> WorkerPage:
         """A page of workers, ascending id: all, or (run_id) those that took part in that run;
-        `state` "alive" or "lost" keeps only those (limit 0: WORKERS_LIMIT_DEFAULT)."""
-        if state is not None and state not in WORKER_STATE_NAMES:
+        `state` (a WorkerState) keeps only those (limit 0: WORKERS_LIMIT_DEFAULT)."""
+        if state is not None and state not in set(WorkerState):
             raise InvalidArgument(f"unknown worker state {state}")
         if run_id:
             workers = [rw.worker for rw in self._store.run_workers(self._store.get_run(run_id).id)]  # NotFound
@@ -46,7 +45,7 @@ class Roster:
         live = [self._live_worker(w) for w in sorted(workers, key=lambda w: w.id)]
         if state is not None:
             live = [w for w in live if w.state == state]
-        page = live[offset:offset + min(limit or WORKERS_LIMIT_DEFAULT, LIST_LIMIT_MAX)]
+        page = live[offset:offset + min(limit or WORKERS_LIMIT_DEFAULT, MAX_PAGE)]
         current = self._store.open_models_by_worker() if page else {}
         entries = [WorkerEntry(w, *current.get(w.id, (None, None))) for w in page]
         return WorkerPage(entries, len(live), self._clock())

@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from aiperf import limits
 from aiperf import peaks as peak_checks
 from aiperf import scoring
-from aiperf.api import bounds
 from aiperf.graph import Graph, GraphError
 from aiperf.morphism import Limits
 from aiperf.precision import GEMM_DTYPES, PRECISIONS
@@ -44,7 +44,7 @@ def checked_rates(a: dict) -> dict[str, dict]:
     rates = dict(a.get("peak_flops_by_dtype", {}))
     if a.get("peak_flops", 0.0) > 0:
         rates = {dtype: a["peak_flops"] for dtype in GEMM_DTYPES} | rates
-    model = str(a.get("model", ""))[:peak_checks.MAX_MODEL_LENGTH]
+    model = str(a.get("model", ""))[:limits.MAX_MODEL_NAME_CHARS]
     return {dtype: peak_checks.check_peak(model, dtype, rate).to_dict()
             for dtype, rate in sorted(rates.items()) if rate > 0}
 
@@ -52,7 +52,7 @@ def checked_rates(a: dict) -> dict[str, dict]:
 def checked_cpu_rates(cpus: int, rates: dict[str, float]) -> dict[str, dict]:
     """A CPU's measured rates checked against the physical bound of `cpus` logical
     CPUs (aiperf/peaks.py check_cpu_peak): compute type -> the PeakCheck as a dict."""
-    return {dtype: peak_checks.check_cpu_peak(min(max(1, cpus), peak_checks.MAX_CPUS), dtype, rate).to_dict()
+    return {dtype: peak_checks.check_cpu_peak(min(max(1, cpus), limits.MAX_CPUS), dtype, rate).to_dict()
             for dtype, rate in sorted(rates.items()) if rate > 0}
 
 
@@ -199,6 +199,6 @@ def parse_graph(graph_json: str) -> Graph:
         graph = Graph.from_json(graph_json)
     except (GraphError, ValueError, RecursionError) as exc:  # ValueError: json.JSONDecodeError and friends
         raise InvalidArgument(f"malformed graph JSON: {exc}") from None
-    if len(graph.layers) > bounds.MAX_GRAPH_LAYERS:
-        raise InvalidArgument(f"graph_json: {len(graph.layers)} layers exceed the bound of {bounds.MAX_GRAPH_LAYERS}")
+    if len(graph.layers) > limits.MAX_GRAPH_LAYERS:
+        raise InvalidArgument(f"graph_json: {len(graph.layers)} layers exceed the bound of {limits.MAX_GRAPH_LAYERS}")
     return graph

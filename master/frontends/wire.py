@@ -26,7 +26,7 @@ import struct
 from typing import Callable, Iterator
 
 from aiperf.api import aiperf_pb2 as pb
-from aiperf.api.bounds import MAX_REQUEST_BYTES
+from aiperf.limits import MAX_REQUEST_BYTES
 from aiperf.api.client import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, PlatformCollect
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from aiperf.api.enums import MODEL_STATE_NAMES
+from aiperf.states import ModelState
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class MasterMetrics:
         self.runs = RunCollector()
         self.registry.register(self.runs)
         self._server: WSGIServer | None = None
-        for state in MODEL_STATE_NAMES:
+        for state in ModelState:
             self.models.labels(state=state).set(0)
 
     def observe_run(self, run_id: int, profile: str, elapsed_s: float, ops: int) -> None:

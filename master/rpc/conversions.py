@@ -11,9 +11,10 @@ from typing import Any
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.enums import (
-    API_VERSION, MODEL_STATE_NAMES, MODEL_STATE_VALUES, MODEL_STATES, PRECISION_VALUES, PRECISIONS, PROFILE_VALUES,
+    API_VERSION, MODEL_STATE_VALUES, MODEL_STATES, PRECISION_VALUES, PRECISIONS, PROFILE_VALUES,
     PROFILES, RUN_STATE_VALUES, WORKER_STATE_VALUES, WORKER_STATES,
 )
+from aiperf.states import ModelState
 from master.core.replies import (
     History, HyperparameterObservation, ModelPage, RunPage, RunStatus, RunTimeline, Scoreboard, WorkerPage,
 )
@@ -249,7 +250,7 @@ def software_messages(software: dict[str, str]) -> list[pb.SoftwareVersion]:
 
 def model_counts(counts: dict[str, int]) -> list[pb.ModelCount]:
     """One count per model state, in the API's order."""
-    return [pb.ModelCount(state=MODEL_STATE_VALUES[s], count=counts.get(s, 0)) for s in MODEL_STATE_NAMES]
+    return [pb.ModelCount(state=MODEL_STATE_VALUES[s], count=counts.get(s, 0)) for s in ModelState]
 
 
 def progress_ack(res: ProgressResult, run: RunRecord | None, into: pb.ProgressAck | None = None) -> pb.ProgressAck:

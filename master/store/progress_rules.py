@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from aiperf.api.enums import OPEN_MODEL_STATES, OVER_RUN_STATES
+from aiperf.states import OPEN_MODEL_STATES, OVER_RUN_STATES, ModelState
 from master.store.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from master.store.records import INT64_MAX, ProgressInput, ProgressResult
 
@@ -60,8 +60,8 @@ def apply_reports(
         })
         seen[key] = (it.master_flops, it.flops_mismatch)
         m["max_seq"] = max(m["max_seq"], it.seq)
-        if m["state"] == "queued":
-            m["state"] = "training"
+        if m["state"] == ModelState.QUEUED:
+            m["state"] = ModelState.TRAINING
             m["started_at"] = it.t
         m["images_trained"] += it.images_trained
         m["images_validated"] += it.images_validated

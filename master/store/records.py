@@ -3,9 +3,7 @@
 A record extends what was asked for (NewRun -> RunRecord, WorkerInput ->
 WorkerRecord, NewModel -> ModelRecord) with what the store adds.
 
-States are lower-case strings (aiperf.api.enums): runs pending/running/
-stopping/finished/aborted, models queued/training/done/failed/abandoned,
-workers alive/lost.
+States are the enums of aiperf/states.py (str-valued: the database holds their values).
 """
 
 from __future__ import annotations
@@ -13,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiperf.states import ModelState, RunState, WorkerState
 from master.store.errors import StoreError
 
 INT64_MAX = 2**63 - 1  # the widest integer SQLite and PostgreSQL (bigint) store
@@ -50,7 +49,7 @@ class NewRun:
 @dataclass(frozen=True)
 class RunRecord(NewRun):
     id: int
-    state: str
+    state: RunState
     created_at: float
     started_at: float | None
     deadline: float | None
@@ -78,7 +77,7 @@ class WorkerInput:
 @dataclass(frozen=True)
 class WorkerRecord(WorkerInput):
     id: int
-    state: str
+    state: WorkerState
     registered_at: float
     last_heartbeat: float
 
@@ -106,7 +105,7 @@ class NewModel:
     graph_hash: str
     batch_size: int
     kernel_size: int
-    state: str  # "training" or "queued" when submitted
+    state: ModelState  # TRAINING or QUEUED when submitted
     flops_per_train_image: int
     flops_per_eval_image: int
     inherited_from: int = field(default=0, kw_only=True)  # 0: trained from scratch
@@ -154,7 +153,7 @@ class ProgressResult:
     duplicate: bool = False
     master_flops: int = 0
     flops_mismatch: bool = False
-    model_state: str = ""
+    model_state: str = ""  # a ModelState; "" for a report on no known model
     error: StoreError | None = field(default=None, compare=False)
     run_id: int = 0  # the model's run (recorded reports)
 

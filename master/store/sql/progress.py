@@ -16,6 +16,7 @@ from typing import Any, Iterator, Sequence
 
 from sqlalchemy import Engine, bindparam, func, insert, select, update
 
+from aiperf.states import WorkerState
 from master.store.sql.tables import ModelRow, ProgressRow, RunRow, WorkerRow
 
 SUM_SPLIT = 2**32  # exact sums of 64-bit columns: high and low 32 bits summed apart (see exact_sums)
@@ -64,7 +65,7 @@ class ProgressSql:
         self._update_model = self._driver_statement(update(ModelRow).where(ModelRow.id == bindparam("mid")).values(
             {col.key: bindparam(name) for name, col in MODEL_UPDATE[1:]}))
         self._update_beat = self._driver_statement(update(WorkerRow).where(WorkerRow.id == bindparam("wid")).values(
-            last_heartbeat=bindparam("beat"), state="alive"))
+            last_heartbeat=bindparam("beat"), state=WorkerState.ALIVE))
         # Multi-row forms of the two progress statements (one INSERT ... VALUES (..), (..) and one
         # UPDATE ... FROM (VALUES ..)): a batch then costs two statement executions, not two
         # per report. That matters most for SQLite, whose driver releases and re-takes the
@@ -80,7 +81,7 @@ class ProgressSql:
         self._update = self._update_from_values(ModelRow.__tablename__, MODEL_UPDATE, placeholder, sqlite)
         self._update_keys = tuple(name for name, _ in MODEL_UPDATE)
         self._beats = self._update_from_values(WorkerRow.__tablename__, BEAT_UPDATE, placeholder, sqlite,
-                                               extra="state = 'alive'")
+                                               extra=f"state = '{WorkerState.ALIVE}'")
 
     def _update_from_values(self, table: str, columns: tuple[tuple[str, Any], ...], placeholder: str,
                             sqlite: bool, extra: str = "") -> tuple[str, str, str]:
@@ -123,7 +124,7 @@ class ProgressSql:
     def write_heartbeats(self, conn: Any, beats: list[tuple[int, float]]) -> None:
         """Last-heartbeat times (worker id, time); each worker becomes alive."""
         if not self._multirow:  # the literal state is bound as a parameter named after its column
-            _executemany(conn, [(*self._update_beat, [{"wid": wid, "beat": t, "state": "alive"}
+            _executemany(conn, [(*self._update_beat, [{"wid": wid, "beat": t, "state": WorkerState.ALIVE}
                                                       for wid, t in beats])])
             return
         with _cursor(conn) as cursor:  # one statement: an executemany's per-row work holds the GIL

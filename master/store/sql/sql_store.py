@@ -20,10 +20,12 @@ from typing import Any, Iterator, Sequence
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from aiperf.api.enums import ACTIVE_RUN_STATES, FINISHED_MODEL_STATES, OPEN_MODEL_STATES, OVER_RUN_STATES
 from aiperf.retention import StoredModel
 from aiperf.scoring import Point
-from master.store.errors import FailedPrecondition, NotFound, PermissionDenied, SchemaError
+from aiperf.states import (
+    ACTIVE_RUN_STATES, FINISHED_MODEL_STATES, OPEN_MODEL_STATES, OVER_RUN_STATES, ModelState, RunState, WorkerState,
+)
+from master.store.errors import FailedPrecondition, NotFound, PermissionDenied
 from master.store.progress_rules import apply_reports
 from master.store.protocol import Store
 from master.store.records import (
@@ -48,7 +50,7 @@ def _run(r: RunRow, outages: Sequence[Outage] = ()) -> RunRecord:
     """The run, with the master's outages that overlapped its life (created to finished, or now)."""
     end = r.finished_at if r.finished_at is not None else float("inf")
     return RunRecord(
-        id=r.id, state=r.state, profile=r.profile, seed=r.seed, duration_s=r.duration_s,
+        id=r.id, state=RunState(r.state), profile=r.profile, seed=r.seed, duration_s=r.duration_s,
         precision=r.precision, config=dict(r.config), software=dict(r.software), created_at=r.created_at,
         started_at=r.started_at, deadline=r.deadline, stopped_at=r.stopped_at, finished_at=r.finished_at,
         stop_reason=r.stop_reason,
@@ -71,7 +73,7 @@ def _gap(last_alive: float, started: float) -> Outage | None:
 def _worker(w: WorkerRow) -> WorkerRecord:
     return WorkerRecord(
         id=w.id, name=w.name, host=w.host, accelerators=list(w.accelerators), cpus=w.cpus,
-        memory_bytes=w.memory_bytes, software=dict(w.software), state=w.state,
+        memory_bytes=w.memory_bytes, software=dict(w.software), state=WorkerState(w.state),
         registered_at=w.registered_at, last_heartbeat=w.last_heartbeat, cpu=dict(w.cpu or {}),
     )
 
@@ -80,7 +82,7 @@ def _model(m: ModelRow) -> ModelRecord:
     return ModelRecord(
         id=m.id, run_id=m.run_id, parent_id=m.parent_id, worker_id=m.worker_id, round=m.round,
         graph_json=m.graph_json, graph_hash=m.graph_hash, batch_size=m.batch_size, kernel_size=m.kernel_size,
-        state=m.state, reason=m.reason, created_at=m.created_at, started_at=m.started_at,
+        state=ModelState(m.state), reason=m.reason, created_at=m.created_at, started_at=m.started_at,
         finished_at=m.finished_at, best_accuracy=m.best_accuracy, predicted_accuracy=m.predicted_accuracy,
         flops_per_train_image=m.flops_per_train_image, flops_per_eval_image=m.flops_per_eval_image,
         images_trained=m.images_trained, images_validated=m.images_validated, epochs=m.epochs,
@@ -150,7 +152,7 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
             session.execute(
                 update(ModelRow)
                 .where(ModelRow.id.in_(ids))
-                .values(state="abandoned", reason=reason, finished_at=now)
+                .values(state=ModelState.ABANDONED, reason=reason, finished_at=now)
             )
         return ids
 
@@ -162,7 +164,7 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
                 if active is not None:
                     raise FailedPrecondition(f"run {active} is still active; stop it first")
             row = RunRow(
-                state="pending", profile=spec.profile, seed=spec.seed, duration_s=spec.duration_s,
+                state=RunState.PENDING, profile=spec.profile, seed=spec.seed, duration_s=spec.duration_s,
                 precision=spec.precision, config=dict(spec.config), software=dict(spec.software),
                 created_at=now, stop_reason="",
             )
@@ -198,9 +200,9 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
     def start_run(self, run_id: int, now: float) -> RunRecord:
         with self._write() as s:
             row = self._get_run(s, run_id, lock=True)
-            if row.state != "pending":
+            if row.state != RunState.PENDING:
                 raise FailedPrecondition(f"run {run_id} is {row.state}, not pending")
-            row.state = "running"
+            row.state = RunState.RUNNING
             row.started_at = now
             row.deadline = now + row.duration_s
             return _run(row, self._outages)
@@ -210,12 +212,12 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
             row = self._get_run(s, run_id, lock=True)
             if row.state in OVER_RUN_STATES:
                 raise FailedPrecondition(f"run {run_id} is already {row.state}")
-            if row.state == "running":
-                row.state = "stopping"
+            if row.state == RunState.RUNNING:
+                row.state = RunState.STOPPING
                 row.stopped_at = _window_end(row, now)
                 row.stop_reason = reason
-            elif row.state == "pending":
-                row.state = "finished"
+            elif row.state == RunState.PENDING:
+                row.state = RunState.FINISHED
                 row.stopped_at = row.finished_at = now
                 row.stop_reason = reason
             return _run(row, self._outages)
@@ -285,7 +287,7 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
             row.memory_bytes = info.memory_bytes
             row.software = dict(info.software)
             row.cpu = dict(info.cpu) or None
-            row.state = "alive"
+            row.state = WorkerState.ALIVE
             row.last_heartbeat = now
             if credential_hash is not None:
                 row.credential_hash = credential_hash
@@ -342,7 +344,7 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
         if not worker_ids:
             return []
         with self._heartbeat_lock, self._write() as s:
-            s.execute(update(WorkerRow).where(WorkerRow.id.in_(list(worker_ids))).values(state="lost"))
+            s.execute(update(WorkerRow).where(WorkerRow.id.in_(list(worker_ids))).values(state=WorkerState.LOST))
             return self._abandon(s, ModelRow.worker_id.in_(list(worker_ids)), now, "worker lost")
 
     def join_run(self, run_id: int, worker_id: int, now: float) -> bool:
@@ -403,7 +405,7 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
     def add_model(self, new: NewModel, now: float, max_models: int = 0) -> ModelRecord:
         with self._write() as s:
             run = self._get_run(s, new.run_id)
-            if run.state != "running":
+            if run.state != RunState.RUNNING:
                 raise FailedPrecondition(f"run {run.id} is {run.state}; models are accepted while running")
             if run.deadline is not None and now > run.deadline:
                 raise FailedPrecondition(f"run {run.id} reached its deadline; models are accepted before it")
@@ -419,7 +421,7 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
                 run_id=new.run_id, parent_id=new.parent_id, worker_id=new.worker_id, round=new.round,
                 graph_json=new.graph_json, graph_hash=new.graph_hash, batch_size=new.batch_size,
                 kernel_size=new.kernel_size, state=new.state, reason="", created_at=now,
-                started_at=now if new.state == "training" else None,
+                started_at=now if new.state == ModelState.TRAINING else None,
                 flops_per_train_image=new.flops_per_train_image, flops_per_eval_image=new.flops_per_eval_image,
                 images_trained=0, images_validated=0, epochs=0, inherited_from=new.inherited_from or None,
             )
@@ -444,7 +446,7 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
     def ranked_done_ids(self, run_id: int, limit: int = 0) -> list[int]:
         # aiperf.scoring.model_rank_key in SQL, so that the database sorts and a limit reads only the top
         best = func.coalesce(ModelRow.best_accuracy, -1.0)
-        query = (select(ModelRow.id).where(ModelRow.run_id == run_id, ModelRow.state == "done")
+        query = (select(ModelRow.id).where(ModelRow.run_id == run_id, ModelRow.state == ModelState.DONE)
                  .order_by(func.coalesce(ModelRow.predicted_accuracy, best).desc(), best.desc(), ModelRow.id))
         with self._read() as s:
             return list(s.scalars(query.limit(limit) if limit > 0 else query))
@@ -555,7 +557,7 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
     def hyperparameter_history(self, run_id: int) -> list[ModelRecord]:
         with self._read() as s:
             rows = s.scalars(
-                select(ModelRow).where(ModelRow.run_id == run_id, ModelRow.state == "done").order_by(ModelRow.id)
+                select(ModelRow).where(ModelRow.run_id == run_id, ModelRow.state == ModelState.DONE).order_by(ModelRow.id)
             )
             return [_model(m) for m in rows]
 
