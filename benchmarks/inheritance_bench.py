@@ -1,7 +1,7 @@
 """Does weight inheritance pay? Two smoke runs of equal length and seed, with and without it.
 
 Each run is a smoke run on this machine as `aiperf demo` runs it: a fresh master on
-SQLite (in this process), one worker as a child process (`python -m cli worker
+SQLite (in this process), one worker as a child process (`python -m aiperf_cli worker
 --exit-when-done`, its checkpoint store in the run's directory), a run of
 `--minutes` on the master's clock (the clock starts when the worker is alive).
 The only difference between the two runs is `--no-inherit`.
@@ -82,7 +82,7 @@ def one_run(args: argparse.Namespace, inherit: bool, workdir: Path) -> Outcome:
         run_id = run.config.run_id
         with open(workdir / "worker.log", "w") as log:
             worker = subprocess.run(
-                [sys.executable, "-m", "cli", "worker", "--exit-when-done", "--generator-processes", "1",
+                [sys.executable, "-m", "aiperf_cli", "worker", "--exit-when-done", "--generator-processes", "1",
                  "--no-measure-peak"],
                 env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=args.minutes * 60 + 600)
         if worker.returncode != 0:

@@ -2,7 +2,7 @@
 
 Each repetition is a short smoke run on this machine, as `aiperf demo` runs it:
 a fresh master on SQLite (in this process), one worker as a child process
-(`python -m cli worker --exit-when-done`), a run limited by rounds per worker
+(`python -m aiperf_cli worker --exit-when-done`), a run limited by rounds per worker
 rather than by time (a deadline would cut the last round at a different point
 every time). It is done once with `--deterministic` (TensorFlow op determinism,
 seeded rounds) and once without, `--repeats` times each, all with one seed.
@@ -69,7 +69,7 @@ def one_run(args: argparse.Namespace, deterministic: bool, workdir: Path) -> Out
         run_id = run.config.run_id
         with open(workdir / "worker.log", "w") as log:
             worker = subprocess.run(
-                [sys.executable, "-m", "cli", "worker", "--exit-when-done", "--generator-processes", "1"],
+                [sys.executable, "-m", "aiperf_cli", "worker", "--exit-when-done", "--generator-processes", "1"],
                 env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout)
         if worker.returncode != 0:
             raise RuntimeError(f"the worker exited with {worker.returncode}; see {workdir / 'worker.log'}")

@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("aiperf", "master", "worker", "cli")
+PACKAGES = ("aiperf", "master", "worker", "aiperf_cli")
 GENERATED = ("aiperf/api/aiperf_pb2.py", "aiperf/api/aiperf_pb2_grpc.py")
 MAX_FILE_LINES = 700
 MAX_FUNCTION_LINES = 80
 
 # package -> packages it must never import
 FORBIDDEN = {
-    "aiperf": {"master", "worker", "cli"},
-    "master": {"worker", "cli"},
-    "worker": {"master", "cli"},
+    "aiperf": {"master", "worker", "aiperf_cli"},
+    "master": {"worker", "aiperf_cli"},
+    "worker": {"master", "aiperf_cli"},
 }
 
 

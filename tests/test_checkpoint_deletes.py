@@ -31,7 +31,7 @@ _PRINTABLE = st.characters(exclude_categories=("Cc", "Cf", "Cs", "Co", "Cn", "Zl
 def test_the_worker_reports_what_it_could_not_delete_and_the_master_keeps_it_stored(
         master_server, small_graph, tmp_path, monkeypatch, capsys):
     from aiperf.hyperparameters import Hyperparameters
-    from cli.main import main
+    from aiperf_cli.main import main
     from worker.agent import Agent, AgentConfig, Outbox
     from worker.trainer import TrainResult
 

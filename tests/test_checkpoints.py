@@ -254,7 +254,7 @@ def _children(graph, n: int) -> list:
 
 
 def test_finish_model_records_the_checkpoint_and_the_cli_shows_it(master_server, small_graph, capsys, monkeypatch):
-    from cli.main import main
+    from aiperf_cli.main import main
 
     h = master_server()
     ControlClient(h.address, h.admin_token).start_run(600, profile="smoke", seed=1)
@@ -403,7 +403,7 @@ def test_migration_0005_round_trips_and_old_models_have_no_checkpoint(db_url: st
 
 
 def test_a_bad_checkpoints_url_stops_the_worker_with_one_line(capsys, monkeypatch, tmp_path):
-    from cli.main import main
+    from aiperf_cli.main import main
 
     monkeypatch.setitem(sys.modules, "fsspec", None)
     rc = main(["worker", "--master", "127.0.0.1:9", "--token", "t", "--state-dir", str(tmp_path),

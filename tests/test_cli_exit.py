@@ -1,5 +1,5 @@
 """`aiperf` as a script or a Kubernetes Job sees it, through the real entry point
-(`python -m cli` in a subprocess; the property tests call `cli.main.main`, the
+(`python -m aiperf_cli` in a subprocess; the property tests call `aiperf_cli.main.main`, the
 function that entry point runs): every handled failure is one line on stderr
 and an exit code per kind (README "Exit codes": 2 bad input, 3 master
 unavailable, 4 refused), numbers outside their declared ranges never reach a
@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aiperf import limits
-from cli.main import main
+from aiperf_cli.main import main
 from tests.ports import free_port
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: connection refused at once
@@ -41,7 +41,7 @@ SECRET = "s3cret-Passw0rd"
 def aiperf(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
            cwd: Path | None = None) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("AIPERF_")}
-    return subprocess.run([sys.executable, "-m", "cli", *args], env={**base, **(env or {})},
+    return subprocess.run([sys.executable, "-m", "aiperf_cli", *args], env={**base, **(env or {})},
                           capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
@@ -192,7 +192,7 @@ EXPECTED_EXIT = {
 @pytest.mark.parametrize("status", [s for s in grpc.StatusCode if s != grpc.StatusCode.OK], ids=lambda s: s.name)
 def test_every_grpc_status_has_its_documented_exit_code(status: grpc.StatusCode, capsys: Any) -> None:
     from aiperf.api.client import ApiError
-    from cli.options import Control, UsageError
+    from aiperf_cli.options import Control, UsageError
 
     ctl = Control(master="m:1", admin_token="t", admin_token_file=None, data_dir=Path("."), tls_ca=None)
 
@@ -264,7 +264,7 @@ def test_control_commands_read_the_admin_token_file_and_ca_from_the_environment(
 def _serve(args: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen, str]:
     """`aiperf master serve ARGS` started; its output up to the listening line."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("AIPERF_")}
-    proc = subprocess.Popen([sys.executable, "-m", "cli", "master", "serve", *args], env={**base, **env},
+    proc = subprocess.Popen([sys.executable, "-m", "aiperf_cli", "master", "serve", *args], env={**base, **env},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd)
     lines: list[str] = []
     deadline = time.monotonic() + 60
@@ -445,7 +445,7 @@ def test_a_dataset_error_is_one_line_without_tensorflow_logs(tmp_path: Path) -> 
 
 
 def test_held_output_is_shown_unless_the_dataset_is_bad(capfd: Any) -> None:
-    from cli.worker import held_stderr
+    from aiperf_cli.worker import held_stderr
     from worker.data import DatasetError
 
     def chatty(fail: bool) -> str:

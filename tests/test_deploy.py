@@ -532,7 +532,7 @@ def test_jobs_run_the_control_commands_once(target: str) -> None:
         assert container["args"] == ["scoreboard"]
     # By the CLI's exit codes: a master that is not up yet (3) is retried; bad input (2)
     # and a refusal (4: "a run is already going") are final, so no second run starts.
-    from cli.options import ExitCode
+    from aiperf_cli.options import ExitCode
 
     assert failure_action(job, container["name"], ExitCode.UNAVAILABLE) == "Count"
     assert failure_action(job, container["name"], ExitCode.BAD_INPUT) == "FailJob"
@@ -575,7 +575,7 @@ def _cli_commands() -> dict[str, Any]:
     """The real (click) commands of `aiperf`, by their command path."""
     import typer
 
-    from cli.main import app
+    from aiperf_cli.main import app
 
     root = typer.main.get_command(app)
     found: dict[str, Any] = {}
@@ -692,7 +692,7 @@ def test_deployed_commands_serve_health_metrics_and_control_runs(tmp_path: Path)
     args[args.index("--data-dir") + 1] = str(tmp_path / "data")
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("AIPERF_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli", *args],
+        [sys.executable, "-m", "aiperf_cli", *args],
         env=base_env | _container_env(master, config, secrets),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
@@ -719,7 +719,7 @@ def test_deployed_commands_serve_health_metrics_and_control_runs(tmp_path: Path)
             (container,) = pod_spec(render(target)[0])["containers"]
             env = _container_env(container, config, secrets)
             return subprocess.run(
-                [sys.executable, "-m", "cli", *_expand(container["args"], env)],
+                [sys.executable, "-m", "aiperf_cli", *_expand(container["args"], env)],
                 env=base_env | env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
             )
 
@@ -900,9 +900,9 @@ def test_image_build_context_installs_a_complete_package(path: str, tmp_path: Pa
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
-    assert re.search(r"^aiperf = cli\.main:main$", entry_points, re.M)
+    assert re.search(r"^aiperf = aiperf_cli\.main:main$", entry_points, re.M)
     assert any(n.endswith("LICENSE") and ".dist-info/" in n for n in names), f"{path}: no LICENSE in the wheel"
-    for package in ("aiperf", "cli", "master", "worker"):
+    for package in ("aiperf", "aiperf_cli", "master", "worker"):
         files = [
             p.relative_to(src).as_posix()
             for p in (src / package).rglob("*")

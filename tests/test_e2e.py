@@ -61,7 +61,7 @@ class Cluster:
 
     def _spawn(self, log_name: str, *args: str) -> subprocess.Popen:
         log = open(self.dir / f"{log_name}.log", "a")
-        proc = subprocess.Popen([sys.executable, "-m", "cli", *args], env=self.env,
+        proc = subprocess.Popen([sys.executable, "-m", "aiperf_cli", *args], env=self.env,
                                 stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         return proc
@@ -70,7 +70,7 @@ class Cluster:
         return self._spawn(f"worker-{name}", "worker", "--name", name, "--generator-processes", "1", *extra)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "cli", *args], env=self.env,
+        return subprocess.run([sys.executable, "-m", "aiperf_cli", *args], env=self.env,
                               capture_output=True, text=True, timeout=120)
 
     def wait_state(self, run_id: int, states: set[int], timeout_s: float) -> pb.RunStatus:

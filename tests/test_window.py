@@ -17,9 +17,9 @@ from sqlalchemy import create_engine, select
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import ControlClient, WorkerClient
 from aiperf.flops import count_flops
-from cli.records import run_status_to_dict, scoreboard_to_dict
-from cli.report import fetch_report
-from cli.tables import status_line
+from aiperf_cli.records import run_status_to_dict, scoreboard_to_dict
+from aiperf_cli.report import fetch_report
+from aiperf_cli.tables import status_line
 from master.store.sql.tables import MasterLifeRow
 from master.store.sql.sql_store import SqlStore
 from master.store.errors import FailedPrecondition, InvalidArgument

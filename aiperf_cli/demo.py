@@ -1,7 +1,7 @@
 """`aiperf demo`: the whole benchmark on one machine.
 
 A master on SQLite in this process, one worker as a child process (`python -m
-cli worker`), a smoke run on the built-in dataset; live progress, then the
+aiperf_cli worker`), a smoke run on the built-in dataset; live progress, then the
 audit of the best models' stored weights, the scoreboard and the HTML report. The
 worker keeps its checkpoints in --dir (``checkpoints/``), where the children of the
 run inherit from them.
@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from cli.options import ExitCode, fail, fail_api
-from cli.report import fetch_report
-from cli.tables import progress_table, scoreboard_table
-from cli.values import DEMO_MINUTES, PORT, SEED, float_option, int_option
-from cli.worker import setup_logging
+from aiperf_cli.options import ExitCode, fail, fail_api
+from aiperf_cli.report import fetch_report
+from aiperf_cli.tables import progress_table, scoreboard_table
+from aiperf_cli.values import DEMO_MINUTES, PORT, SEED, float_option, int_option
+from aiperf_cli.worker import setup_logging
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -71,7 +71,7 @@ def demo_cmd(
                AIPERF_WORKER_NAME="demo-worker", AIPERF_WORKER_STATE_DIR=str(workdir / "worker-state"),
                AIPERF_CHECKPOINTS=str(workdir / "checkpoints"), PYTHONUNBUFFERED="1")
     worker_log = open(workdir / "worker.log", "w")
-    worker = subprocess.Popen([sys.executable, "-m", "cli", "worker", "--exit-when-done"],
+    worker = subprocess.Popen([sys.executable, "-m", "aiperf_cli", "worker", "--exit-when-done"],
                               env=env, stdout=worker_log, stderr=subprocess.STDOUT)
     control = ControlClient(handle.address, handle.admin_token)
     try:
@@ -112,9 +112,9 @@ def _run(console: "Console", control: "ControlClient", workdir: Path, minutes: f
 def _audit(console: "Console", control: "ControlClient", run_id: int, workdir: Path) -> None:
     """`aiperf audit` of the run's best models, here: their weights are in the worker's store under
     `workdir` (docs/spec.md, "Audit"); the scoreboard and the report then show the verdict."""
-    from cli.audit import DEFAULT_TOP, audit_run
-    from cli.tables import audits_table
-    from cli.worker import held_stderr
+    from aiperf_cli.audit import DEFAULT_TOP, audit_run
+    from aiperf_cli.tables import audits_table
+    from aiperf_cli.worker import held_stderr
 
     console.print("auditing the best models' stored weights on the validation split ...")
     # TensorFlow's start-up lines (it loads here for the first time) are shown only on a failure

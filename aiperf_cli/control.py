@@ -13,8 +13,8 @@
 The master's address and token come from options or AIPERF_MASTER,
 AIPERF_ADMIN_TOKEN (or AIPERF_ADMIN_TOKEN_FILE); without a token the admin token
 file in the data directory (written by `aiperf master serve`) is used. These
-options are defined once, in cli.options; every numeric option's range and every
-choice, in cli.values.
+options are defined once, in aiperf_cli.options; every numeric option's range and every
+choice, in aiperf_cli.values.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ import typer
 
 from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS
 from aiperf.states import ModelState, WorkerState
-from cli.format import format_duration, format_flops, parse_duration
-from cli.options import Control, control_command, fail, fail_api
-from cli.records import (
+from aiperf_cli.format import format_duration, format_flops, parse_duration
+from aiperf_cli.options import Control, control_command, fail, fail_api
+from aiperf_cli.records import (
     model_to_dict, run_info_to_dict, run_status_to_dict, scoreboard_to_dict, worker_entry_to_dict,
 )
-from cli.report import fetch_report
-from cli.tables import models_table, runs_table, scoreboard_table, status_line, workers_table
-from cli.values import COUNT, KEEP, PAGE, RUN_ID, SEED, Precision, Profile, int_option
+from aiperf_cli.report import fetch_report
+from aiperf_cli.tables import models_table, runs_table, scoreboard_table, status_line, workers_table
+from aiperf_cli.values import COUNT, KEEP, PAGE, RUN_ID, SEED, Precision, Profile, int_option
 
 RunOpt = int_option(0, "--run", span=RUN_ID, help="Run id (0: the current or most recent run).")
 

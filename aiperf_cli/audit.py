@@ -31,10 +31,10 @@ import typer
 from aiperf import limits
 from aiperf.scoring import model_rank_key
 from aiperf.states import ModelState
-from cli.options import Control, ExitCode, UsageError, control_command, fail
-from cli.records import audit_to_dict
-from cli.tables import audits_table
-from cli.values import RUN_ID, DatasetFormat, LogLevel, int_option
+from aiperf_cli.options import Control, ExitCode, UsageError, control_command, fail
+from aiperf_cli.records import audit_to_dict
+from aiperf_cli.tables import audits_table
+from aiperf_cli.values import RUN_ID, DatasetFormat, LogLevel, int_option
 
 DEFAULT_TOP = 3
 TOP = (1, 1000)
@@ -98,13 +98,13 @@ def audit_cmd(
     log_level: LogLevel = typer.Option("warning", case_sensitive=False, help="Log level."),
 ) -> None:
     """Re-evaluate the run's best models from their stored weights and record the audit in the master."""
-    from cli.worker import _check_dataset, _require_tensorflow, held_stderr, setup_logging
+    from aiperf_cli.worker import _check_dataset, _require_tensorflow, held_stderr, setup_logging
 
     _require_tensorflow()
     kind = dataset_format.value if dataset_format else None
     _check_dataset(dataset, kind, log_level.value)
     setup_logging(log_level.value)
-    # TensorFlow's start-up lines (cli/worker.py's docstring): shown on a crash or with --log-level debug
+    # TensorFlow's start-up lines (aiperf_cli/worker.py's docstring): shown on a crash or with --log-level debug
     run_id, rows = held_stderr(lambda: ctl.call(audit_run, ctl.client(), run, top, kind, dataset, scratch,
                                                 not no_timing),
                                show=lambda exc: log_level.value == "debug" or not (

@@ -26,8 +26,8 @@ from typing import Any, Callable, Optional, TypeVar
 
 import typer
 
-from cli.options import ExitCode, fail, fail_api, master_address, read_tls_ca, read_token_file
-from cli.values import CPUS, PORT, PROCESSES, DatasetFormat, LogLevel, int_option
+from aiperf_cli.options import ExitCode, fail, fail_api, master_address, read_tls_ca, read_token_file
+from aiperf_cli.values import CPUS, PORT, PROCESSES, DatasetFormat, LogLevel, int_option
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

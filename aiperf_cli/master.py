@@ -20,9 +20,9 @@ from typing import Any, Optional
 
 import typer
 
-from cli.database import check_db_url, database_failure
-from cli.options import DEFAULT_DATA_DIR, fail, read_pem, require_command
-from cli.values import FRONTENDS, HEARTBEAT_S, PORT, STOP_GRACE_S, LogLevel, float_option, int_option
+from aiperf_cli.database import check_db_url, database_failure
+from aiperf_cli.options import DEFAULT_DATA_DIR, fail, read_pem, require_command
+from aiperf_cli.values import FRONTENDS, HEARTBEAT_S, PORT, STOP_GRACE_S, LogLevel, float_option, int_option
 
 master_app = typer.Typer(help="Run the master service.")
 master_app.callback(invoke_without_command=True)(require_command)

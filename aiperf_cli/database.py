@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NoReturn
 
-from cli.options import ExitCode, fail
+from aiperf_cli.options import ExitCode, fail
 
 # The pip package that provides each DBAPI module SQLAlchemy's dialects import.
 DRIVER_PACKAGES = {

@@ -24,10 +24,10 @@ import typer
 
 from aiperf import limits
 from aiperf.states import ModelState, RunState
-from cli.format import format_flops
-from cli.options import Control, control_command, fail
-from cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
-from cli.values import RUN_ID, _choices, int_option
+from aiperf_cli.format import format_flops
+from aiperf_cli.options import Control, control_command, fail
+from aiperf_cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
+from aiperf_cli.values import RUN_ID, _choices, int_option
 
 ExportFormat = _choices("ExportFormat", ("json", "csv", "mllog"))
 CsvTable = _choices("CsvTable", ("models", "timeline", "scoreboard"))

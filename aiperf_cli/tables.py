@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiperf import audit
 from aiperf.states import ModelState, RunState, WorkerState
-from cli.format import format_duration, format_flops
+from aiperf_cli.format import format_duration, format_flops
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.table import Table

@@ -3,7 +3,7 @@ validity checks, FLOPS(t), error(t) and resource use over time (SPEC
 sections 7 and 8), the hardware and the best models.
 
 `render_report` is a function of the data the control API returns (as the
-plain dicts of cli.records); `fetch_report` gets them through a control
+plain dicts of aiperf_cli.records); `fetch_report` gets them through a control
 client, for `aiperf report` and `aiperf demo`. Charts are SVG drawn by
 matplotlib and embedded inline, so the file opens anywhere without network
 access.
@@ -19,9 +19,9 @@ from aiperf.profiles import OFFICIAL
 from aiperf.scoring import model_rank_key
 from aiperf.timeline import CurvePoint, score_curve
 from aiperf.states import ModelState
-from cli.format import format_flops
-from cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
-from cli.tables import (
+from aiperf_cli.format import format_flops
+from aiperf_cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
+from aiperf_cli.tables import (
     accuracy_text, audit_text, downtime_text, efficiency_text, elapsed_text, run_title, score_label, stop_text,
 )
 

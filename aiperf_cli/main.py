@@ -1,9 +1,9 @@
-"""The `aiperf` entry point (console script `cli.main:main`, or `python -m cli`).
+"""The `aiperf` entry point (console script `aiperf_cli.main:main`, or `python -m aiperf_cli`).
 
 Each command module registers its commands here. None of them imports
 TensorFlow at module level: the worker's heavy imports happen inside its
 command. Every handled failure is one line on stderr and an exit code of
-cli.options.ExitCode (2: bad input, 3: master unavailable, 4: refused by the
+aiperf_cli.options.ExitCode (2: bad input, 3: master unavailable, 4: refused by the
 master); a traceback and exit code 1 mean a bug.
 """
 
@@ -14,8 +14,8 @@ from typing import Any, Optional
 
 import typer
 
-from cli import audit, control, demo, export, graph, master, worker
-from cli.options import ExitCode, UsageError, require_command
+from aiperf_cli import audit, control, demo, export, graph, master, worker
+from aiperf_cli.options import ExitCode, UsageError, require_command
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}  # inherited by every subcommand
 
@@ -98,9 +98,9 @@ def one_line(message: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns its exit code (cli.options.ExitCode)."""
+    """Run one command; returns its exit code (aiperf_cli.options.ExitCode)."""
     try:
-        # prog_name: completion reads _AIPERF_COMPLETE whether started as `aiperf` or `python -m cli`
+        # prog_name: completion reads _AIPERF_COMPLETE whether started as `aiperf` or `python -m aiperf_cli`
         rv: Any = command()(args=argv, standalone_mode=False, prog_name="aiperf")
     except UsageError as exc:
         print(f"aiperf: error: {one_line(str(exc))}", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 Every handled failure is one line on stderr and an exit code that says what
 kind of failure it was (`ExitCode`, documented in the README): a command calls
-`fail` (or `fail_api` with the master's answer) and `cli.main` prints the
+`fail` (or `fail_api` with the master's answer) and `aiperf_cli.main` prints the
 message. The control commands (start, stop, status, runs, workers, scoreboard, models, report)
 take the same options (--master, --admin-token, --admin-token-file, --data-dir,
 --tls-ca and, except report, --json); `control_command` adds them to a command
