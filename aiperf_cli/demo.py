@@ -52,7 +52,7 @@ def demo_cmd(
     from rich.console import Console
 
     from aiperf.api.client import ApiError, ControlClient
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
     console = Console()
     workdir = directory or Path(tempfile.mkdtemp(prefix="aiperf-demo-"))
@@ -63,8 +63,8 @@ def demo_cmd(
         fail(f"--dir {workdir}: {exc.strerror}")
     console.print(f"[bold]AIPerf demo[/bold]: smoke profile, {minutes:g} min, files in {workdir}")
     try:
-        handle = serve(port=port, host="127.0.0.1", data_dir=workdir, heartbeat_interval_s=2.0,
-                       stop_grace_s=120.0)
+        handle = serve(MasterConfig(port=port, host="127.0.0.1", data_dir=workdir, heartbeat_interval_s=2.0,
+                                    stop_grace_s=120.0))
     except OSError as exc:  # port taken, directory not writable
         fail(str(exc))
     env = dict(os.environ, AIPERF_MASTER=handle.address, AIPERF_TOKEN=handle.worker_token,

@@ -71,11 +71,11 @@ def _start(db: str, metrics_port: Optional[int], **options: Any) -> Any:
     """master.server.serve(db, **options); a refused database or port: one line (master.store.sql.urls masks the URL)."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from master.server import serve
+    from master.server import MasterConfig, serve
     from master.store.errors import SchemaError
 
     try:
-        return serve(db, metrics_port=metrics_port, **options)
+        return serve(MasterConfig(db, metrics_port=metrics_port, **options))
     except SQLAlchemyError as exc:
         database_failure(exc, db)
     except SchemaError as exc:

@@ -179,12 +179,12 @@ def _graphs() -> dict[str, Graph]:
 
 
 def _run(lie: Lie, graphs: dict[str, Graph], tmp: Path, audit: Audit | None = None) -> dict[str, Any]:
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
     machine = audit.machine if audit is not None else H100_MACHINE
     clock = Clock()
-    h = serve(f"sqlite:///{tmp / (lie.name + '.db')}", port=0, host="127.0.0.1", data_dir=tmp / lie.name,
-              heartbeat_interval_s=10_000.0, env={}, clock=clock, **TOKENS)
+    h = serve(MasterConfig(f"sqlite:///{tmp / (lie.name + '.db')}", port=0, host="127.0.0.1", data_dir=tmp / lie.name,
+                           heartbeat_interval_s=10_000.0, env={}, clock=clock, **TOKENS))
     try:
         w = WorkerClient(h.address, h.worker_token, retries=0)
         c = ControlClient(h.address, h.admin_token, retries=0)

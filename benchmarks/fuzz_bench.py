@@ -73,11 +73,12 @@ def _serve(db_url: str, port: int, data_dir: str, frontends: int = 0) -> None:
     import signal
 
     logging.basicConfig(level=logging.ERROR)
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
     parent = os.getppid()
-    handle = serve(db_url, port=port, host="127.0.0.1", data_dir=Path(data_dir), heartbeat_interval_s=3600.0,
-                   worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={}, frontends=frontends)
+    handle = serve(MasterConfig(db_url, port=port, host="127.0.0.1", data_dir=Path(data_dir),
+                                heartbeat_interval_s=3600.0, worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN,
+                                env={}, frontends=frontends))
     terminated = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: terminated.set())
     while os.getppid() == parent and not terminated.wait(0.5):  # the benchmark ended, even if it was killed

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from aiperf.api import aiperf_pb2 as pb  # noqa: E402
 from aiperf.api.client import ControlClient  # noqa: E402
-from master.server import serve  # noqa: E402
+from master.server import MasterConfig, serve  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,8 @@ def one_run(args: argparse.Namespace, inherit: bool, workdir: Path) -> Outcome:
     start = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     # heartbeats every 5 s (lost after 15 s): on a loaded machine a 2 s interval loses the worker
-    handle = serve(port=0, host="127.0.0.1", data_dir=workdir, heartbeat_interval_s=5.0, stop_grace_s=5.0)
+    handle = serve(MasterConfig(port=0, host="127.0.0.1", data_dir=workdir, heartbeat_interval_s=5.0,
+                                stop_grace_s=5.0))
     env = dict(os.environ, AIPERF_MASTER=handle.address, AIPERF_TOKEN=handle.worker_token,
                AIPERF_WORKER_NAME="bench-worker", AIPERF_WORKER_STATE_DIR=str(workdir / "worker-state"),
                AIPERF_CHECKPOINTS=str(workdir / "checkpoints"), PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")

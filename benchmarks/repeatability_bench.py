@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from aiperf.api import aiperf_pb2 as pb  # noqa: E402
 from aiperf.api.client import ControlClient  # noqa: E402
-from master.server import serve  # noqa: E402
+from master.server import MasterConfig, serve  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,8 @@ class Outcome:
 def one_run(args: argparse.Namespace, deterministic: bool, workdir: Path) -> Outcome:
     """A fresh master and worker, one run of `args.rounds` rounds; its models and score."""
     start = time.monotonic()
-    handle = serve(port=0, host="127.0.0.1", data_dir=workdir, heartbeat_interval_s=2.0, stop_grace_s=60.0)
+    handle = serve(MasterConfig(port=0, host="127.0.0.1", data_dir=workdir, heartbeat_interval_s=2.0,
+                                stop_grace_s=60.0))
     env = dict(os.environ, AIPERF_MASTER=handle.address, AIPERF_TOKEN=handle.worker_token,
                AIPERF_WORKER_NAME="bench-worker", AIPERF_WORKER_STATE_DIR=str(workdir / "worker-state"),
                PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")

@@ -64,10 +64,10 @@ def digits_accuracy(model: Any) -> float:
 
 
 def _serve(tmp: Path, **kwargs: Any) -> Any:
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
-    return serve(f"sqlite:///{tmp / 'master.db'}", port=0, host="127.0.0.1", data_dir=tmp / "master",
-                 heartbeat_interval_s=10_000.0, env={}, **TOKENS, **kwargs)
+    return serve(MasterConfig(f"sqlite:///{tmp / 'master.db'}", port=0, host="127.0.0.1", data_dir=tmp / "master",
+                              heartbeat_interval_s=10_000.0, env={}, **TOKENS, **kwargs))
 
 
 class Scenario:

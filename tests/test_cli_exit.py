@@ -387,12 +387,13 @@ def test_the_master_logs_its_database_url_masked(postgres_schema_url: str, tmp_p
 
     from sqlalchemy.engine import make_url
 
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
     # the test server trusts local connections: the password is sent and ignored
     url = make_url(postgres_schema_url).set(password=SECRET).render_as_string(hide_password=False)
     with caplog.at_level(logging.INFO):
-        h = serve(url, port=0, host="127.0.0.1", data_dir=tmp_path, worker_token="w", admin_token="a", env={})
+        h = serve(MasterConfig(url, port=0, host="127.0.0.1", data_dir=tmp_path, worker_token="w", admin_token="a",
+                               env={}))
         h.stop(grace_s=0)
     assert "event=master_listening" in caplog.text and ":***@" in caplog.text
     assert SECRET not in caplog.text

@@ -1,4 +1,4 @@
-"""The master's front ends (`serve(..., frontends=N)`, master/frontends/process.py,
+"""The master's front ends (`serve(MasterConfig(..., frontends=N))`, master/frontends/process.py,
 master/frontends/supervisor.py, master/frontends/wire.py): what is specific to them, not the RPCs
 themselves (the whole API suite runs through front ends with
 AIPERF_TEST_FRONTENDS=2).
@@ -361,15 +361,15 @@ def relay_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def test_a_port_already_taken_fails_the_start_and_leaves_nothing(tmp_path, relay_tmp):
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", free_port()))
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(OSError) as excinfo:
-            serve(f"sqlite:///{tmp_path / 'm.db'}", port=port, host="127.0.0.1", data_dir=tmp_path / "m",
-                  worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={}, frontends=2)
+            serve(MasterConfig(f"sqlite:///{tmp_path / 'm.db'}", port=port, host="127.0.0.1", data_dir=tmp_path / "m",
+                               worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={}, frontends=2))
         assert f"cannot listen on 127.0.0.1:{port}" in str(excinfo.value)
         # the socket that had the port still has it alone
         with socket.create_connection(("127.0.0.1", port), timeout=5):

@@ -281,12 +281,13 @@ REPORTS = st.lists(st.tuples(st.integers(0, 3), FIGURE, FIGURE), min_size=1, max
 @pytest.fixture(scope="module")
 def shared_master(tmp_path_factory):
     """One real master for all examples of the property test (a fresh run per example)."""
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
     d = tmp_path_factory.mktemp("totals")
     clock = FakeClock()
-    h = serve(f"sqlite:///{d / 'totals.db'}", port=0, host="127.0.0.1", data_dir=d, heartbeat_interval_s=10_000.0,
-              worker_token="w", admin_token="a", env={}, clock=clock, tick_s=3600.0)
+    h = serve(MasterConfig(f"sqlite:///{d / 'totals.db'}", port=0, host="127.0.0.1", data_dir=d,
+                           heartbeat_interval_s=10_000.0, worker_token="w", admin_token="a", env={}, clock=clock,
+                           tick_s=3600.0))
     c = ControlClient(h.address, h.admin_token, retries=0)
     yield h, c, clock
     c.close()

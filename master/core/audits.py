@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Protocol
 
 from aiperf import audit as rule
 from aiperf import scoring
@@ -28,7 +28,7 @@ from aiperf.states import ModelState
 from master.core.replies import RegulatedAudit
 from master.core.requests import AuditSubmission
 from master.store.errors import FailedPrecondition, InvalidArgument
-from master.store.protocol import Store
+from master.store.protocol import AuditStore, ModelStore, ProgressStore, RunStore, RunWorkerStore
 from master.store.records import AuditInput, AuditRecord, ModelRecord, RunRecord
 
 log = logging.getLogger(__name__)
@@ -37,10 +37,14 @@ _UNREAD = (rule.NO_CHECKPOINT, rule.CORRUPT)  # verdicts of a checkpoint that wa
 MIN_SPAN_S = 1.0  # the shortest time a claim is spread over (a model finished at once claims per second)
 
 
+class AuditedStore(AuditStore, ModelStore, RunStore, RunWorkerStore, ProgressStore, Protocol):
+    """What the audits read and write: audits, the audited model, its run and workers, acc(t)."""
+
+
 class Audits:
     """The audit rule over the store; thread-safe (the store is)."""
 
-    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
+    def __init__(self, store: AuditedStore, clock: Callable[[], float]) -> None:
         self.store = store
         self.clock = clock
 

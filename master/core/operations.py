@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import threading
 
-from master.store.protocol import Store
+from master.store.protocol import ProgressStore
 
 
 class RunOperations:
     """Per run: the master-counted operations of its recorded reports."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: ProgressStore) -> None:
         self._store = store
         self._lock = threading.Lock()
         self._totals: dict[int, int] = {}

@@ -22,7 +22,7 @@ import time
 from typing import Callable
 
 from master.store.errors import FailedPrecondition
-from master.store.protocol import Store
+from master.store.protocol import ProgressStore
 from master.store.records import ProgressInput, ProgressResult
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class ProgressWriter:
     the writer thread after each commit, before the callers hear of it, whether or not they are
     still waiting (a caller may be gone: what was recorded is still folded)."""
 
-    def __init__(self, store: Store, max_batch: int = 1024, linger_s: float = 0.0,
+    def __init__(self, store: ProgressStore, max_batch: int = 1024, linger_s: float = 0.0,
                  on_commit: OnCommit | None = None) -> None:
         self._store = store
         self._on_commit = on_commit

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS, RecordHolders, checkpoints_to_delete
 from aiperf.states import ModelState
 from master.core.requests import ModelFinish
 from master.store.errors import InvalidArgument
-from master.store.protocol import Store
+from master.store.protocol import ModelStore, ProgressStore, RetentionStore
 from master.store.records import ProgressInput, ProgressResult, RunRecord
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ def check_inheritance(parent_id: int, inherited_from: int) -> None:
         raise InvalidArgument(f"inherited_from must be 0 or the parent_id ({parent_id}), got {inherited_from}")
 
 
-def take_back(store: Store, fin: ModelFinish) -> None:
+def take_back(store: RetentionStore, fin: ModelFinish) -> None:
     """The checkpoints the finishing worker could not delete are recorded as stored, with the
     error, and never let go again (the file is still there: an operator removes it)."""
     if not fin.undeleted:
@@ -48,6 +48,10 @@ def take_back(store: Store, fin: ModelFinish) -> None:
     for model_id, error in fin.undeleted:
         log.warning("event=checkpoint_not_deleted worker_id=%d model_id=%d recorded_stored=%s error=%r",
                     fin.worker_id, model_id, model_id in restored, error)
+
+
+class _ReleaseStore(RetentionStore, ModelStore, Protocol):
+    """What release_checkpoints reads: the checkpoints stored and the ranked DONE models."""
 
 
 def keep_checkpoints(run: RunRecord) -> int:
@@ -61,7 +65,7 @@ class AccuracyRecords:
     FinishModel does not read the run's whole time line. The first read runs outside the lock
     (reports committed meanwhile wait in `_reading` and are folded after it). Thread-safe."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: ProgressStore) -> None:
         self._store = store
         self._lock = threading.Lock()
         self._runs: dict[int, RecordHolders] = {}
@@ -96,7 +100,7 @@ class AccuracyRecords:
                 self.add(result.run_id, item.model_id, item.accuracy, item.t)
 
 
-def release_checkpoints(store: Store, run: RunRecord, worker_id: int,
+def release_checkpoints(store: _ReleaseStore, run: RunRecord, worker_id: int,
                         records: AccuracyRecords) -> list[tuple[int, str]]:
     """(model id, URI) of `worker_id`'s checkpoints in `run` that retention lets go, now
     recorded as deleted; the worker deletes them from its store. Reads the models holding a

@@ -8,23 +8,27 @@ would lag by up to a flush period.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Protocol
 
 from aiperf.limits import MAX_PAGE
 from aiperf.states import WorkerState
 from master.core.replies import RunPage, WorkerEntry, WorkerPage
 from master.store.errors import InvalidArgument
-from master.store.protocol import Store
+from master.store.protocol import RunStore, RunWorkerStore, WorkerStore
 from master.store.records import WorkerRecord
 
 RUNS_LIMIT_DEFAULT = 100
 WORKERS_LIMIT_DEFAULT = 1000
 
 
+class ListedStore(RunStore, WorkerStore, RunWorkerStore, Protocol):
+    """What the listings read: runs, workers, and who took part in a run."""
+
+
 class Roster:
     """The runs and workers as listed; the Master builds one over its store and heartbeats."""
 
-    def __init__(self, store: Store, live_worker: Callable[[WorkerRecord], WorkerRecord],
+    def __init__(self, store: ListedStore, live_worker: Callable[[WorkerRecord], WorkerRecord],
                  clock: Callable[[], float]) -> None:
         self._store, self._live_worker, self._clock = store, live_worker, clock
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Protocol
 
 from aiperf import limits
 from aiperf import peaks as peak_checks
@@ -18,7 +19,7 @@ from aiperf.precision import GEMM_DTYPES, PRECISIONS
 from aiperf.profiles import PROFILES as PROFILES_BY_NAME
 from master.core.budget import Ceiling, ceiling_of
 from master.store.errors import InvalidArgument
-from master.store.protocol import Store
+from master.store.protocol import RunStore, RunWorkerStore, WorkerStore
 from master.store.records import RunRecord, RunWorker, WorkerInput
 
 
@@ -108,7 +109,11 @@ def worker_ceiling(run: RunRecord, worker: WorkerInput) -> Ceiling:
     return ceiling_of(worker_peak(run, worker.accelerators, worker.cpu), len(worker.accelerators))
 
 
-def worker_budget(store: Store, worker_id: int, run_id: int) -> tuple[Ceiling, float, int]:
+class _BudgetStore(RunStore, WorkerStore, RunWorkerStore, Protocol):
+    """What worker_budget reads: the run, the worker and its operations in the run."""
+
+
+def worker_budget(store: _BudgetStore, worker_id: int, run_id: int) -> tuple[Ceiling, float, int]:
     """What a worker's budget in a run starts from: its ceiling, when it could start
     working, max(its registration, the run's start), and the operations of its
     reports in the run so far. One worker's row, not the run's list of workers: every

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from master.core.master import Master
 from master.observability.metrics import RunGauges
-from master.store.protocol import Store
+from master.store.protocol import RunStore
 
 
-def run_gauges(m: Master, runs: Store) -> list[RunGauges]:
+def run_gauges(m: Master, runs: RunStore) -> list[RunGauges]:
     """The figures of the active runs (or of the latest run), scored as the scoreboard scores them."""
     active = runs.active_runs()
     if not active:
@@ -29,6 +29,6 @@ def run_gauges(m: Master, runs: Store) -> list[RunGauges]:
     return out
 
 
-def watch(m: Master, runs: Store) -> None:
+def watch(m: Master, runs: RunStore) -> None:
     """Compute the master's run gauges (over the runs of `runs`) at each scrape."""
     m.metrics.watch_runs(lambda: run_gauges(m, runs))

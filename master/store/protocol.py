@@ -1,5 +1,8 @@
-"""The master's storage interface (`Store`): plain records in, plain records out.
+"""The master's storage interface: plain records in, plain records out.
 
+Small role protocols (RunStore, WorkerStore, ModelStore, ProgressStore, ...), so
+that each caller depends on what it uses (the roster on runs and workers, the
+progress writer on progress), and `Store`, all of them, which the Master holds.
 One implementation, `SqlStore` in master/store/sql/sql_store.py (SQLAlchemy 2 on
 SQLite or PostgreSQL). No SQL lives anywhere else. The store enforces the
 invariants that must hold inside one transaction (a progress report belongs to
@@ -24,7 +27,7 @@ life's start is an outage, listed in every run it overlapped (`RunRecord.outages
 from __future__ import annotations
 
 import abc
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 from aiperf.retention import StoredModel
 from aiperf.scoring import Point
@@ -34,13 +37,9 @@ from master.store.records import (
 )
 
 
-class Store(abc.ABC):
-    """Everything the master keeps. Times are master-clock seconds."""
+class RunStore(Protocol):
+    """Runs: created, started, stopped and finished; the master's window of each."""
 
-    @abc.abstractmethod
-    def close(self) -> None: ...
-
-    # ---------------------------------------------------------------- runs
     @abc.abstractmethod
     def create_run(self, spec: NewRun, now: float, allow_concurrent: bool = False) -> RunRecord:
         """New run in state pending. FailedPrecondition when another run is
@@ -80,7 +79,10 @@ class Store(abc.ABC):
         (their reported progress is kept). A run still running gets
         stopped_at = min(now, deadline). Returns the run and those model ids."""
 
-    # ---------------------------------------------------------------- the master's lives
+
+class MasterLifeStore(Protocol):
+    """The master's lives: its liveness stamps and the outages between them."""
+
     @abc.abstractmethod
     def record_master_start(self, now: float) -> Outage | None:
         """A new life of the master begins at `now`; returns the outage since
@@ -94,7 +96,10 @@ class Store(abc.ABC):
     def outages(self) -> list[Outage]:
         """Every outage of the master, oldest first."""
 
-    # ---------------------------------------------------------------- workers
+
+class WorkerStore(Protocol):
+    """Registered workers: their inventory, credential, state and last heartbeat."""
+
     @abc.abstractmethod
     def register_worker(self, info: WorkerInput, now: float,
                         credential_hash: str | None = None) -> tuple[WorkerRecord, list[int]]:
@@ -130,6 +135,10 @@ class Store(abc.ABC):
     def mark_workers_lost(self, worker_ids: Sequence[int], now: float) -> list[int]:
         """Workers -> lost, their open models -> abandoned; returns those model ids."""
 
+
+class RunWorkerStore(Protocol):
+    """The workers that took part in a run: when they joined, their dataset, their refused reports."""
+
     @abc.abstractmethod
     def join_run(self, run_id: int, worker_id: int, now: float) -> bool:
         """Record that the worker takes part in the run; False when already recorded."""
@@ -149,7 +158,10 @@ class Store(abc.ABC):
     def worker_run_ops(self, run_id: int, worker_id: int) -> int:
         """The master-counted operations of all the worker's reports in the run."""
 
-    # ---------------------------------------------------------------- models
+
+class ModelStore(Protocol):
+    """The models of a run: submitted, listed, ranked and finished."""
+
     @abc.abstractmethod
     def add_model(self, new: NewModel, now: float, max_models: int = 0) -> ModelRecord:
         """NotFound: parent not in the run; FailedPrecondition: the run is not
@@ -197,6 +209,14 @@ class Store(abc.ABC):
         a zero-image report at `now`, so the time line holds every accuracy."""
 
     @abc.abstractmethod
+    def hyperparameter_history(self, run_id: int) -> list[ModelRecord]:
+        """DONE models of the run, ascending id."""
+
+
+class RetentionStore(Protocol):
+    """What checkpoint retention reads and records: the checkpoints kept, let go, or not deleted."""
+
+    @abc.abstractmethod
     def stored_checkpoints(self, run_id: int) -> list[tuple[StoredModel, int, str]]:
         """The run's models that retention looks at, with their worker id and checkpoint URI
         ("" none): those whose checkpoint is recorded and not deleted, and the open ones
@@ -214,11 +234,10 @@ class Store(abc.ABC):
         go again). Returns the ids that were recorded as deleted. NotFound: no such model;
         PermissionDenied: another worker's model (nothing is changed)."""
 
-    @abc.abstractmethod
-    def hyperparameter_history(self, run_id: int) -> list[ModelRecord]:
-        """DONE models of the run, ascending id."""
 
-    # ---------------------------------------------------------------- progress
+class ProgressStore(Protocol):
+    """Progress reports: recorded in batches, read back as the run's time line and totals."""
+
     @abc.abstractmethod
     def add_progress(self, items: Sequence[ProgressInput]) -> list[ProgressResult]:
         """Record reports in one transaction. Per item: NotFound (no model),
@@ -240,14 +259,30 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def flops_mismatch_count(self, run_id: int) -> int: ...
 
-    # ---------------------------------------------------------------- resources
+    @abc.abstractmethod
+    def accuracy_reports(self, run_id: int) -> list[tuple[int, float, float]]:
+        """(model id, accuracy, t) of every report of the run that carried one, in the order
+        received (by t, then id)."""
+
+    @abc.abstractmethod
+    def accuracy_model_at(self, run_id: int, t: float) -> int | None:
+        """The model behind acc(t): of the run's reports received by t, the one with the highest
+        accuracy (the earliest on a tie); None when none reported an accuracy."""
+
+
+class ResourceStore(Protocol):
+    """The workers' resource samples (utilization, memory)."""
+
     @abc.abstractmethod
     def add_resource_samples(self, run_id: int | None, items: Sequence[ResourceSampleInput]) -> int: ...
 
     @abc.abstractmethod
     def resource_samples(self, worker_id: int | None = None, run_id: int | None = None) -> list[ResourceSampleRecord]: ...
 
-    # ---------------------------------------------------------------- audits
+
+class AuditStore(Protocol):
+    """Audits of DONE models' stored weights."""
+
     @abc.abstractmethod
     def add_audit(self, audit: AuditInput) -> AuditRecord:
         """Record an audit of a model (NotFound: no such model); its run is the model's."""
@@ -260,12 +295,10 @@ class Store(abc.ABC):
     def latest_audit(self, model_id: int) -> AuditRecord | None:
         """The model's most recent audit; None when it was never audited."""
 
-    @abc.abstractmethod
-    def accuracy_reports(self, run_id: int) -> list[tuple[int, float, float]]:
-        """(model id, accuracy, t) of every report of the run that carried one, in the order
-        received (by t, then id)."""
+
+class Store(RunStore, MasterLifeStore, WorkerStore, RunWorkerStore, ModelStore, RetentionStore, ProgressStore,
+            ResourceStore, AuditStore, Protocol):
+    """Everything the master keeps: every role above, and close(). Times are master-clock seconds."""
 
     @abc.abstractmethod
-    def accuracy_model_at(self, run_id: int, t: float) -> int | None:
-        """The model behind acc(t): of the run's reports received by t, the one with the highest
-        accuracy (the earliest on a tie); None when none reported an accuracy."""
+    def close(self) -> None: ...
