@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from aiperf.api import aiperf_pb2 as pb
-from aiperf.limits import MAX_REQUEST_BYTES
 from aiperf.api.calls import CREDENTIAL_METADATA
 from aiperf.api.client import Accelerator, ControlClient, WorkerClient
+from aiperf.limits import MAX_REQUEST_BYTES
 from tests.conftest import POSTGRES_ENV, postgres_url
 
 ALLOWED = {

@@ -48,9 +48,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from aiperf.api import aiperf_pb2 as pb
-from aiperf.limits import MAX_REQUEST_BYTES
 from aiperf.api.calls import CREDENTIAL_METADATA
 from aiperf.api.client import MAX_MESSAGE_BYTES, ApiError
+from aiperf.limits import MAX_REQUEST_BYTES
 from master.frontends.supervisor import _child_env  # the environment the master starts its front ends with
 from master.frontends.wire import (
     MAX_CALL_FRAME,

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import platform
-
-import grpc
+from importlib import metadata
 
 import aiperf
+
+# distributions whose version a run records, by the name it records them under
+_DISTRIBUTIONS = {"grpcio": "grpcio", "protobuf": "protobuf", "sqlalchemy": "SQLAlchemy", "alembic": "alembic"}
 
 
 def software_versions() -> dict[str, str]:
     """Versions of the master's software, recorded with every run."""
-    import alembic
-    import google.protobuf
-    import sqlalchemy
-
-    return {
-        "aiperf": aiperf.__version__,
-        "python": platform.python_version(),
-        "grpcio": grpc.__version__,
-        "protobuf": google.protobuf.__version__,
-        "sqlalchemy": sqlalchemy.__version__,
-        "alembic": alembic.__version__,
-        "platform": platform.platform(),
-    }
+    versions = {"aiperf": aiperf.__version__, "python": platform.python_version()}
+    versions.update({name: metadata.version(dist) for name, dist in _DISTRIBUTIONS.items()})
+    versions["platform"] = platform.platform()
+    return versions

@@ -19,11 +19,11 @@ import tempfile
 
 import grpc
 
-from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.calls import CREDENTIAL_METADATA
 from aiperf.api.client import MAX_MESSAGE_BYTES
 from master.frontends.wire import MAX_CALL_FRAME, METHOD_INDEX, METHODS, PING, FrameConnection, parse_call, reply_frame
 from master.rpc.servicers import ControlServicer, WorkerServicer, decoder
+from master.rpc.services import request_type
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +64,8 @@ class RelayServer:
         self._connect = METHOD_INDEX[(WorkerServicer.SERVICE, "Connect")]
         self._handlers = []
         for service, name, _ in METHODS:
-            descriptor = pb.DESCRIPTOR.services_by_name[service.rsplit(".", 1)[1]].methods_by_name[name]
             servicer = worker if service == WorkerServicer.SERVICE else control
-            self._handlers.append((getattr(servicer, name), decoder(getattr(pb, descriptor.input_type.name))))
+            self._handlers.append((getattr(servicer, name), decoder(request_type(service, name))))
         self._decode_message = self._handlers[self._connect][1]
         self.tasks: set[asyncio.Task[None]] = set()
         self.connections: set[FrameConnection] = set()

@@ -25,19 +25,18 @@ import logging
 import struct
 from typing import Callable, Iterator
 
-from aiperf.api import aiperf_pb2 as pb
-from aiperf.limits import MAX_REQUEST_BYTES
 from aiperf.api.client import MAX_MESSAGE_BYTES
+from aiperf.limits import MAX_REQUEST_BYTES
+from master.rpc.services import SERVICES
 
 log = logging.getLogger(__name__)
 
-_SERVICES = (pb.DESCRIPTOR.services_by_name["WorkerService"], pb.DESCRIPTOR.services_by_name["ControlService"])
 # the relay carries unary calls and streams of requests each answered by one reply (Connect)
-assert all(m.client_streaming == m.server_streaming for s in _SERVICES for m in s.methods)
+assert all(m.client_streaming == m.server_streaming for s in SERVICES for m in s.methods)
 
 # (service, method, streaming): every method both services serve, in a fixed order
 METHODS: tuple[tuple[str, str, bool], ...] = tuple(
-    (service.full_name, method.name, method.client_streaming) for service in _SERVICES for method in service.methods)
+    (service.full_name, method.name, method.client_streaming) for service in SERVICES for method in service.methods)
 METHOD_INDEX = {(service, name): i for i, (service, name, _) in enumerate(METHODS)}
 # Both ends must number the methods alike (the token a front end checks is for the method it
 # served): a front end started from other code than its master's refuses to start.

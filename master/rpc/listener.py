@@ -12,8 +12,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from aiperf.api import aiperf_pb2 as pb
-from aiperf.limits import MAX_REQUEST_BYTES
 from aiperf.api.client import MAX_MESSAGE_BYTES
+from aiperf.limits import MAX_REQUEST_BYTES
 from master.rpc.tokens import TokenInterceptor, Tokens
 
 # what the health service answers for: the server ("") and each service
