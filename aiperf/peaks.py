@@ -39,6 +39,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from aiperf.limits import MAX_CPUS, MAX_MODEL_NAME_CHARS
+
 TOLERANCE = 0.05  # a measured rate may exceed the datasheet by 5% (clocks, rounding of the figures)
 
 CHECKED = "checked"
@@ -51,8 +53,6 @@ VERDICTS = (CHECKED, CAPPED, UNVERIFIED, UNVERIFIED_CPU)
 # does 2048 INT8 operations per cycle per core (1024 BF16 FLOP); at a 6 GHz clock
 # that is 1.2288e13 per logical CPU, more than any CPU's floating-point rate.
 CPU_MAX_FLOPS_PER_CPU = 2048 * 6.0e9
-MAX_CPUS = 8192  # Linux's largest NR_CPUS
-MAX_MODEL_LENGTH = 256
 
 T = 1e12  # datasheets quote TFLOPS
 
@@ -225,6 +225,6 @@ def _rate(flops: float) -> float:
 def _check_model(model: str) -> str:
     if not isinstance(model, str):
         raise ValueError(f"an accelerator model must be a string, got {type(model).__name__}")
-    if len(model) > MAX_MODEL_LENGTH:
-        raise ValueError(f"accelerator model name longer than {MAX_MODEL_LENGTH} characters")
+    if len(model) > MAX_MODEL_NAME_CHARS:
+        raise ValueError(f"accelerator model name longer than {MAX_MODEL_NAME_CHARS} characters")
     return model

@@ -21,8 +21,9 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from aiperf.states import OPEN_MODEL_STATES
+
 DEFAULT_KEEP_CHECKPOINTS = 10  # `aiperf start --keep-checkpoints`; ResNet-50's weights: about 100 MB each
-OPEN_STATES = frozenset({"queued", "training"})
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def kept_checkpoints(models: Iterable[StoredModel], ranked_done_ids: Sequence[in
     if keep < 0:
         raise ValueError(f"keep must be >= 0, got {keep}")
     kept = set(ranked_done_ids[:keep])
-    kept.update(m.parent_id for m in models if m.state in OPEN_STATES and m.parent_id)
+    kept.update(m.parent_id for m in models if m.state in OPEN_MODEL_STATES and m.parent_id)
     kept.update(holders)
     return frozenset(kept)
 

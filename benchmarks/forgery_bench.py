@@ -12,7 +12,7 @@ ratio, whether the run stays valid, and the calls refused.
     PYTHONPATH=$PWD python benchmarks/forgery_bench.py [--json] [--audit]
 
 `two_models_at_peak` reports the peak's worth of work on two models at once:
-with one budget per worker (master/budget.py) it reaches the peak once, not
+with one budget per worker (master/core/budget.py) it reaches the peak once, not
 twice. Ends with RESULT lines. A lie that stays within the worker's accepted peak is
 physically possible, so it is bounded, not refused. Accuracy and the kernel
 size are not counted by the master: `--audit` (needs TensorFlow, about a minute)
@@ -179,12 +179,12 @@ def _graphs() -> dict[str, Graph]:
 
 
 def _run(lie: Lie, graphs: dict[str, Graph], tmp: Path, audit: Audit | None = None) -> dict[str, Any]:
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
     machine = audit.machine if audit is not None else H100_MACHINE
     clock = Clock()
-    h = serve(f"sqlite:///{tmp / (lie.name + '.db')}", port=0, host="127.0.0.1", data_dir=tmp / lie.name,
-              heartbeat_interval_s=10_000.0, env={}, clock=clock, **TOKENS)
+    h = serve(MasterConfig(f"sqlite:///{tmp / (lie.name + '.db')}", port=0, host="127.0.0.1", data_dir=tmp / lie.name,
+                           heartbeat_interval_s=10_000.0, env={}, clock=clock, **TOKENS))
     try:
         w = WorkerClient(h.address, h.worker_token, retries=0)
         c = ControlClient(h.address, h.admin_token, retries=0)

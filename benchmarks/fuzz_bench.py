@@ -46,6 +46,7 @@ import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from aiperf.api import aiperf_pb2 as pb  # noqa: E402
+from aiperf import limits  # noqa: E402
 from aiperf.api import bounds  # noqa: E402
 from aiperf.api.calls import CREDENTIAL_METADATA  # noqa: E402
 
@@ -72,11 +73,12 @@ def _serve(db_url: str, port: int, data_dir: str, frontends: int = 0) -> None:
     import signal
 
     logging.basicConfig(level=logging.ERROR)
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
     parent = os.getppid()
-    handle = serve(db_url, port=port, host="127.0.0.1", data_dir=Path(data_dir), heartbeat_interval_s=3600.0,
-                   worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={}, frontends=frontends)
+    handle = serve(MasterConfig(db_url, port=port, host="127.0.0.1", data_dir=Path(data_dir),
+                                heartbeat_interval_s=3600.0, worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN,
+                                env={}, frontends=frontends))
     terminated = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: terminated.set())
     while os.getppid() == parent and not terminated.wait(0.5):  # the benchmark ended, even if it was killed
@@ -246,8 +248,8 @@ def worker_message(rng: random.Random, ids: dict[str, int], seq: int) -> pb.Work
 def _payload_of(rng: random.Random, msg: Any) -> bytes:
     """msg serialized; a message over the request limit is cut back to a few fields."""
     data = msg.SerializeToString()
-    if len(data) > bounds.MAX_REQUEST_BYTES:  # gRPC would answer RESOURCE_EXHAUSTED before the master sees it
-        data = mutate(rng, type(msg)(), 1).SerializeToString()[:bounds.MAX_REQUEST_BYTES]
+    if len(data) > limits.MAX_REQUEST_BYTES:  # gRPC would answer RESOURCE_EXHAUSTED before the master sees it
+        data = mutate(rng, type(msg)(), 1).SerializeToString()[:limits.MAX_REQUEST_BYTES]
     return data
 
 
@@ -423,36 +425,35 @@ def _within(v: Any, lo: float, hi: float) -> bool:
 
 
 def rows_out_of_bounds(db_url: str) -> list[str]:
-    """Every stored row that breaks a bound of aiperf/api/bounds.py (physics included)."""
+    """Every stored row that breaks a limit of aiperf/limits.py (physics included)."""
 
     from sqlalchemy import create_engine, text
 
-    b = bounds
     bad: list[str] = []
     engine = create_engine(db_url)
     with engine.connect() as conn:
         for wid, name, host, accs, cpus, mem, sw in conn.execute(text(
                 "SELECT id, name, host, accelerators, cpus, memory_bytes, software FROM workers")):
             accs, sw = (json.loads(v) if isinstance(v, str) else v for v in (accs, sw))
-            ok = (_text_ok(name, b.MAX_NAME_CHARS) and _text_ok(host, b.MAX_NAME_CHARS)
-                  and len(accs) <= b.MAX_ACCELERATORS_PER_WORKER and _within(cpus, 0, b.MAX_CPUS)
-                  and _within(mem, 0, b.MAX_HOST_MEMORY_BYTES) and len(sw) <= b.MAX_SOFTWARE_ENTRIES
-                  and all(_within(a.get("peak_flops", 0.0), 0, b.MAX_OPS_PER_S_PER_ACCELERATOR)
-                          and _within(a.get("memory_bytes", 0), 0, b.MAX_ACCELERATOR_MEMORY_BYTES)
-                          and _text_ok(a.get("model", ""), b.MAX_MODEL_NAME_CHARS) for a in accs))
+            ok = (_text_ok(name, limits.MAX_NAME_CHARS) and _text_ok(host, limits.MAX_NAME_CHARS)
+                  and len(accs) <= limits.MAX_ACCELERATORS_PER_WORKER and _within(cpus, 0, limits.MAX_CPUS)
+                  and _within(mem, 0, limits.MAX_HOST_MEMORY_BYTES) and len(sw) <= limits.MAX_SOFTWARE_ENTRIES
+                  and all(_within(a.get("peak_flops", 0.0), 0, limits.MAX_OPS_PER_S_PER_ACCELERATOR)
+                          and _within(a.get("memory_bytes", 0), 0, limits.MAX_ACCELERATOR_MEMORY_BYTES)
+                          and _text_ok(a.get("model", ""), limits.MAX_MODEL_NAME_CHARS) for a in accs))
             if not ok:
                 bad.append(f"worker {wid}")
         for rid, seed, duration, reason in conn.execute(text("SELECT id, seed, duration_s, stop_reason FROM runs")):
-            if not (_within(seed, 0, b.MAX_SEED) and _within(duration, 0, b.MAX_RUN_DURATION_S)
-                    and _text_ok(reason, b.MAX_STOP_REASON_CHARS)):
+            if not (_within(seed, 0, limits.MAX_SEED) and _within(duration, 0, limits.MAX_RUN_DURATION_S)
+                    and _text_ok(reason, limits.MAX_STOP_REASON_CHARS)):
                 bad.append(f"run {rid}")
         bad += _model_rows(conn, text)
         for sid, t, idx, au, amem, cu, mem in conn.execute(text(
                 "SELECT id, t, accelerator_index, accelerator_util, accelerator_memory_used, cpu_util, memory_used "
                 "FROM resource_samples")):
-            if not (math.isfinite(t) and _within(idx, -1, b.MAX_ACCELERATORS_PER_WORKER - 1) and _within(au, 0, 1)
-                    and _within(cu, 0, 1) and _within(amem, 0, b.MAX_ACCELERATOR_MEMORY_BYTES)
-                    and _within(mem, 0, b.MAX_HOST_MEMORY_BYTES) and t > time.time() - 2 * b.MAX_SAMPLE_AGE_S):
+            if not (math.isfinite(t) and _within(idx, -1, limits.MAX_ACCELERATORS_PER_WORKER - 1) and _within(au, 0, 1)
+                    and _within(cu, 0, 1) and _within(amem, 0, limits.MAX_ACCELERATOR_MEMORY_BYTES)
+                    and _within(mem, 0, limits.MAX_HOST_MEMORY_BYTES) and t > time.time() - 2 * limits.MAX_SAMPLE_AGE_S):
                 bad.append(f"resource sample {sid}")
     engine.dispose()
     return bad
@@ -460,7 +461,6 @@ def rows_out_of_bounds(db_url: str) -> list[str]:
 
 def _model_rows(conn: Any, text: Callable[[str], Any]) -> list[str]:
     """Models and their reports out of bounds: fields, and operations beyond the worker's ceiling rate."""
-    b = bounds
     bad = []
     accelerators = {wid: len(json.loads(a) if isinstance(a, str) else a)
                     for wid, a in conn.execute(text("SELECT id, accelerators FROM workers"))}
@@ -468,18 +468,18 @@ def _model_rows(conn: Any, text: Callable[[str], Any]) -> list[str]:
             "SELECT id, worker_id, round, batch_size, length(graph_json), flops_per_train_image, "
             "flops_per_eval_image, reason, best_accuracy, created_at FROM models")):
         mid, wid, rnd, batch, size, ftrain, feval, reason, best, _ = row
-        if not (_within(rnd, 1, b.MAX_ROUND) and _within(batch, 1, b.MAX_BATCH_SIZE)
-                and _within(size, 1, b.MAX_GRAPH_JSON_CHARS) and _within(ftrain, 0, b.MAX_FLOPS_PER_IMAGE)
-                and _within(feval, 0, b.MAX_FLOPS_PER_IMAGE) and _text_ok(reason, 500, multiline=True)
+        if not (_within(rnd, 1, limits.MAX_ROUND) and _within(batch, 1, limits.MAX_BATCH_SIZE)
+                and _within(size, 1, limits.MAX_GRAPH_JSON_CHARS) and _within(ftrain, 0, limits.MAX_FLOPS_PER_IMAGE)
+                and _within(feval, 0, limits.MAX_FLOPS_PER_IMAGE) and _text_ok(reason, 500, multiline=True)
                 and (best is None or _within(best, 0, 1))):
             bad.append(f"model {mid}")
     for row in conn.execute(text(
             "SELECT p.id, p.seq, p.epoch, p.images_trained, p.images_validated, p.worker_flops, p.master_flops, "
             "p.accuracy, p.t FROM progress p")):
         pid, seq, epoch, it, iv, wf, mf, acc, t = row
-        if not (_within(seq, 1, b.MAX_SEQ) and _within(epoch, 0, b.MAX_EPOCH)
-                and _within(it, 0, b.MAX_IMAGES_PER_REPORT) and _within(iv, 0, b.MAX_IMAGES_PER_REPORT)
-                and _within(wf, 0, b.MAX_OPS_PER_REPORT) and _within(mf, 0, b.MAX_OPS_PER_REPORT)
+        if not (_within(seq, 1, limits.MAX_SEQ) and _within(epoch, 0, limits.MAX_EPOCH)
+                and _within(it, 0, limits.MAX_IMAGES_PER_REPORT) and _within(iv, 0, limits.MAX_IMAGES_PER_REPORT)
+                and _within(wf, 0, limits.MAX_OPS_PER_REPORT) and _within(mf, 0, limits.MAX_OPS_PER_REPORT)
                 and (acc is None or _within(acc, 0, 1)) and math.isfinite(t)):
             bad.append(f"report {pid}")
     # physics: a model's reported operations fit its worker's ceiling rate from its submission to
@@ -490,8 +490,8 @@ def _model_rows(conn: Any, text: Callable[[str], Any]) -> list[str]:
     for mid, wid, created in conn.execute(text("SELECT id, worker_id, created_at FROM models")):
         reports = per_model.get(mid)
         if reports:
-            need_s = sum(int(mf) for mf, _ in reports) / b.report_ops_ceiling(accelerators.get(wid, 0))
-            if need_s > max(t for _, t in reports) - created + b.CLOCK_SLACK_S + 1e-6:
+            need_s = sum(int(mf) for mf, _ in reports) / bounds.report_ops_ceiling(accelerators.get(wid, 0))
+            if need_s > max(t for _, t in reports) - created + limits.CLOCK_SLACK_S + 1e-6:
                 bad.append(f"model {mid}: {need_s:.3g} s of work at the ceiling rate")
     return bad
 

@@ -140,13 +140,13 @@ def run_demo(minutes: float, lookahead: bool, workdir: Path, seed: int = 1, max_
     """One demo-like smoke run (master + one in-process worker); its training shares."""
     from aiperf.api import aiperf_pb2 as pb
     from aiperf.api.client import ControlClient
-    from master.server import serve
+    from master.server import MasterConfig, serve
     from worker.agent import Agent, AgentConfig
 
     name = "lookahead" if lookahead else "sequential"
     db_path = workdir / f"{name}.db"
-    handle = serve(f"sqlite:///{db_path}", port=0, host="127.0.0.1", data_dir=workdir / name,
-                   worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={})
+    handle = serve(MasterConfig(f"sqlite:///{db_path}", port=0, host="127.0.0.1", data_dir=workdir / name,
+                                worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={}))
     agent = None
     try:
         agent = Agent(AgentConfig(master=handle.address, token=WORKER_TOKEN, name=f"bench-{name}",

@@ -1,7 +1,7 @@
 """Does weight inheritance pay? Two smoke runs of equal length and seed, with and without it.
 
 Each run is a smoke run on this machine as `aiperf demo` runs it: a fresh master on
-SQLite (in this process), one worker as a child process (`python -m cli worker
+SQLite (in this process), one worker as a child process (`python -m aiperf_cli worker
 --exit-when-done`, its checkpoint store in the run's directory), a run of
 `--minutes` on the master's clock (the clock starts when the worker is alive).
 The only difference between the two runs is `--no-inherit`.
@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from aiperf.api import aiperf_pb2 as pb  # noqa: E402
 from aiperf.api.client import ControlClient  # noqa: E402
-from master.server import serve  # noqa: E402
+from master.server import MasterConfig, serve  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,8 @@ def one_run(args: argparse.Namespace, inherit: bool, workdir: Path) -> Outcome:
     start = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     # heartbeats every 5 s (lost after 15 s): on a loaded machine a 2 s interval loses the worker
-    handle = serve(port=0, host="127.0.0.1", data_dir=workdir, heartbeat_interval_s=5.0, stop_grace_s=5.0)
+    handle = serve(MasterConfig(port=0, host="127.0.0.1", data_dir=workdir, heartbeat_interval_s=5.0,
+                                stop_grace_s=5.0))
     env = dict(os.environ, AIPERF_MASTER=handle.address, AIPERF_TOKEN=handle.worker_token,
                AIPERF_WORKER_NAME="bench-worker", AIPERF_WORKER_STATE_DIR=str(workdir / "worker-state"),
                AIPERF_CHECKPOINTS=str(workdir / "checkpoints"), PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
@@ -82,7 +83,7 @@ def one_run(args: argparse.Namespace, inherit: bool, workdir: Path) -> Outcome:
         run_id = run.config.run_id
         with open(workdir / "worker.log", "w") as log:
             worker = subprocess.run(
-                [sys.executable, "-m", "cli", "worker", "--exit-when-done", "--generator-processes", "1",
+                [sys.executable, "-m", "aiperf_cli", "worker", "--exit-when-done", "--generator-processes", "1",
                  "--no-measure-peak"],
                 env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=args.minutes * 60 + 600)
         if worker.returncode != 0:

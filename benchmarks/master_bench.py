@@ -81,12 +81,12 @@ def _free_port() -> int:
 def _serve(db_url: str, port: int, data_dir: str, ready: mp.Event, stop: mp.Event, max_workers: int,
            frontends: int) -> None:
     logging.basicConfig(level=logging.WARNING)
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
     # a long heartbeat interval: simulated workers idle between steps must not be declared lost
-    handle = serve(db_url, port=port, host="127.0.0.1", data_dir=Path(data_dir), heartbeat_interval_s=600.0,
-                   worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={}, max_workers=max_workers,
-                   frontends=frontends)
+    handle = serve(MasterConfig(db_url, port=port, host="127.0.0.1", data_dir=Path(data_dir),
+                                heartbeat_interval_s=600.0, worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={},
+                                max_workers=max_workers, frontends=frontends))
     ready.set()
     stop.wait()
     handle.stop(grace_s=0)
@@ -98,7 +98,7 @@ def _serve_noop(port: int, ready: mp.Event, stop: mp.Event, max_workers: int) ->
     import itertools
 
     from aiperf.api.client import MAX_MESSAGE_BYTES
-    from master.auth import TokenInterceptor, Tokens
+    from master.rpc.tokens import TokenInterceptor, Tokens
 
     ids = itertools.count(1)
     run = pb.RunInfo(config=pb.RunConfig(run_id=1), state=pb.RUN_RUNNING)
@@ -210,7 +210,7 @@ def default_max_workers() -> int:
     """The master's own default number of gRPC/database threads (`serve`'s max_workers)."""
     import inspect
 
-    from master.server import serve
+    from master.server import MasterConfig, serve
     return int(inspect.signature(serve).parameters["max_workers"].default)
 
 

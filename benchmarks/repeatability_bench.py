@@ -2,7 +2,7 @@
 
 Each repetition is a short smoke run on this machine, as `aiperf demo` runs it:
 a fresh master on SQLite (in this process), one worker as a child process
-(`python -m cli worker --exit-when-done`), a run limited by rounds per worker
+(`python -m aiperf_cli worker --exit-when-done`), a run limited by rounds per worker
 rather than by time (a deadline would cut the last round at a different point
 every time). It is done once with `--deterministic` (TensorFlow op determinism,
 seeded rounds) and once without, `--repeats` times each, all with one seed.
@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from aiperf.api import aiperf_pb2 as pb  # noqa: E402
 from aiperf.api.client import ControlClient  # noqa: E402
-from master.server import serve  # noqa: E402
+from master.server import MasterConfig, serve  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,8 @@ class Outcome:
 def one_run(args: argparse.Namespace, deterministic: bool, workdir: Path) -> Outcome:
     """A fresh master and worker, one run of `args.rounds` rounds; its models and score."""
     start = time.monotonic()
-    handle = serve(port=0, host="127.0.0.1", data_dir=workdir, heartbeat_interval_s=2.0, stop_grace_s=60.0)
+    handle = serve(MasterConfig(port=0, host="127.0.0.1", data_dir=workdir, heartbeat_interval_s=2.0,
+                                stop_grace_s=60.0))
     env = dict(os.environ, AIPERF_MASTER=handle.address, AIPERF_TOKEN=handle.worker_token,
                AIPERF_WORKER_NAME="bench-worker", AIPERF_WORKER_STATE_DIR=str(workdir / "worker-state"),
                PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
@@ -69,7 +70,7 @@ def one_run(args: argparse.Namespace, deterministic: bool, workdir: Path) -> Out
         run_id = run.config.run_id
         with open(workdir / "worker.log", "w") as log:
             worker = subprocess.run(
-                [sys.executable, "-m", "cli", "worker", "--exit-when-done", "--generator-processes", "1"],
+                [sys.executable, "-m", "aiperf_cli", "worker", "--exit-when-done", "--generator-processes", "1"],
                 env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout)
         if worker.returncode != 0:
             raise RuntimeError(f"the worker exited with {worker.returncode}; see {workdir / 'worker.log'}")

@@ -1,4 +1,4 @@
-"""What a FinishModel's retention costs as the run grows (master/retention.py).
+"""What a FinishModel's retention costs as the run grows (master/core/retention.py).
 
 For each size N, a run with N done models (`--reports` accuracy reports each, every
 checkpoint but the newest `--live` ones already deleted) is written straight into a
@@ -9,7 +9,7 @@ same process on the same database:
 
 - baseline: what retention read before: every model of the run, ranked in Python,
   and every accuracy report of the run folded into the record holders;
-- now: `master.retention.release_checkpoints` (models holding a live checkpoint or
+- now: `master.core.retention.release_checkpoints` (models holding a live checkpoint or
   open, the top `keep` ranked by the database, the record holders as the master
   keeps them: read once, as after a restart, outside the timing).
 
@@ -38,10 +38,10 @@ sys.path.insert(0, str(ROOT))
 from aiperf.retention import StoredModel, checkpoints_to_delete, record_holders  # noqa: E402
 from aiperf.scoring import model_rank_key  # noqa: E402
 from benchmarks.pg_schema import temporary_schema  # noqa: E402
-from master.models import ModelRow, ProgressRow  # noqa: E402
-from master.retention import AccuracyRecords, keep_checkpoints, release_checkpoints  # noqa: E402
-from master.sqlstore import SqlStore  # noqa: E402
-from master.store import NewRun, WorkerInput  # noqa: E402
+from master.store.sql.tables import ModelRow, ProgressRow  # noqa: E402
+from master.core.retention import AccuracyRecords, keep_checkpoints, release_checkpoints  # noqa: E402
+from master.store.sql.sql_store import SqlStore  # noqa: E402
+from master.store.records import NewRun, WorkerInput  # noqa: E402
 
 KEEP = 10
 

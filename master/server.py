@@ -4,8 +4,8 @@ enforces deadlines and detects lost workers.
 
 In-process use (tests, `aiperf demo`)::
 
-    from master.server import serve
-    handle = serve("sqlite:///demo/master.db", port=0, data_dir=Path("demo"))
+    from master.server import MasterConfig, serve
+    handle = serve(MasterConfig("sqlite:///demo/master.db", port=0, data_dir=Path("demo")))
     handle.address, handle.worker_token, handle.admin_token
     ...
     handle.stop()
@@ -25,17 +25,18 @@ from typing import Any, Callable
 import grpc
 from grpc_health.v1 import health
 
-from master import scrape
-from master.auth import Tokens, load_tokens
-from master.collector import settle_collector
-from master.dburl import mask_url
-from master.frontends import FrontEndConfig, FrontEnds
-from master.listener import listen, server_credentials
-from master.master import Master
-from master.metrics import MasterMetrics
-from master.relay_server import RelayServer, close_relay, relay_directory, remove_relay_directory, serve_relay
-from master.servicers import ControlServicer, WorkerServicer, add_to_server
-from master.sqlstore import SqlStore
+from master.core import scrape
+from master.core.master import Master
+from master.frontends.master_end import RelayServer, close_relay, relay_directory, remove_relay_directory, serve_relay
+from master.frontends.supervisor import FrontEndConfig, FrontEnds
+from master.observability.metrics import MasterMetrics
+from master.rpc.garbage_collector import settle_collector
+from master.rpc.listener import listen, server_credentials
+from master.rpc.servicers import ControlServicer, WorkerServicer, add_to_server
+from master.rpc.tokens import Tokens, load_tokens
+from master.store.sql.engine import count_errors
+from master.store.sql.sql_store import SqlStore
+from master.store.sql.urls import mask_url
 
 log = logging.getLogger(__name__)
 
@@ -141,26 +142,31 @@ def _background(master: Master, stop: threading.Event, period_s: float) -> None:
             log.exception("event=tick_failed")
 
 
-def serve(
-    db_url: str | None = None,
-    port: int = 50051,
-    host: str = "[::]",
-    data_dir: Path | str = Path(".aiperf"),
-    heartbeat_interval_s: float = 5.0,
-    stop_grace_s: float = 300.0,
-    metrics_port: int | None = None,
-    tls_cert: Path | None = None,
-    tls_key: Path | None = None,
-    worker_token: str | None = None,
-    admin_token: str | None = None,
-    worker_token_file: Path | None = None,
-    admin_token_file: Path | None = None,
-    env: dict[str, str] | None = None,
-    max_workers: int = 64,
-    tick_s: float | None = None,
-    clock: Callable[[], float] = time.time,
-    frontends: int = 0,
-) -> MasterHandle:
+@dataclass(frozen=True)
+class MasterConfig:
+    """How `serve` starts a master; the defaults are `aiperf master serve`'s."""
+
+    db_url: str | None = None           # None: SQLite in data_dir
+    port: int = 50051                   # 0: any free port
+    host: str = "[::]"
+    data_dir: Path | str = Path(".aiperf")
+    heartbeat_interval_s: float = 5.0
+    stop_grace_s: float = 300.0
+    metrics_port: int | None = None     # None: no Prometheus endpoint
+    tls_cert: Path | None = None        # TLS when both are given
+    tls_key: Path | None = None
+    worker_token: str | None = None     # tokens: given > env (AIPERF_TOKEN / AIPERF_ADMIN_TOKEN) > file > generated
+    admin_token: str | None = None
+    worker_token_file: Path | None = None
+    admin_token_file: Path | None = None
+    env: dict[str, str] | None = None   # None: os.environ
+    max_workers: int = 64               # threads doing the database work of RPCs
+    tick_s: float | None = None         # None: a quarter of the heartbeat interval, within 0.05-1 s
+    clock: Callable[[], float] = time.time
+    frontends: int = 0                  # processes serving gRPC and relaying to this one; 0: none
+
+
+def serve(config: MasterConfig) -> MasterHandle:
     """Start a master and return its handle (port 0: any free port).
 
     The database is migrated first (refused when its schema is newer).
@@ -171,27 +177,29 @@ def serve(
     workers each hold one Connect stream, which a thread-per-call server
     cannot do; database work runs on a pool of max_workers threads. With
     frontends > 0, that many processes serve gRPC on the port instead and
-    relay every call to this one (master/frontends.py).
+    relay every call to this one (master/frontends/supervisor.py).
     """
-    if frontends < 0:
-        raise ValueError(f"frontends must be 0 or more, not {frontends}")
-    data_dir = Path(data_dir)
+    c = config
+    if c.frontends < 0:
+        raise ValueError(f"frontends must be 0 or more, not {c.frontends}")
+    data_dir = Path(c.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
-    credentials = server_credentials(tls_cert, tls_key)
-    tokens = load_tokens(data_dir, worker_token, admin_token, worker_token_file, admin_token_file, env)
-    store = SqlStore(db_url or default_db_url(data_dir))
-    master = Master(store, heartbeat_interval_s=heartbeat_interval_s, stop_grace_s=stop_grace_s,
-                    clock=clock, metrics=MasterMetrics())
-    scrape.watch(master, store.engine)  # run gauges at scrape time, database errors counted
-    pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="aiperf-rpc")
-    address = f"{host}:{port}"
+    credentials = server_credentials(c.tls_cert, c.tls_key)
+    tokens = load_tokens(data_dir, c.worker_token, c.admin_token, c.worker_token_file, c.admin_token_file, c.env)
+    store = SqlStore(c.db_url or default_db_url(data_dir))
+    master = Master(store, heartbeat_interval_s=c.heartbeat_interval_s, stop_grace_s=c.stop_grace_s,
+                    clock=c.clock, metrics=MasterMetrics())
+    scrape.watch(master, store)  # run gauges at scrape time
+    count_errors(store.engine, master.metrics.database_errors.inc)
+    pool = futures.ThreadPoolExecutor(max_workers=c.max_workers, thread_name_prefix="aiperf-rpc")
+    address = f"{c.host}:{c.port}"
     loop, loop_thread = _start_loop()
     server: grpc.aio.Server | None = None
     health_servicer: health.aio.HealthServicer | None = None
     relay: Relay | None = None
     try:
-        if frontends:
-            relay = _start_relay(loop, frontends, host, port, tokens, tls_cert, tls_key, master, pool)
+        if c.frontends:
+            relay = _start_relay(loop, c.frontends, c.host, c.port, tokens, c.tls_cert, c.tls_key, master, pool)
             bound = relay.frontends.port
         else:
             server, health_servicer, bound = asyncio.run_coroutine_threadsafe(
@@ -203,14 +211,14 @@ def serve(
         store.close()
         pool.shutdown(wait=False)
         raise OSError(str(exc)) from None
-    metrics_bound = master.metrics.serve(metrics_port) if metrics_port is not None else None
-    period = tick_s if tick_s is not None else max(0.05, min(1.0, heartbeat_interval_s / 4))
+    metrics_bound = master.metrics.serve(c.metrics_port) if c.metrics_port is not None else None
+    period = c.tick_s if c.tick_s is not None else max(0.05, min(1.0, c.heartbeat_interval_s / 4))
     stop, thread = _start_background(master, period)
     log.info("event=master_listening address=%s tls=%s db=%s heartbeat_interval_s=%g frontends=%d",
-             f"{host}:{bound}".replace("[::]", "0.0.0.0"), credentials is not None, mask_url(store.url),
-             heartbeat_interval_s, frontends)
+             f"{c.host}:{bound}".replace("[::]", "0.0.0.0"), credentials is not None, mask_url(store.url),
+             c.heartbeat_interval_s, c.frontends)
     return MasterHandle(
-        port=bound, host=host, tokens=tokens, master=master, store=store, metrics_port=metrics_bound,
+        port=bound, host=c.host, tokens=tokens, master=master, store=store, metrics_port=metrics_bound,
         tls=credentials is not None, _server=server, _health=health_servicer, _relay=relay, _loop=loop,
         _loop_thread=loop_thread,
         _pool=pool, _stop_event=stop, _thread=thread,

@@ -90,7 +90,7 @@ def master_server(tmp_path: Path, frontends: int) -> Iterator[Callable[..., Any]
 
     Defaults: SQLite in tmp_path, fixed test tokens, heartbeat 5 s.
     """
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
     handles: list[Any] = []
 
@@ -103,7 +103,7 @@ def master_server(tmp_path: Path, frontends: int) -> Iterator[Callable[..., Any]
         kwargs.setdefault("admin_token", "test-admin-token")
         kwargs.setdefault("env", {})
         kwargs.setdefault("frontends", frontends)
-        handle = serve(db_url or f"sqlite:///{tmp_path / f'master{len(handles)}.db'}", **kwargs)
+        handle = serve(MasterConfig(db_url or f"sqlite:///{tmp_path / f'master{len(handles)}.db'}", **kwargs))
         handles.append(handle)
         return handle
 

@@ -1,4 +1,4 @@
-"""A master clock the tests set by hand (`serve(..., clock=FakeClock())`)."""
+"""A master clock the tests set by hand (`serve(MasterConfig(..., clock=FakeClock()))`)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cli.mllog import RULESET
+from aiperf_cli.mllog import RULESET
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ def down_and_up(db_url: str, revision: str) -> None:
     """Downgrade the database at `db_url` to `revision`, then upgrade it to head."""
     from alembic import command
 
-    from master.sqlstore import _alembic_config, make_engine
+    from master.store.sql.engine import _alembic_config, make_engine
 
     engine = make_engine(db_url)
     try:

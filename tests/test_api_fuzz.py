@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from aiperf.api import aiperf_pb2 as pb
-from aiperf.api.bounds import MAX_REQUEST_BYTES
 from aiperf.api.calls import CREDENTIAL_METADATA
 from aiperf.api.client import Accelerator, ControlClient, WorkerClient
+from aiperf.limits import MAX_REQUEST_BYTES
 from tests.conftest import POSTGRES_ENV, postgres_url
 
 ALLOWED = {
@@ -135,11 +135,11 @@ def master(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """One master for the module, with a worker, a running run and a model, so
     that small generated ids hit real rows."""
     from aiperf.resnet import resnet50
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
     d: Path = tmp_path_factory.mktemp("fuzz")
-    h = serve(database, port=0, host="127.0.0.1", data_dir=d, heartbeat_interval_s=3600.0,
-              worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={})
+    h = serve(MasterConfig(database, port=0, host="127.0.0.1", data_dir=d, heartbeat_interval_s=3600.0,
+                           worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={}))
     graph = resnet50(input_size=32, channels=3, classes=10, width=0.25)
     w, c = WorkerClient(h.address, WORKER_TOKEN, retries=0), ControlClient(h.address, ADMIN_TOKEN, retries=0)
     wid = w.register(name="seed", host="seed", accelerators=[Accelerator("X", 1 << 30)]).worker_id

@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("aiperf", "master", "worker", "cli")
+PACKAGES = ("aiperf", "master", "worker", "aiperf_cli")
 GENERATED = ("aiperf/api/aiperf_pb2.py", "aiperf/api/aiperf_pb2_grpc.py")
 MAX_FILE_LINES = 700
 MAX_FUNCTION_LINES = 80
 
 # package -> packages it must never import
 FORBIDDEN = {
-    "aiperf": {"master", "worker", "cli"},
-    "master": {"worker", "cli"},
-    "worker": {"master", "cli"},
+    "aiperf": {"master", "worker", "aiperf_cli"},
+    "master": {"worker", "aiperf_cli"},
+    "worker": {"master", "aiperf_cli"},
 }
 
 
@@ -154,3 +154,166 @@ def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:
         assert _imports(pkg / "a.py", known) == {"aiperf.b", "aiperf.c"}
     finally:
         ROOT = saved
+
+
+# ---------------------------------------------------------------- master/: rooms in layers
+
+# The master's sub-packages, top to bottom: a module imports its own room or rooms below it,
+# never one above. The entry point (master.server) plugs the SQL store in: it alone, of the
+# rooms above master.store.sql, imports it; everything else sees the store's protocols.
+MASTER_LAYERS = ("master.server", "master.frontends", "master.rpc", "master.core", "master.observability",
+                 "master.store.sql", "master.store")
+
+
+def _master_layer(module: str) -> int | None:
+    """Index in MASTER_LAYERS of the room holding `module` (the longest matching prefix)."""
+    found = [i for i, room in enumerate(MASTER_LAYERS) if module == room or module.startswith(room + ".")]
+    return max(found, key=lambda i: len(MASTER_LAYERS[i])) if found else None
+
+
+def test_every_master_module_is_in_a_room(graph: dict[str, set[str]]) -> None:
+    homeless = sorted(m for m in graph if m.startswith("master.") and _master_layer(m) is None)
+    assert not homeless, f"modules of master/ outside {MASTER_LAYERS}: {homeless}"
+
+
+def test_master_rooms_import_only_downwards(graph: dict[str, set[str]]) -> None:
+    bad = []
+    for module, deps in graph.items():
+        here = _master_layer(module)
+        if here is None:
+            continue
+        for dep in deps:
+            there = _master_layer(dep)
+            if there is None:
+                continue
+            if there < here:
+                bad.append(f"{module} -> {dep} (upwards)")
+            elif MASTER_LAYERS[there] == "master.store.sql" and here not in (0, there):
+                bad.append(f"{module} -> {dep} (only master.server plugs the SQL store in)")
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_only_the_sql_store_speaks_sql(graph: dict[str, set[str]]) -> None:
+    bad = []
+    for path in _sources():
+        module = _module_name(path)
+        if not module.startswith("master.") or module.startswith("master.store.sql"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            bad += [f"{module} imports {n}" for n in names if n.split(".")[0] in ("sqlalchemy", "alembic", "psycopg")]
+    assert not bad, bad
+
+
+# ---------------------------------------------------------------- protobuf stops at the edges
+
+PROTOBUF_EDGES = ("aiperf.api", "master.rpc")
+# Not edges, still importing the generated code until the typed client returns plain records;
+# delete each entry when its package stops.
+PROTOBUF_NOT_YET_STOPPED = ("worker", "aiperf_cli")
+
+
+def _protobuf_importers() -> list[str]:
+    found = []
+    for path in _sources():
+        module = _module_name(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(module, _is_package(path), node)
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            if any(n.rpartition(".")[2] in ("aiperf_pb2", "aiperf_pb2_grpc") for n in names):
+                found.append(module)
+    return sorted(set(found))
+
+
+def test_protobuf_is_imported_only_at_the_edges() -> None:
+    allowed = PROTOBUF_EDGES + PROTOBUF_NOT_YET_STOPPED
+    bad = [m for m in _protobuf_importers() if not any(m == a or m.startswith(a + ".") for a in allowed)]
+    assert not bad, f"aiperf_pb2 imported outside {PROTOBUF_EDGES}: {bad}"
+
+
+# ---------------------------------------------------------------- states are the enums
+
+STATE_SCOPE = ("aiperf", "master", "aiperf_cli")  # worker/ has states of its own (a round's outcome)
+STATE_MODULE = "aiperf.states"
+# The same words meaning something else, each with its reason.
+NOT_A_STATE = {
+    ("aiperf.audit", "failed"): "an audit's verdict and status",
+    ("aiperf.api.stream", "done"): "an attribute name in __slots__",
+}
+
+
+def _state_values() -> set[str]:
+    from aiperf import states
+
+    return {s.value for enum in (states.RunState, states.ModelState, states.WorkerState) for s in enum}
+
+
+def _state_literals(module: str, source: str, values: set[str]) -> list[str]:
+    """Every string constant of `source` (docstrings aside) that is a state's value, or holds one
+    quoted as SQL does ('alive')."""
+    tree = ast.parse(source)
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in docstrings:
+            continue
+        text = node.value
+        hits = {text} & values | {v for v in values if f"'{v}'" in text}
+        found += [f"{module}:{node.lineno} {v!r}" for v in sorted(hits) if (module, v) not in NOT_A_STATE]
+    return found
+
+
+def test_no_state_is_spelled_as_a_string() -> None:
+    values = _state_values()
+    bad = []
+    for path in _sources():
+        module = _module_name(path)
+        if module.split(".")[0] in STATE_SCOPE and module != STATE_MODULE:
+            bad += _state_literals(module, path.read_text(), values)
+    assert not bad, "use aiperf.states (RunState, ModelState, WorkerState):\n" + "\n".join(bad)
+
+
+def test_the_state_check_sees_comparisons_assignments_and_sql() -> None:
+    source = '''"""Docstrings may say 'running' and "lost"."""
+def f(run, row):
+    """A run that is running."""
+    if run.state == "running":
+        row.state = 'lost'
+    return "UPDATE workers SET state = 'alive'", "the run is running", "queued" in ("x",)
+'''
+    found = _state_literals("m", source, {"running", "lost", "alive", "queued"})
+    assert found == ["m:4 'running'", "m:5 'lost'", "m:6 'alive'", "m:6 'queued'"]
+
+
+# ---------------------------------------------------------------- one definition per limit
+
+
+def _assigned_names(tree: ast.AST) -> list[tuple[str, int]]:
+    names = []
+    for node in ast.walk(tree):
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+        for target in targets:
+            for sub in ast.walk(target):
+                if isinstance(sub, ast.Name):
+                    names.append((sub.id, node.lineno))
+                elif isinstance(sub, ast.Attribute):
+                    names.append((sub.attr, node.lineno))
+    return names
+
+
+def test_each_limit_is_defined_once() -> None:
+    from aiperf import limits
+
+    table = {name for name, _ in limits.LIMITS}
+    bad = [f"{_module_name(path)}:{line} {name}" for path in _sources() if _module_name(path) != "aiperf.limits"
+           for name, line in _assigned_names(ast.parse(path.read_text())) if name in table]
+    assert not bad, "a limit of aiperf/limits.py assigned elsewhere: " + ", ".join(bad)

@@ -64,10 +64,10 @@ def digits_accuracy(model: Any) -> float:
 
 
 def _serve(tmp: Path, **kwargs: Any) -> Any:
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
-    return serve(f"sqlite:///{tmp / 'master.db'}", port=0, host="127.0.0.1", data_dir=tmp / "master",
-                 heartbeat_interval_s=10_000.0, env={}, **TOKENS, **kwargs)
+    return serve(MasterConfig(f"sqlite:///{tmp / 'master.db'}", port=0, host="127.0.0.1", data_dir=tmp / "master",
+                              heartbeat_interval_s=10_000.0, env={}, **TOKENS, **kwargs))
 
 
 class Scenario:
@@ -132,7 +132,7 @@ class Scenario:
                 path.write_bytes(bytes(data))
 
     def audit_cli(self, capsys: Any, *args: str) -> tuple[int, str, str]:
-        from cli.main import main
+        from aiperf_cli.main import main
 
         capsys.readouterr()
         code = main(["audit", "--master", self.h.address, "--admin-token", self.h.admin_token,
@@ -151,7 +151,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
 @pytest.fixture(scope="module")
 def audited(scenario: Scenario) -> dict[str, dict[str, Any]]:
     """`aiperf audit --top 7 --json` once over the scenario: {role: its row}."""
-    from cli.main import main
+    from aiperf_cli.main import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -245,7 +245,7 @@ def test_the_readable_audit_and_scoreboard(scenario, audited, capsys):
     # --no-timing: the weights' verdict comes first, so the accuracy liar still reads "failed"
     code, out, _ = scenario.audit_cli(capsys, "--top", "1", "--no-timing")
     assert code == 0 and "failed" in out and str(scenario.ids["accuracy_lie"]) in out
-    from cli.main import main
+    from aiperf_cli.main import main
 
     assert main(["scoreboard", "--master", scenario.h.address, "--admin-token", scenario.h.admin_token]) == 0
     assert f"model {scenario.ids['accuracy_lie']}: failed" in capsys.readouterr().out

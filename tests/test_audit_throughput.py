@@ -81,11 +81,12 @@ class Run:
     `seconds` in 10 s reports and finishes it."""
 
     def __init__(self, tmp: Path) -> None:
-        from master.server import serve
+        from master.server import MasterConfig, serve
 
         self.clock = FakeClock(3_000_000.0)
-        self.h = serve(f"sqlite:///{tmp / 'master.db'}", port=0, host="127.0.0.1", data_dir=tmp / "master",
-                       heartbeat_interval_s=10_000.0, env={}, clock=self.clock, **TOKENS)
+        self.h = serve(MasterConfig(f"sqlite:///{tmp / 'master.db'}", port=0, host="127.0.0.1",
+                                    data_dir=tmp / "master", heartbeat_interval_s=10_000.0, env={}, clock=self.clock,
+                                    **TOKENS))
         self.w = WorkerClient(self.h.address, self.h.worker_token, retries=0)
         self.c = ControlClient(self.h.address, self.h.admin_token, retries=0)
         self.wid = self.w.register(name="w", host="w", cpus=4, cpu_peak_flops_by_dtype={"float32": 1e12},
@@ -202,8 +203,8 @@ def test_the_in_memory_batch_is_filled_from_a_small_split():
 def test_migration_0007_round_trips_and_older_audits_read_unchecked(db_url: str):
     """Down to 0006 and up again: an audit recorded before the throughput check keeps its verdict
     and reads "" and zeros for it (db_url: SQLite, and PostgreSQL when configured)."""
-    from master.sqlstore import SqlStore
-    from master.store import AuditInput, NewModel, NewRun, WorkerInput
+    from master.store.sql.sql_store import SqlStore
+    from master.store.records import AuditInput, NewModel, NewRun, WorkerInput
 
     s = SqlStore(db_url)
     try:

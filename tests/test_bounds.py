@@ -21,11 +21,12 @@ from hypothesis import strategies as st
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
+from aiperf import limits
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
-from master.progress import ProgressWriter
-from master.sqlstore import SqlStore
-from master.store import NewModel, NewRun, ProgressInput, WorkerInput
+from master.core.progress_writer import ProgressWriter
+from master.store.sql.sql_store import SqlStore
+from master.store.records import NewModel, NewRun, ProgressInput, WorkerInput
 from tests.fake_clock import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,9 +99,9 @@ def test_ids_fit_their_sql_keys_and_zero_only_where_it_means_none_or_current():
 
 def test_docs_quote_every_limit():
     spec = (ROOT / "docs" / "spec.md").read_text()
-    names = {n for n in dir(bounds) if re.fullmatch(r"(MAX|MIN)_[A-Z_]+|CLOCK_SLACK_S", n)}
-    assert names == {name for name, _ in bounds.LIMITS}, "every named limit is in LIMITS"
-    for name, value, _ in bounds.limits_table():
+    names = {n for n in dir(limits) if re.fullmatch(r"(MAX|MIN)_[A-Z_]+|CLOCK_SLACK_S", n)}
+    assert names == {name for name, _ in limits.LIMITS}, "every named limit is in LIMITS"
+    for name, value, _ in limits.limits_table():
         assert name in spec, f"docs/spec.md does not quote {name}"
 
 
@@ -326,7 +327,7 @@ def test_graph_flops_and_layers_are_bounded(master_server, small_graph, monkeypa
     g = Graph.from_dict(huge)
     e = refusal(w.submit_model, wid, g.to_json(), g.hash(), 0, 1, HP)
     assert e.code == grpc.StatusCode.INVALID_ARGUMENT and "operations per trained image exceed" in e.details
-    monkeypatch.setattr(bounds, "MAX_GRAPH_LAYERS", len(small_graph.layers) - 1)
+    monkeypatch.setattr(limits, "MAX_GRAPH_LAYERS", len(small_graph.layers) - 1)
     e = refusal(w.submit_model, wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP)
     assert f"{len(small_graph.layers)} layers exceed the bound" in e.details
     assert c.list_models().total == 0
@@ -342,7 +343,7 @@ def test_images_per_report_are_bounded_by_physics(master_server, small_graph):
     rate = 2 * bounds.MAX_OPS_PER_S_PER_ACCELERATOR  # two accelerators
     mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
     clock.t += 10.0  # 10 s after submission (+ the slack)
-    fits = int(rate * (10.0 + bounds.CLOCK_SLACK_S) / fc.train)
+    fits = int(rate * (10.0 + limits.CLOCK_SLACK_S) / fc.train)
     e = refusal(w.report_progress, wid, mid, 1, fits + 1000, 0, 1, fc.ops(fits + 1000, 0))
     assert e.code == grpc.StatusCode.INVALID_ARGUMENT and "physical ceiling" in e.details
     w.report_progress(wid, mid, 1, fits // 2, 0, 1, fc.ops(fits // 2, 0))
@@ -447,7 +448,7 @@ def test_a_poisoned_report_in_a_batch_does_not_fail_a_good_one(tmp_path, caplog)
                 done.set()
         return callback
 
-    with caplog.at_level(logging.WARNING, logger="master.progress"):
+    with caplog.at_level(logging.WARNING, logger="master.core.progress_writer"):
         writer.submit([item(models[0], 1)], collect("good"))
         writer.submit([item(models[1], 2**64)], collect("poisoned"))
         assert done.wait(30)
@@ -497,7 +498,7 @@ def test_a_committed_report_counts_even_when_its_caller_is_gone(master_server, s
     stream cancels its coroutine) leaves neither short."""
     import asyncio
 
-    from master.domain import ProgressReport
+    from master.core.requests import ProgressReport
 
     h = master_server()
     w, c = clients(h)

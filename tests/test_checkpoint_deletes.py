@@ -31,7 +31,7 @@ _PRINTABLE = st.characters(exclude_categories=("Cc", "Cf", "Cs", "Co", "Cn", "Zl
 def test_the_worker_reports_what_it_could_not_delete_and_the_master_keeps_it_stored(
         master_server, small_graph, tmp_path, monkeypatch, capsys):
     from aiperf.hyperparameters import Hyperparameters
-    from cli.main import main
+    from aiperf_cli.main import main
     from worker.agent import Agent, AgentConfig, Outbox
     from worker.trainer import TrainResult
 
@@ -138,8 +138,8 @@ def test_any_report_is_an_answer_and_never_touches_another_workers_model(master_
 
 
 def test_migration_0008_round_trips_and_older_models_have_no_delete_error(db_url: str):
-    from master.sqlstore import SqlStore
-    from master.store import NewModel, NewRun, WorkerInput
+    from master.store.sql.sql_store import SqlStore
+    from master.store.records import NewModel, NewRun, WorkerInput
 
     s = SqlStore(db_url)
     try:

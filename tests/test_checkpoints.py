@@ -1,5 +1,5 @@
 """The checkpoint store (worker/checkpoints.py) on a real directory, its record at FinishModel
-through the real server, retention (aiperf/retention.py, master/retention.py), and the CLI's
+through the real server, retention (aiperf/retention.py, master/core/retention.py), and the CLI's
 `checkpoint` and `inherited_from` fields."""
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def _children(graph, n: int) -> list:
 
 
 def test_finish_model_records_the_checkpoint_and_the_cli_shows_it(master_server, small_graph, capsys, monkeypatch):
-    from cli.main import main
+    from aiperf_cli.main import main
 
     h = master_server()
     ControlClient(h.address, h.admin_token).start_run(600, profile="smoke", seed=1)
@@ -375,8 +375,8 @@ def test_retention_keeps_an_early_record_holder_outside_the_top_k(master_server,
 
 
 def test_migration_0005_round_trips_and_old_models_have_no_checkpoint(db_url: str):
-    from master.sqlstore import SqlStore
-    from master.store import NewModel, NewRun, WorkerInput
+    from master.store.sql.sql_store import SqlStore
+    from master.store.records import NewModel, NewRun, WorkerInput
 
     s = SqlStore(db_url)
     try:
@@ -403,7 +403,7 @@ def test_migration_0005_round_trips_and_old_models_have_no_checkpoint(db_url: st
 
 
 def test_a_bad_checkpoints_url_stops_the_worker_with_one_line(capsys, monkeypatch, tmp_path):
-    from cli.main import main
+    from aiperf_cli.main import main
 
     monkeypatch.setitem(sys.modules, "fsspec", None)
     rc = main(["worker", "--master", "127.0.0.1:9", "--token", "t", "--state-dir", str(tmp_path),

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cli.main import command, main
+from aiperf_cli.main import command, main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`aiperf ARGS` started from bash (typer detects the shell from its parent process)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AIPERF_", "_AIPERF"))}
-    line = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "cli", *args))
+    line = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "aiperf_cli", *args))
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     # `; exit $?`: bash would exec a lone command in its own place, and the shell typer looks for
     # would then be whatever started the tests (none when they run detached from a terminal)

@@ -1,5 +1,5 @@
 """`aiperf` as a script or a Kubernetes Job sees it, through the real entry point
-(`python -m cli` in a subprocess; the property tests call `cli.main.main`, the
+(`python -m aiperf_cli` in a subprocess; the property tests call `aiperf_cli.main.main`, the
 function that entry point runs): every handled failure is one line on stderr
 and an exit code per kind (README "Exit codes": 2 bad input, 3 master
 unavailable, 4 refused), numbers outside their declared ranges never reach a
@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiperf.api import bounds
-from cli.main import main
+from aiperf import limits
+from aiperf_cli.main import main
 from tests.ports import free_port
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: connection refused at once
@@ -33,15 +33,15 @@ CONTROL = ["--master", UNREACHABLE, "--admin-token", "t"]
 CONTROL_COMMANDS = ["status", "stop", "models", "scoreboard", "report", "workers"]  # each takes --run
 # The API's field types (protos/aiperf.proto) and the README's ranges.
 INT64_MAX, UINT32_MAX, UINT64_MAX = 2**63 - 1, 2**32 - 1, 2**64 - 1
-MAX_ID, MAX_SEED = bounds.MAX_ID, bounds.MAX_SEED  # the API's bounds, which the CLI's ranges follow
-MAX_PAGE = bounds.MAX_PAGE
+MAX_ID, MAX_SEED = limits.MAX_ID, limits.MAX_SEED  # the API's bounds, which the CLI's ranges follow
+MAX_PAGE = limits.MAX_PAGE
 SECRET = "s3cret-Passw0rd"
 
 
 def aiperf(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
            cwd: Path | None = None) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("AIPERF_")}
-    return subprocess.run([sys.executable, "-m", "cli", *args], env={**base, **(env or {})},
+    return subprocess.run([sys.executable, "-m", "aiperf_cli", *args], env={**base, **(env or {})},
                           capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
@@ -192,7 +192,7 @@ EXPECTED_EXIT = {
 @pytest.mark.parametrize("status", [s for s in grpc.StatusCode if s != grpc.StatusCode.OK], ids=lambda s: s.name)
 def test_every_grpc_status_has_its_documented_exit_code(status: grpc.StatusCode, capsys: Any) -> None:
     from aiperf.api.client import ApiError
-    from cli.options import Control, UsageError
+    from aiperf_cli.options import Control, UsageError
 
     ctl = Control(master="m:1", admin_token="t", admin_token_file=None, data_dir=Path("."), tls_ca=None)
 
@@ -264,7 +264,7 @@ def test_control_commands_read_the_admin_token_file_and_ca_from_the_environment(
 def _serve(args: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen, str]:
     """`aiperf master serve ARGS` started; its output up to the listening line."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("AIPERF_")}
-    proc = subprocess.Popen([sys.executable, "-m", "cli", "master", "serve", *args], env={**base, **env},
+    proc = subprocess.Popen([sys.executable, "-m", "aiperf_cli", "master", "serve", *args], env={**base, **env},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd)
     lines: list[str] = []
     deadline = time.monotonic() + 60
@@ -387,12 +387,13 @@ def test_the_master_logs_its_database_url_masked(postgres_schema_url: str, tmp_p
 
     from sqlalchemy.engine import make_url
 
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
     # the test server trusts local connections: the password is sent and ignored
     url = make_url(postgres_schema_url).set(password=SECRET).render_as_string(hide_password=False)
     with caplog.at_level(logging.INFO):
-        h = serve(url, port=0, host="127.0.0.1", data_dir=tmp_path, worker_token="w", admin_token="a", env={})
+        h = serve(MasterConfig(url, port=0, host="127.0.0.1", data_dir=tmp_path, worker_token="w", admin_token="a",
+                               env={}))
         h.stop(grace_s=0)
     assert "event=master_listening" in caplog.text and ":***@" in caplog.text
     assert SECRET not in caplog.text
@@ -401,7 +402,7 @@ def test_the_master_logs_its_database_url_masked(postgres_schema_url: str, tmp_p
 def test_make_engine_does_not_quote_an_unparsable_url() -> None:
     from sqlalchemy.exc import ArgumentError
 
-    from master.sqlstore import make_engine
+    from master.store.sql.engine import make_engine
 
     with pytest.raises(ArgumentError) as caught:
         make_engine(f"://u:{SECRET}@host/db")
@@ -416,7 +417,7 @@ PASSWORDS = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")
 def test_masked_urls_never_contain_the_password(password: str, in_query: bool) -> None:
     from urllib.parse import quote
 
-    from master.dburl import mask_url, scrub
+    from master.store.sql.urls import mask_url, scrub
 
     encoded = quote(password, safe="")
     url = (f"postgresql+psycopg://user@db.example:5432/aiperf?password={encoded}" if in_query
@@ -426,7 +427,7 @@ def test_masked_urls_never_contain_the_password(password: str, in_query: bool) -
     assert mask_url(url) == masked[0 if in_query else 1]
     if any(password in m or encoded in m for m in masked):
         return  # a "password" such as "user" or "5432" is part of any masked URL
-    if len(password) >= 4:  # master.dburl.MIN_SCRUBBED
+    if len(password) >= 4:  # master.store.sql.urls.MIN_SCRUBBED
         text = scrub(f"connecting as {password} to {url} failed ({encoded})", url)
         assert password not in text and encoded not in text, text
 
@@ -445,7 +446,7 @@ def test_a_dataset_error_is_one_line_without_tensorflow_logs(tmp_path: Path) -> 
 
 
 def test_held_output_is_shown_unless_the_dataset_is_bad(capfd: Any) -> None:
-    from cli.worker import held_stderr
+    from aiperf_cli.worker import held_stderr
     from worker.data import DatasetError
 
     def chatty(fail: bool) -> str:
@@ -482,8 +483,7 @@ def _options(graph: str, a_file: str) -> list[tuple[list[str], str, type, float,
         (start, "--seed", int, 0, MAX_SEED, False, {3}),
         *[(start, o, int, 0, UINT32_MAX, False, {3})
           for o in ("--max-models", "--max-rounds", "--max-epochs", "--warmup-rounds", "--min-workers")],
-        (["models", *CONTROL], "--limit", int, 1, UINT32_MAX, False, {3}),
-        *[([c, *CONTROL], "--limit", int, 1, MAX_PAGE, False, {3}) for c in ("runs", "workers")],
+        *[([c, *CONTROL], "--limit", int, 1, MAX_PAGE, False, {3}) for c in ("runs", "workers", "models")],
         (["graph", "morph", graph, "--seed", "1"], "--max-params", int, 1, INT64_MAX, False, {0, 2}),
         (["graph", "morph", graph, "--seed", "1"], "--max-layers", int, 1, 10**6, False, {0, 2}),
         (["graph", "morph", graph], "--seed", int, 0, MAX_SEED, False, {0}),

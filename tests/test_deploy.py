@@ -41,7 +41,7 @@ GPU_DEPLOYMENTS = ["base", "overlays/external-db", "overlays/monitoring"]
 # Kustomize Components: not rendered alone, only through an overlay that uses them.
 COMPONENTS = ["components/monitoring"]
 # Prometheus-operator kinds: no schema ships with kubernetes-validate; checked
-# structurally (and every metric they use against master/metrics.py) below.
+# structurally (and every metric they use against master/observability/metrics.py) below.
 OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
 # The Secrets the manifests use and docs/deploy.md tells the operator to create.
@@ -532,7 +532,7 @@ def test_jobs_run_the_control_commands_once(target: str) -> None:
         assert container["args"] == ["scoreboard"]
     # By the CLI's exit codes: a master that is not up yet (3) is retried; bad input (2)
     # and a refusal (4: "a run is already going") are final, so no second run starts.
-    from cli.options import ExitCode
+    from aiperf_cli.options import ExitCode
 
     assert failure_action(job, container["name"], ExitCode.UNAVAILABLE) == "Count"
     assert failure_action(job, container["name"], ExitCode.BAD_INPUT) == "FailJob"
@@ -575,7 +575,7 @@ def _cli_commands() -> dict[str, Any]:
     """The real (click) commands of `aiperf`, by their command path."""
     import typer
 
-    from cli.main import app
+    from aiperf_cli.main import app
 
     root = typer.main.get_command(app)
     found: dict[str, Any] = {}
@@ -590,7 +590,7 @@ def _cli_commands() -> dict[str, Any]:
     return found
 
 
-# Read by the master's own code (master/auth.py), not through a CLI option.
+# Read by the master's own code (master/rpc/tokens.py), not through a CLI option.
 MASTER_ENV = {"AIPERF_TOKEN", "AIPERF_ADMIN_TOKEN"}
 
 
@@ -617,7 +617,7 @@ def _assert_cli_accepts(
     for p in cmd.params:
         envvars |= {p.envvar} if isinstance(p.envvar, str) else set(p.envvar or ())
     substituted = {v for a in args for v in re.findall(r"\$\((\w+)\)", a)}
-    auth_source = (ROOT / "master" / "auth.py").read_text()
+    auth_source = (ROOT / "master" / "rpc" / "tokens.py").read_text()
     for name in sorted(v for v in env if v.startswith("AIPERF_")):
         if name in envvars or name in substituted:
             continue
@@ -692,7 +692,7 @@ def test_deployed_commands_serve_health_metrics_and_control_runs(tmp_path: Path)
     args[args.index("--data-dir") + 1] = str(tmp_path / "data")
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("AIPERF_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli", *args],
+        [sys.executable, "-m", "aiperf_cli", *args],
         env=base_env | _container_env(master, config, secrets),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
@@ -719,7 +719,7 @@ def test_deployed_commands_serve_health_metrics_and_control_runs(tmp_path: Path)
             (container,) = pod_spec(render(target)[0])["containers"]
             env = _container_env(container, config, secrets)
             return subprocess.run(
-                [sys.executable, "-m", "cli", *_expand(container["args"], env)],
+                [sys.executable, "-m", "aiperf_cli", *_expand(container["args"], env)],
                 env=base_env | env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
             )
 
@@ -900,9 +900,9 @@ def test_image_build_context_installs_a_complete_package(path: str, tmp_path: Pa
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
-    assert re.search(r"^aiperf = cli\.main:main$", entry_points, re.M)
+    assert re.search(r"^aiperf = aiperf_cli\.main:main$", entry_points, re.M)
     assert any(n.endswith("LICENSE") and ".dist-info/" in n for n in names), f"{path}: no LICENSE in the wheel"
-    for package in ("aiperf", "cli", "master", "worker"):
+    for package in ("aiperf", "aiperf_cli", "master", "worker"):
         files = [
             p.relative_to(src).as_posix()
             for p in (src / package).rglob("*")
@@ -1046,7 +1046,7 @@ def test_guide_covers_every_deployment_and_creates_the_secrets() -> None:
 
 def _exported_metric_names() -> set[str]:
     """Every series name the master's /metrics serves (counters with their _total)."""
-    from master.metrics import MasterMetrics
+    from master.observability.metrics import MasterMetrics
 
     names: set[str] = set()
     for family in MasterMetrics().registry.collect():
@@ -1098,7 +1098,7 @@ def test_monitoring_objects_are_well_formed_and_use_only_exported_metrics() -> N
         if "for" in alert:
             assert re.fullmatch(r"\d+[smh]", alert["for"]), name
         unknown = _metric_names(alert["expr"]) - exported
-        assert not unknown, f"{name} uses {unknown}, which master/metrics.py does not export"
+        assert not unknown, f"{name} uses {unknown}, which master/observability/metrics.py does not export"
 
     import json
 
@@ -1108,7 +1108,7 @@ def test_monitoring_objects_are_well_formed_and_use_only_exported_metrics() -> N
     assert exprs and len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
     for expr in exprs:
         unknown = _metric_names(expr) - exported
-        assert not unknown, f"dashboard query {expr!r} uses {unknown}, which master/metrics.py does not export"
+        assert not unknown, f"dashboard query {expr!r} uses {unknown}, which master/observability/metrics.py does not export"
     assert {"aiperf_run_flops", "aiperf_workers_alive"} <= {n for e in exprs for n in _metric_names(e)}
 
 

@@ -61,7 +61,7 @@ class Cluster:
 
     def _spawn(self, log_name: str, *args: str) -> subprocess.Popen:
         log = open(self.dir / f"{log_name}.log", "a")
-        proc = subprocess.Popen([sys.executable, "-m", "cli", *args], env=self.env,
+        proc = subprocess.Popen([sys.executable, "-m", "aiperf_cli", *args], env=self.env,
                                 stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         return proc
@@ -70,7 +70,7 @@ class Cluster:
         return self._spawn(f"worker-{name}", "worker", "--name", name, "--generator-processes", "1", *extra)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "cli", *args], env=self.env,
+        return subprocess.run([sys.executable, "-m", "aiperf_cli", *args], env=self.env,
                               capture_output=True, text=True, timeout=120)
 
     def wait_state(self, run_id: int, states: set[int], timeout_s: float) -> pb.RunStatus:
@@ -207,7 +207,7 @@ def test_smoke_run_end_to_end(smoke_run):
     else:
         assert board["invalid_reason"]
     # The worker's resource samples reached the master's database.
-    from master.sqlstore import SqlStore
+    from master.store.sql.sql_store import SqlStore
 
     store = SqlStore(f"sqlite:///{cluster.dir / 'm.db'}")
     try:

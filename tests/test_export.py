@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from cli.main import main
+from aiperf_cli.main import main
 
 HP = {"batch_size": 32, "kernel_size": 3}
 # what a smoke worker reports of its dataset (tests/test_dataset_fingerprint.py)
@@ -50,9 +50,9 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_json_export_holds_scoreboard_timeline_and_every_model(runs, capsys, monkeypatch):
-    import cli.export
+    import aiperf_cli.export
 
-    monkeypatch.setattr(cli.export, "PAGE", 1)  # one model per ListModels call: the paging is exercised
+    monkeypatch.setattr(aiperf_cli.export, "PAGE", 1)  # one model per ListModels call: the paging is exercised
     rc, out, err = run(capsys, "export", "--run", "1", "--format", "json")
     assert rc == 0, err
     data = json.loads(out)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from aiperf.api import bounds
+from aiperf import limits
 from aiperf.profiles import SMOKE
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "forgery_bench.py"
@@ -32,7 +33,7 @@ def test_refused_lies_gain_nothing_and_no_lie_beats_its_peak():
         assert res[name]["ratio"] <= 1.0, (name, res[name])
         assert res[name]["refused"], name  # refused by a rule, not by chance
     # the slack lets one report run CLOCK_SLACK_S ahead; the score is read after the minimum running time
-    slack = 1.0 + bounds.CLOCK_SLACK_S / SMOKE.min_running_time_s
+    slack = 1.0 + limits.CLOCK_SLACK_S / SMOKE.min_running_time_s
     capped = res["peak_5e15_capped"]
     assert capped["peak_verdict"] == "capped" and capped["peak_flops"] == 494.5e12 * 1.05
     assert capped["implausible_reports"] > 0 and "above its accepted peak" in capped["refused"][0]

@@ -1,5 +1,5 @@
-"""The master's front ends (`serve(..., frontends=N)`, master/frontend.py,
-master/frontends.py, master/relay.py): what is specific to them, not the RPCs
+"""The master's front ends (`serve(MasterConfig(..., frontends=N))`, master/frontends/process.py,
+master/frontends/supervisor.py, master/frontends/wire.py): what is specific to them, not the RPCs
 themselves (the whole API suite runs through front ends with
 AIPERF_TEST_FRONTENDS=2).
 
@@ -48,11 +48,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from aiperf.api import aiperf_pb2 as pb
-from aiperf.api.bounds import MAX_REQUEST_BYTES
 from aiperf.api.calls import CREDENTIAL_METADATA
 from aiperf.api.client import MAX_MESSAGE_BYTES, ApiError
-from master.frontends import _child_env  # the environment the master starts its front ends with
-from master.relay import (
+from aiperf.limits import MAX_REQUEST_BYTES
+from master.frontends.supervisor import _child_env  # the environment the master starts its front ends with
+from master.frontends.wire import (
     MAX_CALL_FRAME,
     MAX_CREDENTIAL_BYTES,
     MAX_REPLY_FRAME,
@@ -227,11 +227,11 @@ def closed_by_peer(sock: socket.socket, timeout_s: float = 10.0) -> bool:
 
 
 def frontend_children() -> list[psutil.Process]:
-    """This test process's live children that are front ends (`python -m master.frontend`)."""
+    """This test process's live children that are front ends (`python -m master.frontends.process`)."""
     found = []
     for child in psutil.Process().children(recursive=True):
         try:
-            if "master.frontend" in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
+            if "master.frontends.process" in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
                 found.append(child)
         except psutil.NoSuchProcess:
             pass
@@ -361,15 +361,15 @@ def relay_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def test_a_port_already_taken_fails_the_start_and_leaves_nothing(tmp_path, relay_tmp):
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", free_port()))
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(OSError) as excinfo:
-            serve(f"sqlite:///{tmp_path / 'm.db'}", port=port, host="127.0.0.1", data_dir=tmp_path / "m",
-                  worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={}, frontends=2)
+            serve(MasterConfig(f"sqlite:///{tmp_path / 'm.db'}", port=port, host="127.0.0.1", data_dir=tmp_path / "m",
+                               worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={}, frontends=2))
         assert f"cannot listen on 127.0.0.1:{port}" in str(excinfo.value)
         # the socket that had the port still has it alone
         with socket.create_connection(("127.0.0.1", port), timeout=5):
@@ -510,7 +510,7 @@ def test_connect_through_a_front_end_answers_each_message_in_order(master_server
 
 
 class FrontEndProcess:
-    """`python -m master.frontend` started against a Unix socket this test listens on."""
+    """`python -m master.frontends.process` started against a Unix socket this test listens on."""
 
     def __init__(self, directory: Path, **config: Any) -> None:
         self.path = str(directory / "relay.sock")
@@ -524,10 +524,10 @@ class FrontEndProcess:
     def start(self) -> None:
         self.listener.bind(self.path)
         self.listener.listen(1)
-        self.proc = subprocess.Popen([sys.executable, "-m", "master.frontend"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "master.frontends.process"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=_child_env(), cwd=str(ROOT))
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({  # the configuration master/frontend.py documents
+        self.proc.stdin.write(json.dumps({  # the configuration master/frontends/process.py documents
             "relay": self.path, "host": "127.0.0.1", "port": 0, "worker_token": WORKER_TOKEN,
             "admin_token": ADMIN_TOKEN, "tls_cert": None, "tls_key": None, "grace_s": 0,
             "methods_digest": METHODS_DIGEST, **self.config,
@@ -654,7 +654,7 @@ def test_a_front_end_of_other_code_than_its_masters_refuses_to_start(tmp_path):
     """The method numbers on the wire are the master's: a front end whose API differs (code
     changed under a running master) would check one method's token and have the master run
     another, so it says why and exits with 2 before it reaches the relay."""
-    proc = subprocess.run([sys.executable, "-m", "master.frontend"], cwd=str(ROOT), env=_child_env(), timeout=60,
+    proc = subprocess.run([sys.executable, "-m", "master.frontends.process"], cwd=str(ROOT), env=_child_env(), timeout=60,
                           capture_output=True, input=json.dumps({
                               "relay": str(tmp_path / "none.sock"), "host": "127.0.0.1", "port": 0,
                               "worker_token": WORKER_TOKEN, "admin_token": ADMIN_TOKEN, "tls_cert": None,
@@ -690,13 +690,13 @@ def test_a_front_ends_health_follows_the_masters_answers_to_its_pings():
 def test_an_oversized_reply_is_refused_alone_and_the_front_end_lives(master_server, monkeypatch):
     """A reply above gRPC's reply limit is RESOURCE_EXHAUSTED for its caller (as the master's own
     server answers), not a frame the front end refuses with every call it relays."""
-    import master.relay_server as relay_server
+    import master.frontends.master_end as master_end
 
     h = master_server(frontends=2)
     w, c = clients(h)
     register(w)
     pids = h._relay.frontends.pids
-    monkeypatch.setattr(relay_server, "MAX_MESSAGE_BYTES", 16)  # any worker listing is larger
+    monkeypatch.setattr(master_end, "MAX_MESSAGE_BYTES", 16)  # any worker listing is larger
     with pytest.raises(ApiError) as excinfo:
         c.list_workers()
     assert excinfo.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -13,7 +13,7 @@ FLOPS_KEYS = {"conv", "dense", "batchnorm", "relu", "maxpool", "avgpool", "add",
 
 
 def aiperf(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", *args], input=stdin,
+    return subprocess.run([sys.executable, "-m", "aiperf_cli", *args], input=stdin,
                           capture_output=True, text=True, timeout=120)
 
 

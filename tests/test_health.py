@@ -98,7 +98,7 @@ def test_worker_health_port_taken_is_one_line(tmp_path):
         busy.listen()
         port = busy.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIPERF_")}
-        proc = subprocess.run([sys.executable, "-m", "cli", "worker", "--master", "127.0.0.1:1", "--token", "t",
+        proc = subprocess.run([sys.executable, "-m", "aiperf_cli", "worker", "--master", "127.0.0.1:1", "--token", "t",
                                "--health-port", str(port), "--state-dir", str(tmp_path)],
                               env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr

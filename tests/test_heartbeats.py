@@ -1,11 +1,11 @@
-"""The heartbeat flush period: a large fleet's beats are written less often (master/heartbeats.py)."""
+"""The heartbeat flush period: a large fleet's beats are written less often (master/core/heartbeats.py)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from master.heartbeats import FLUSH_ROWS_PER_S, Heartbeats
+from master.core.heartbeats import FLUSH_ROWS_PER_S, Heartbeats
 
 
 def _beating(n: int) -> Heartbeats:

@@ -202,7 +202,7 @@ def test_the_compiled_round_starts_from_the_given_weights(small_graph):
 def test_no_inherit_is_in_the_run_config_and_the_scoreboard(master_server, tmp_path, capsys, monkeypatch):
     import json
 
-    from cli.main import main
+    from aiperf_cli.main import main
 
     h = master_server()
     monkeypatch.setenv("AIPERF_MASTER", h.address)
@@ -223,7 +223,7 @@ def test_no_inherit_is_in_the_run_config_and_the_scoreboard(master_server, tmp_p
     assert main(["start", "--duration", "10m", "--keep-checkpoints", "-1"]) == 2
     main(["stop", "--abort"])
     # `aiperf demo --no-inherit` starts its run the same way
-    import cli.demo as demo
+    import aiperf_cli.demo as demo
     from rich.console import Console
 
     from aiperf.api.client import ControlClient

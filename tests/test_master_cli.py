@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.format import parse_duration
-from cli.main import main
+from aiperf_cli.format import parse_duration
+from aiperf_cli.main import main
 
 SCOREBOARD_KEYS = {"run_id", "state", "profile", "elapsed_s", "flops", "score", "regulated_score", "valid_flops",
                    "error", "valid", "invalid_reason", "provisional", "workers", "accelerators", "models_done"}
@@ -80,7 +80,7 @@ def test_start_status_scoreboard_stop(cli, capsys):
 def test_deterministic_is_recorded_in_the_run_config(master_server, tmp_path, capsys, monkeypatch):
     from rich.console import Console
 
-    import cli.demo as demo
+    import aiperf_cli.demo as demo
     from aiperf.api.client import ControlClient
 
     db = f"sqlite:///{tmp_path / 'runs.db'}"
@@ -162,7 +162,7 @@ def test_serve_command_generates_tokens_and_serves(tmp_path: Path, frontends: in
     env = {k: v for k, v in os.environ.items() if k not in ("AIPERF_TOKEN", "AIPERF_ADMIN_TOKEN", "AIPERF_MASTER")}
     data = tmp_path / "data"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli", "master", "serve", "--port", str(port), "--host", "127.0.0.1",
+        [sys.executable, "-m", "aiperf_cli", "master", "serve", "--port", str(port), "--host", "127.0.0.1",
          "--data-dir", str(data), "--heartbeat-interval", "1", "--frontends", str(frontends)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
     )
@@ -182,7 +182,7 @@ def test_serve_command_generates_tokens_and_serves(tmp_path: Path, frontends: in
         admin = (data / "admin.token").read_text().strip()
         assert f"generated admin token (saved in {data / 'admin.token'}): {admin}" in text
         status = subprocess.run(
-            [sys.executable, "-m", "cli", "start", "--duration", "2m", "--profile", "smoke", "--json",
+            [sys.executable, "-m", "aiperf_cli", "start", "--duration", "2m", "--profile", "smoke", "--json",
              "--master", f"127.0.0.1:{port}", "--data-dir", str(data)],
             capture_output=True, text=True, env=env, timeout=60,
         )
@@ -208,7 +208,7 @@ def test_serve_refuses_a_bad_number_of_frontends(tmp_path: Path, capsys, value: 
 def test_serve_refuses_a_database_newer_than_it_knows(tmp_path: Path, capsys):
     from sqlalchemy import text
 
-    from master.sqlstore import SqlStore
+    from master.store.sql.sql_store import SqlStore
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
     store = SqlStore(url)

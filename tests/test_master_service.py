@@ -353,7 +353,7 @@ def test_a_large_fleets_heartbeats_are_written_less_often(master_server, monkeyp
     wait 8 s, not the 5 s of a small fleet (at the real 500: 10,000 workers every 20 s)."""
     import time
 
-    import master.heartbeats as heartbeats
+    import master.core.heartbeats as heartbeats
 
     monkeypatch.setattr(heartbeats, "FLUSH_ROWS_PER_S", 0.25)
     h, clock, w, wid, other, registered = _two_workers_beating(master_server)
@@ -548,7 +548,7 @@ def test_metrics_endpoint(master_server, small_graph):
 
 
 def test_generated_tokens_are_written_once(tmp_path):
-    from master.auth import load_tokens
+    from master.rpc.tokens import load_tokens
 
     t1 = load_tokens(tmp_path, env={})
     assert set(t1.generated) == {"worker", "admin"} and t1.worker != t1.admin
@@ -756,10 +756,11 @@ def test_timeline_of_a_run(master_server, small_graph):
 def test_the_master_takes_and_returns_plain_types(small_graph, tmp_path):
     import asyncio
 
-    from master.domain import ModelSubmission, ProgressReport, RunSpec
-    from master.master import Master
-    from master.sqlstore import SqlStore
-    from master.store import PermissionDenied, WorkerInput
+    from master.core.requests import ModelSubmission, ProgressReport, RunSpec
+    from master.core.master import Master
+    from master.store.sql.sql_store import SqlStore
+    from master.store.errors import PermissionDenied
+    from master.store.records import WorkerInput
 
     clock = FakeClock()
     store = SqlStore(f"sqlite:///{tmp_path / 'plain.db'}")

@@ -1,4 +1,4 @@
-"""The mapping of a run onto MLPerf's log keys (cli/mllog.py, docs/spec.md "MLPerf logs"),
+"""The mapping of a run onto MLPerf's log keys (aiperf_cli/mllog.py, docs/spec.md "MLPerf logs"),
 on export dicts built here; the export of real runs, checked by MLPerf's own compliance
 checker, is in tests/test_export.py and tests/test_e2e.py."""
 
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aiperf.profiles import OFFICIAL, SMOKE
-from cli import mllog
+from aiperf_cli import mllog
 from tests.mlperf_checker import check_log
 
 T0 = 1_700_000_000.0
@@ -58,7 +58,7 @@ def keys(text: str) -> list[str]:
 
 
 def test_every_profile_field_is_logged_or_declared_without_an_mlperf_key():
-    assert mllog.unmapped_profile_fields() == set(), "map it in cli/mllog.py (PROFILE_KEYS or NOT_MLPERF)"
+    assert mllog.unmapped_profile_fields() == set(), "map it in aiperf_cli/mllog.py (PROFILE_KEYS or NOT_MLPERF)"
     assert not set(mllog.PROFILE_KEYS) & mllog.NOT_MLPERF
 
 

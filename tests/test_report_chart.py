@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from cli.report import score_chart
+from aiperf_cli.report import score_chart
 
 
 def _board(**kw):

@@ -1,4 +1,4 @@
-"""Retention at any run length (master/retention.py): a FinishModel reads the models that hold a
+"""Retention at any run length (master/core/retention.py): a FinishModel reads the models that hold a
 checkpoint or are open, the top `keep` ranked by the database, and the run's accuracy record
 holders as the master folded them from its reports; not the run's history. Its decision must be
 the pure rule's (aiperf/retention.py) over the whole history, on SQLite and PostgreSQL."""
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from aiperf.api.client import Accelerator, ControlClient, WorkerClient
 from aiperf.retention import record_holders
-from master.retention import AccuracyRecords, release_checkpoints
-from master.store import NewModel, NewRun, ProgressInput, WorkerInput
+from master.core.retention import AccuracyRecords, release_checkpoints
+from master.store.records import NewModel, NewRun, ProgressInput, WorkerInput
 
 def _load_bench():
     """benchmarks/retention_bench.py: its baseline (the rule over the whole history) is this test's oracle."""
@@ -51,7 +51,7 @@ REPORTS = st.lists(st.tuples(st.integers(0, 13), ACCURACY), max_size=30)
 
 @pytest.fixture
 def store(db_url: str) -> Iterator:
-    from master.sqlstore import SqlStore
+    from master.store.sql.sql_store import SqlStore
 
     s = SqlStore(db_url)
     yield s
@@ -174,7 +174,7 @@ def test_the_retention_bench_decides_as_its_baseline_and_prints_its_results(caps
 def test_the_writer_folds_what_it_recorded_even_when_its_caller_is_gone(store):
     """A caller that went away after its report was queued (a closed stream) does not keep the
     report's accuracy from the record holders: the writer's hook runs at the commit."""
-    from master.progress import ProgressWriter
+    from master.core.progress_writer import ProgressWriter
 
     run, workers, ids = _history(store, [Spec("training", 0, 0, None, None, False, False)], [], 1)
     records = AccuracyRecords(store)

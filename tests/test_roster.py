@@ -12,7 +12,7 @@ import pytest
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
-from cli.main import main
+from aiperf_cli.main import main
 
 H100 = Accelerator("NVIDIA H100 80GB HBM3", 80 * 2**30, 0.0)
 

@@ -1,5 +1,5 @@
-"""The master's per-run gauges computed at scrape time (master/metrics.py
-RunCollector, master/scrape.py) and its database-error counter, scraped from a
+"""The master's per-run gauges computed at scrape time (master/observability/metrics.py
+RunCollector, master/core/scrape.py) and its database-error counter, scraped from a
 real master's /metrics over HTTP, on a real SQLite file."""
 
 from __future__ import annotations
@@ -141,9 +141,9 @@ def test_a_relayed_call_cancelled_in_flight_is_counted_cancelled():
     from concurrent.futures import ThreadPoolExecutor
     from types import SimpleNamespace
 
-    from master.metrics import MasterMetrics
-    from master.relay_server import RelayContext
-    from master.servicers import _unary
+    from master.observability.metrics import MasterMetrics
+    from master.frontends.master_end import RelayContext
+    from master.rpc.servicers import _unary
 
     release = threading.Event()
     servicer = SimpleNamespace(pool=ThreadPoolExecutor(1), m=SimpleNamespace(metrics=MasterMetrics()),

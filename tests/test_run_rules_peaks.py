@@ -1,4 +1,4 @@
-"""Checked peaks as the master applies them (master/run_rules.py, master/budget.py):
+"""Checked peaks as the master applies them (master/core/run_rules.py, master/core/budget.py):
 pure functions over plain records, property-based plus examples."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from aiperf import peaks
 from aiperf.api import bounds
-from master.budget import ceiling_of
-from master.run_rules import accelerator_peaks, peak_verdict, with_checked_peaks, worker_peak
-from master.store import RunRecord, RunWorker, WorkerInput, WorkerRecord
+from master.core.budget import ceiling_of
+from master.core.run_rules import accelerator_peaks, peak_verdict, with_checked_peaks, worker_peak
+from master.store.records import RunRecord, RunWorker, WorkerInput, WorkerRecord
 
 MODELS = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB", "AMD Instinct MI300X",
           "Acme Tensor 9000", "NVIDIA H100 PCIe"]

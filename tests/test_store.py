@@ -5,18 +5,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from master.sqlstore import SqlStore, head_revision, make_engine
-from master.store import (
-    FailedPrecondition,
-    NewModel,
-    NewRun,
-    NotFound,
-    PermissionDenied,
-    ProgressInput,
-    ResourceSampleInput,
-    SchemaError,
-    WorkerInput,
-)
+from master.store.sql.engine import head_revision, make_engine
+from master.store.sql.sql_store import SqlStore
+from master.store.errors import FailedPrecondition, NotFound, PermissionDenied, SchemaError
+from master.store.records import NewModel, NewRun, ProgressInput, ResourceSampleInput, WorkerInput
 
 
 @pytest.fixture
@@ -67,7 +59,7 @@ def test_models_and_migrations_agree(db_url: str):
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from master.models import Base
+    from master.store.sql.tables import Base
 
     s = SqlStore(db_url)
     with s.engine.connect() as conn:
@@ -152,7 +144,7 @@ def test_the_credential_hash_is_kept_per_worker(store: SqlStore):
 def test_migration_0003_adds_an_empty_credential_to_existing_workers(db_url: str):
     from alembic import command
 
-    from master.sqlstore import _alembic_config
+    from master.store.sql.engine import _alembic_config
 
     engine = make_engine(db_url)
     with engine.begin() as conn:  # a database of the previous release, with a worker in it
@@ -196,11 +188,11 @@ def test_a_heartbeat_flush_lets_a_waiting_report_batch_in_between_its_chunks(sto
     import threading
     import time
 
-    import master.sqlstore as sqlstore
+    import master.store.sql.sql_store as sql_store
 
     run, worker = _run(store), _worker(store)
     model = _model(store, run, worker)
-    monkeypatch.setattr(sqlstore, "HEARTBEAT_CHUNK", 2)
+    monkeypatch.setattr(sql_store, "HEARTBEAT_CHUNK", 2)
     events: list[str] = []
     write_chunk = store._sql.write_heartbeats
 
@@ -400,7 +392,7 @@ def test_join_run_records_the_inventory_once(store: SqlStore):
 def test_migration_0004_keeps_run_workers_with_no_dataset_and_no_refusals(db_url: str):
     from alembic import command
 
-    from master.sqlstore import _alembic_config
+    from master.store.sql.engine import _alembic_config
 
     engine = make_engine(db_url)
     with engine.begin() as conn:  # a database of the previous release: a run with a worker in it

@@ -17,21 +17,13 @@ from sqlalchemy import create_engine, select
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import ControlClient, WorkerClient
 from aiperf.flops import count_flops
-from cli.records import run_status_to_dict, scoreboard_to_dict
-from cli.report import fetch_report
-from cli.tables import status_line
-from master.models import MasterLifeRow
-from master.sqlstore import SqlStore
-from master.store import (
-    INT64_MAX,
-    FailedPrecondition,
-    InvalidArgument,
-    NewModel,
-    NewRun,
-    Outage,
-    ProgressInput,
-    WorkerInput,
-)
+from aiperf_cli.records import run_status_to_dict, scoreboard_to_dict
+from aiperf_cli.report import fetch_report
+from aiperf_cli.tables import status_line
+from master.store.sql.tables import MasterLifeRow
+from master.store.sql.sql_store import SqlStore
+from master.store.errors import FailedPrecondition, InvalidArgument
+from master.store.records import INT64_MAX, NewModel, NewRun, Outage, ProgressInput, WorkerInput
 from tests.fake_clock import FakeClock
 
 HP = {"batch_size": 32, "kernel_size": 3}
@@ -289,12 +281,13 @@ REPORTS = st.lists(st.tuples(st.integers(0, 3), FIGURE, FIGURE), min_size=1, max
 @pytest.fixture(scope="module")
 def shared_master(tmp_path_factory):
     """One real master for all examples of the property test (a fresh run per example)."""
-    from master.server import serve
+    from master.server import MasterConfig, serve
 
     d = tmp_path_factory.mktemp("totals")
     clock = FakeClock()
-    h = serve(f"sqlite:///{d / 'totals.db'}", port=0, host="127.0.0.1", data_dir=d, heartbeat_interval_s=10_000.0,
-              worker_token="w", admin_token="a", env={}, clock=clock, tick_s=3600.0)
+    h = serve(MasterConfig(f"sqlite:///{d / 'totals.db'}", port=0, host="127.0.0.1", data_dir=d,
+                           heartbeat_interval_s=10_000.0, worker_token="w", admin_token="a", env={}, clock=clock,
+                           tick_s=3600.0))
     c = ControlClient(h.address, h.admin_token, retries=0)
     yield h, c, clock
     c.close()

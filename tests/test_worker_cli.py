@@ -12,7 +12,7 @@ import pytest
 
 def aiperf(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("AIPERF_")}
-    return subprocess.run([sys.executable, "-m", "cli", *args], env={**base, **(env or {})},
+    return subprocess.run([sys.executable, "-m", "aiperf_cli", *args], env={**base, **(env or {})},
                           capture_output=True, text=True, timeout=120)
 
 

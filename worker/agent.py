@@ -46,6 +46,7 @@ from aiperf.morphism import Limits
 from aiperf.profiles import Profile, get_profile
 from aiperf.hyperparameters import HyperparameterError, Hyperparameters
 from aiperf.search import HistoryEntry, derive_seed, worker_seed
+from aiperf.states import ModelState
 from worker.checkpoints import Checkpoint, CheckpointStore, open_store
 from worker.credentials import CredentialFile
 from worker.data.fingerprint import checked_dataset
@@ -558,27 +559,27 @@ class Agent:
             log.warning("event=model_abandoned model=%d", model_id)
             return
         if result.state == "failed":
-            self._send_finish(outbox, model_id, "failed", reason=result.reason)
+            self._send_finish(outbox, model_id, ModelState.FAILED, reason=result.reason)
             log.warning("event=model_failed model=%d reason=%s", model_id, result.reason)
             return
         if not result.val_accuracies:
             # Cut (run stopping, worker stopping) before a first validation:
             # there is no accuracy to rank it by. Close it so the master need
             # not wait for it; the progress already reported stays counted.
-            self._send_finish(outbox, model_id, "failed", reason=CUT_REASON_PREFIX + (
+            self._send_finish(outbox, model_id, ModelState.FAILED, reason=CUT_REASON_PREFIX + (
                 result.reason or "stopped before its first validation"))
             log.info("event=round_cut model=%d state=%s", model_id, result.state)
             return
         best = float(result.best_val_accuracy)
         predicted = float(result.predicted_accuracy if result.predicted_accuracy is not None else best)
-        self._send_finish(outbox, model_id, "done", best_accuracy=best, predicted_accuracy=predicted,
+        self._send_finish(outbox, model_id, ModelState.DONE, best_accuracy=best, predicted_accuracy=predicted,
                           checkpoint_uri=checkpoint.uri if checkpoint else "",
                           checkpoint_sha256=checkpoint.sha256 if checkpoint else "")
         outbox.flush()
         log.info("event=round_end round=%d model=%d state=%s best=%.4f predicted=%.4f epochs=%d",
                  round_index, model_id, result.state, best, predicted, result.epochs)
 
-    def _send_finish(self, outbox: Outbox, model_id: int, state: str, **fields: Any) -> None:
+    def _send_finish(self, outbox: Outbox, model_id: int, state: ModelState, **fields: Any) -> None:
         def send() -> None:  # then delete what retention let go (on the outbox's thread)
             undeleted = self.inheritance.undeleted[:MAX_UNDELETED_PER_FINISH]  # what earlier deletes could not
             try:

@@ -73,13 +73,15 @@ import grpc
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
-from aiperf.api.bounds import MAX_REASON_CHARS, clip_text
+from aiperf.api.bounds import clip_text
+from aiperf.limits import MAX_REASON_CHARS
 from aiperf.api.calls import CREDENTIAL_METADATA, DEFAULT_TIMEOUT_S, ApiError, api_error, with_retries
 from aiperf.api.enums import (
-    API_VERSION, FINISHED_MODEL_STATES, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES, WORKER_STATE_VALUES,
+    API_VERSION, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES, WORKER_STATE_VALUES,
 )
 from aiperf.api.stream import WorkerStream
 from aiperf.hyperparameters import Hyperparameters
+from aiperf.states import FINISHED_MODEL_STATES, ModelState
 
 __all__ = [
     "Accelerator", "ApiError", "ControlClient", "DEFAULT_TIMEOUT_S", "MAX_MESSAGE_BYTES", "ResourceSample",
@@ -374,7 +376,7 @@ class WorkerClient(_Client):
         Idempotent: finishing again with the same state is accepted. The reason is
         made to fit the master's bound (MAX_REASON_CHARS, printable; aiperf.api.bounds)."""
         if state not in FINISHED_MODEL_STATES:
-            raise ValueError(f"finish state must be 'done' or 'failed', not {state!r}")
+            raise ValueError(f"finish state must be '{ModelState.DONE}' or '{ModelState.FAILED}', not {state!r}")
         req = pb.FinishModelRequest(
             worker_id=worker_id,
             model_id=model_id,

@@ -1,27 +1,18 @@
-"""Lower-case names of the API's enums, as the CLI, the store and JSON use them."""
+"""The API's enums mapped to the names the CLI, the store and JSON use: the states
+(aiperf/states.py), profiles and precisions."""
 
 from __future__ import annotations
 
 from aiperf import precision
 from aiperf.api import aiperf_pb2 as pb
+from aiperf.states import ModelState, RunState, WorkerState
 
 API_VERSION: int = pb.API_VERSION_1
 
-RUN_STATES: dict[int, str] = {
-    pb.RUN_PENDING: "pending",
-    pb.RUN_RUNNING: "running",
-    pb.RUN_STOPPING: "stopping",
-    pb.RUN_FINISHED: "finished",
-    pb.RUN_ABORTED: "aborted",
-}
-MODEL_STATES: dict[int, str] = {
-    pb.MODEL_QUEUED: "queued",
-    pb.MODEL_TRAINING: "training",
-    pb.MODEL_DONE: "done",
-    pb.MODEL_FAILED: "failed",
-    pb.MODEL_ABANDONED: "abandoned",
-}
-WORKER_STATES: dict[int, str] = {pb.WORKER_ALIVE: "alive", pb.WORKER_LOST: "lost"}
+# The wire value of each state: RUN_<NAME>, MODEL_<NAME>, WORKER_<NAME>.
+RUN_STATES: dict[int, RunState] = {pb.RunState.Value(f"RUN_{s.name}"): s for s in RunState}
+MODEL_STATES: dict[int, ModelState] = {pb.ModelState.Value(f"MODEL_{s.name}"): s for s in ModelState}
+WORKER_STATES: dict[int, WorkerState] = {pb.WorkerState.Value(f"WORKER_{s.name}"): s for s in WorkerState}
 PROFILES: dict[int, str] = {pb.PROFILE_OFFICIAL: "official", pb.PROFILE_SMOKE: "smoke"}
 # The wire value of each precision of the one table (aiperf.precision): PRECISION_<NAME>.
 PRECISIONS: dict[int, str] = {pb.Precision.Value(f"PRECISION_{name.upper()}"): name for name in precision.PRECISIONS}
@@ -36,12 +27,3 @@ MODEL_STATE_VALUES = _inverse(MODEL_STATES)
 WORKER_STATE_VALUES = _inverse(WORKER_STATES)
 PROFILE_VALUES = _inverse(PROFILES)
 PRECISION_VALUES = _inverse(PRECISIONS)
-
-MODEL_STATE_NAMES: tuple[str, ...] = tuple(MODEL_STATES.values())  # in the API's order
-
-# The groups of states the master's rules speak of (ordered, so that SQL built from them is stable).
-ACTIVE_RUN_STATES: tuple[str, ...] = ("pending", "running", "stopping")  # a run that takes work
-OVER_RUN_STATES: tuple[str, ...] = ("finished", "aborted")  # a run that refuses reports
-OPEN_MODEL_STATES: tuple[str, ...] = ("queued", "training")  # a model that takes reports
-FINISHED_MODEL_STATES: tuple[str, ...] = ("done", "failed")  # what a worker may finish a model as
-

@@ -1,0 +1,58 @@
+"""The states of runs, models and workers: one enum each, used by the store, the master,
+the CLI and the API's mapping (aiperf/api/enums.py maps them to the protobuf values).
+
+Each member is a `str` equal to, and formatted as, its lower-case value: the form the
+database columns, JSON exports and the CLI's `--state` options hold, so none of them
+changes. Nothing outside this module spells a state as a string (tests/test_architecture.py).
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # pragma: no cover - Python 3.10
+    class StrEnum(str, enum.Enum):
+        """A str Enum printed and formatted as its value (what enum.StrEnum does from 3.11)."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+        def __format__(self, spec: str) -> str:
+            return str(self.value).__format__(spec)
+
+
+class RunState(StrEnum):
+    """pending -> running -> stopping -> finished; or aborted (any time) / finished (from pending)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    FINISHED = "finished"
+    ABORTED = "aborted"
+
+
+class ModelState(StrEnum):
+    """queued -> training -> done or failed; abandoned when its worker or run goes away."""
+
+    QUEUED = "queued"
+    TRAINING = "training"
+    DONE = "done"
+    FAILED = "failed"
+    ABANDONED = "abandoned"
+
+
+class WorkerState(StrEnum):
+    """Alive while it beats; lost after LOST_AFTER_BEATS heartbeat intervals without one (master/core/master.py)."""
+
+    ALIVE = "alive"
+    LOST = "lost"
+
+
+# The groups of states the master's rules speak of (ordered, so that SQL built from them is stable).
+ACTIVE_RUN_STATES: tuple[RunState, ...] = (RunState.PENDING, RunState.RUNNING, RunState.STOPPING)  # takes work
+OVER_RUN_STATES: tuple[RunState, ...] = (RunState.FINISHED, RunState.ABORTED)  # refuses reports
+OPEN_MODEL_STATES: tuple[ModelState, ...] = (ModelState.QUEUED, ModelState.TRAINING)  # takes reports
+FINISHED_MODEL_STATES: tuple[ModelState, ...] = (ModelState.DONE, ModelState.FAILED)  # what a worker may finish as

@@ -1,0 +1,159 @@
+"""`aiperf audit`: re-evaluate a run's best models from their stored weights (docs/spec.md, "Audit").
+
+    aiperf audit [--run ID] [--top N] [--json] [--dataset PATH --dataset-format F] [--scratch DIR]
+                 [--no-timing]
+
+Run where the validation split is (a worker pod, or any machine with the
+dataset) and where the checkpoint store is readable (the worker's --checkpoints
+URL: a shared directory or an object store). The top N DONE models of the run,
+ranked as the scoreboard ranks them (`aiperf.scoring.model_rank_key`), and the
+model behind the regulated score when it is not among them, are each read from
+their checkpoint (SHA-256 checked), checked against their recorded graph at
+their kernel size, and re-evaluated on the validation split here; each finding
+is recorded in the master (RecordAudit, with the admin token), which checks the
+verdict. Each model's training steps are also timed on one device here (the
+first GPU, else the CPU; `worker/throughput.py`) and the master compares the
+rate with its worker's claims: run it on the workers' hardware (docs/spec.md,
+"Audit"). `--no-timing` skips that, and the master records "not timed", which
+never passes. Exit code 0 when every model was audited and recorded, whatever the
+verdicts (the scoreboard shows them); 2 for a bad dataset; 3 and 4 as for the
+other control commands.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from aiperf import limits
+from aiperf.scoring import model_rank_key
+from aiperf.states import ModelState
+from aiperf_cli.options import Control, ExitCode, UsageError, control_command, fail
+from aiperf_cli.records import audit_to_dict
+from aiperf_cli.tables import audits_table
+from aiperf_cli.values import RUN_ID, DatasetFormat, LogLevel, int_option
+
+DEFAULT_TOP = 3
+TOP = (1, 1000)
+PAGE = limits.MAX_PAGE
+
+
+def ranked_done_models(client: Any, run_id: int) -> list[tuple[int, Any]]:
+    """The run's DONE models without their graphs, best first (the scoreboard's order), each with
+    its place in the id order (where `with_graph` fetches it with its graph)."""
+    models: list[Any] = []
+    while True:
+        page = client.list_models(run_id, state=ModelState.DONE, limit=PAGE, offset=len(models))
+        models.extend(page.models)
+        if not page.models or len(models) >= page.total:
+            break
+    placed = list(enumerate(models))
+    placed.sort(key=lambda pm: model_rank_key(pm[1].model_id, pm[1].predicted_accuracy or None,
+                                              pm[1].best_accuracy if pm[1].has_accuracy else None))
+    return placed
+
+
+def with_graph(client: Any, run_id: int, position: int, model_id: int) -> Any:
+    """The DONE model at `position` (id order) with its graph; it must still be `model_id`."""
+    page = client.list_models(run_id, state=ModelState.DONE, limit=1, offset=position, include_graph=True)
+    if not page.models or page.models[0].model_id != model_id:
+        fail(f"the run's DONE models changed while auditing (model {model_id} moved); run the audit again",
+             ExitCode.UNAVAILABLE)
+    return page.models[0]
+
+
+def chosen(ranked: list[tuple[int, Any]], top: int, regulated_model_id: int) -> list[tuple[int, Any]]:
+    """The top `top` models, and the model behind the regulated score when it is not among them."""
+    picked = ranked[:top]
+    if regulated_model_id and all(m.model_id != regulated_model_id for _, m in picked):
+        picked += [pm for pm in ranked if pm[1].model_id == regulated_model_id]
+    return picked
+
+
+def _dataset(kind: str, path: Optional[str], image_size: int) -> Any:
+    from worker.data import DatasetError, load_dataset
+
+    try:
+        return load_dataset(kind, path, image_size=image_size)
+    except DatasetError as exc:
+        fail(str(exc))
+
+
+@control_command()
+def audit_cmd(
+    ctl: Control,
+    run: int = int_option(0, "--run", span=RUN_ID, help="Run id (0: the current or most recent run)."),
+    top: int = int_option(DEFAULT_TOP, "--top", span=TOP, help="Audit this many of the run's best models."),
+    dataset: Optional[str] = typer.Option(None, "--dataset", envvar="AIPERF_DATASET",
+                                          help="Dataset path (as for aiperf worker)."),
+    dataset_format: Optional[DatasetFormat] = typer.Option(
+        None, "--dataset-format", envvar="AIPERF_DATASET_FORMAT", help="Dataset format (default: the profile's)."),
+    scratch: Optional[Path] = typer.Option(None, "--scratch", help="Where checkpoints are copied while audited "
+                                           "(default: the system's temporary directory)."),
+    no_timing: bool = typer.Option(False, "--no-timing", help="Do not time the models' training steps (the "
+                                   "master then records 'not timed', which never passes)."),
+    log_level: LogLevel = typer.Option("warning", case_sensitive=False, help="Log level."),
+) -> None:
+    """Re-evaluate the run's best models from their stored weights and record the audit in the master."""
+    from aiperf_cli.worker import _check_dataset, _require_tensorflow, held_stderr, setup_logging
+
+    _require_tensorflow()
+    kind = dataset_format.value if dataset_format else None
+    _check_dataset(dataset, kind, log_level.value)
+    setup_logging(log_level.value)
+    # TensorFlow's start-up lines (aiperf_cli/worker.py's docstring): shown on a crash or with --log-level debug
+    run_id, rows = held_stderr(lambda: ctl.call(audit_run, ctl.client(), run, top, kind, dataset, scratch,
+                                                not no_timing),
+                               show=lambda exc: log_level.value == "debug" or not (
+                                   exc is None or isinstance(exc, UsageError)))
+    ctl.show({"run_id": run_id, "audits": rows}, lambda: audits_table(run_id, rows))
+
+
+def audit_run(client: Any, run: int, top: int, kind: Optional[str], dataset: Optional[str],
+              scratch: Optional[Path] = None, timed: bool = True) -> tuple[int, list[dict[str, Any]]]:
+    """Audit the run's top models (and the regulated score's) and record each finding in the master:
+    (run id, the recorded audits as rows). The master's refusals raise ApiError; a dataset that is not
+    there or does not fit the graphs, one line (exit 2)."""
+    from aiperf.api.enums import PRECISIONS, PROFILES
+    from aiperf.profiles import get_profile
+    from worker.audit import Timing
+
+    board = client.scoreboard(run)
+    run_id, profile = board.run.config.run_id, get_profile(PROFILES[board.run.config.profile])
+    precision = PRECISIONS[board.run.config.precision]
+    picked = chosen(ranked_done_models(client, run_id), top, board.audit_model_id)
+    data = _dataset(kind or profile.dataset, dataset, profile.input_size) if picked else None
+    timing = None
+    if timed and picked:
+        from worker.throughput import auditor_hardware, one_device
+
+        device, strategy = one_device()
+        timing = Timing(xla=board.run.config.xla, profile=profile, strategy=strategy,
+                        hardware=auditor_hardware(device)[:limits.MAX_HARDWARE_CHARS])
+    return run_id, [_audit_one(client, run_id, position, model, precision, data, scratch, timing)
+                    for position, model in picked]
+
+
+def _audit_one(client: Any, run_id: int, position: int, model: Any, precision: str, data: Any,
+               scratch: Optional[Path], timing: Any) -> dict[str, Any]:
+    """Audit one model and record it; the recorded audit as a row."""
+    from worker.audit import audit_model
+
+    full = with_graph(client, run_id, position, model.model_id)
+    try:
+        f = audit_model(full, precision, data, scratch, timing=timing)
+    except (ValueError, TypeError) as exc:  # the dataset does not fit the graph: the auditor's mistake
+        fail(f"model {model.model_id}: cannot evaluate on this dataset: {' '.join(str(exc).split())[:300]}")
+    recorded = client.record_audit(f.model_id, verdict=f.verdict, architecture_ok=f.architecture_ok,
+                                   audited_accuracy=f.audited_accuracy, validation_images=f.validation_images,
+                                   auditor_host=socket.gethostname()[:limits.MAX_NAME_CHARS], detail=f.detail,
+                                   audited_images_per_second=f.audited_images_per_second,
+                                   auditor_hardware=f.auditor_hardware)
+    return audit_to_dict(recorded)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("audit")(audit_cmd)

@@ -1,0 +1,189 @@
+"""Exports of finished (or running) runs, through the master's control API.
+
+    aiperf export [--run ID] --format json|csv|mllog [--table T] [--out FILE]
+                  [--org ORG] [--platform TEXT] [--status research|onprem|cloud|preview]
+    aiperf compare RUN RUN... [--json]
+
+json: one object {scoreboard, timeline, models}. csv: one table (--table models,
+timeline or scoreboard), one row per model / FLOPS(t) point / run. mllog: an
+MLPerf Training log (open division, ResNet) that MLPerf's compliance checker
+passes; aiperf_cli/mllog.py maps the run onto MLPerf's keys (docs/spec.md, "MLPerf logs").
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from aiperf import limits
+from aiperf.states import ModelState, RunState
+from aiperf_cli.format import format_flops
+from aiperf_cli.options import Control, control_command, fail
+from aiperf_cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
+from aiperf_cli.values import RUN_ID, _choices, int_option
+
+ExportFormat = _choices("ExportFormat", ("json", "csv", "mllog"))
+CsvTable = _choices("CsvTable", ("models", "timeline", "scoreboard"))
+# mllog's submission_status: the values MLPerf's training 4.0.0 rules accept (common.yaml);
+# the default is MLPerf's research, development or internal category.
+SubmissionStatus = _choices("SubmissionStatus", ("research", "onprem", "cloud", "preview"))
+DEFAULT_ORG = "unknown"  # submission_org: the run's record names no organisation
+MAX_SUBMISSION_TEXT = 256  # --org, --platform
+PAGE = limits.MAX_PAGE  # models per ListModels call: the master's page
+MAX_COMPARE = 16
+
+# The scoreboard's figures in `compare` and in the scoreboard CSV row, in order.
+BOARD_FIELDS = ("run_id", "state", "profile", "precision", "seed", "duration_s", "elapsed_s", "score",
+                "provisional", "regulated_score", "valid_flops", "flops", "error", "best_accuracy", "valid",
+                "invalid_reason", "efficiency", "workers", "accelerators", "models_done", "images_trained",
+                "images_validated", "total_ops")
+MODEL_FIELDS = ("model_id", "parent_id", "worker_id", "round", "state", "best_accuracy", "predicted_accuracy",
+                "batch_size", "kernel_size", "epochs", "images_trained", "images_validated",
+                "flops_per_train_image", "flops_per_eval_image", "created_at", "finished_at", "graph_hash", "reason",
+                "inherited_from", "checkpoint_uri", "checkpoint_sha256")
+POINT_FIELDS = ("elapsed_s", "ops", "flops", "best_accuracy")
+
+
+def fetch_export(client: Any, run: int) -> dict[str, Any]:
+    """The run's scoreboard, its full timeline and every model (paged through ListModels)."""
+    board = scoreboard_to_dict(client.scoreboard(run))
+    run_id = board["run_id"]
+    timeline = timeline_to_dict(client.timeline(run_id))
+    models: list[dict[str, Any]] = []
+    while True:
+        resp = client.list_models(run_id, limit=PAGE, offset=len(models))
+        models += [model_to_dict(m) for m in resp.models]
+        if not resp.models or len(models) >= resp.total:
+            break
+    return {"scoreboard": board, "timeline": timeline, "models": models}
+
+
+def _model_row(m: dict[str, Any]) -> dict[str, Any]:
+    hp = m["hyperparameters"] or {}
+    ckpt = m.get("checkpoint") or {}
+    row = {k: (hp.get(k) if k in ("batch_size", "kernel_size") else m.get(k)) for k in MODEL_FIELDS}
+    row.update(checkpoint_uri=ckpt.get("uri"), checkpoint_sha256=ckpt.get("sha256"))
+    return row
+
+
+def to_csv(data: dict[str, Any], table: str) -> str:
+    """One table of the export as CSV (header first; empty cell for an unknown value)."""
+    if table == "models":
+        fields, rows = MODEL_FIELDS, [_model_row(m) for m in data["models"]]
+    elif table == "timeline":
+        fields, rows = POINT_FIELDS, data["timeline"]["points"]
+    else:
+        fields, rows = BOARD_FIELDS, [data["scoreboard"]]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def to_mllog(data: dict[str, Any], org: str, platform: Optional[str], status: str) -> str:
+    """The run as an MLPerf Training log (aiperf_cli.mllog holds the mapping)."""
+    try:
+        from aiperf_cli import mllog
+    except ModuleNotFoundError as exc:
+        if exc.name != "mlperf_logging" and not (exc.name or "").startswith("mlperf_logging."):
+            raise
+        fail("--format mllog needs the mlperf-logging package: pip install 'aiperf[export]'")
+    return mllog.to_mllog(data, mllog.Submission(org=org, platform=platform, status=status))
+
+
+def _text_problem(option: str, value: str) -> Optional[str]:
+    """Why `value` cannot be a submission_* text (None: it can): not empty, printable, bounded."""
+    if not value.strip():
+        return f"{option} must not be empty"
+    if len(value) > MAX_SUBMISSION_TEXT:
+        return f"{option} is longer than {MAX_SUBMISSION_TEXT} characters"
+    if not value.isprintable():
+        return f"{option} holds a control character"
+    return None
+
+
+def _write(text: str, out: Optional[Path]) -> None:
+    if out is None:
+        print(text, end="")
+        return
+    if out.is_dir():
+        fail(f"--out {out} is a directory; give a file name")
+    if not out.parent.exists():
+        fail(f"--out {out}: directory {out.parent} does not exist")
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {out}: {exc.strerror}")
+
+
+@control_command(json_option=False)
+def export_cmd(
+    ctl: Control,
+    run: int = int_option(0, "--run", span=RUN_ID, help="Run id (0: the current or most recent run)."),
+    fmt: ExportFormat = typer.Option(..., "--format", help="json (everything), csv (one --table) or mllog."),
+    table: CsvTable = typer.Option("models", "--table", help="The table --format csv writes."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="File to write (default: standard output)."),
+    org: str = typer.Option(DEFAULT_ORG, "--org", help="mllog: submission_org (the run does not record it)."),
+    platform: Optional[str] = typer.Option(
+        None, "--platform", help="mllog: submission_platform (default: the run's workers, e.g. '2 nodes, 16xH100')."),
+    status: SubmissionStatus = typer.Option("research", "--status", help="mllog: submission_status."),
+) -> None:
+    """Export a run: its scoreboard, FLOPS(t) timeline and models."""
+    for option, value in (("--org", org), ("--platform", platform)):
+        problem = None if value is None else _text_problem(option, value)
+        if problem:
+            fail(problem)
+    data = ctl.call(fetch_export, ctl.client(), run)
+    if fmt.value == "json":
+        text = json.dumps(data, indent=1) + "\n"
+    elif fmt.value == "csv":
+        text = to_csv(data, table.value)
+    else:
+        text = to_mllog(data, org, platform, status.value)
+    _write(text, out)
+
+
+def compare_table(boards: list[dict[str, Any]]) -> Any:
+    """The scoreboards side by side: one column per run."""
+    from rich.table import Table
+
+    table = Table(title="AIPerf runs")
+    table.add_column("")
+    for b in boards:
+        table.add_column(f"run {b['run_id']}", justify="right")
+    flops_keys = {"score", "regulated_score", "valid_flops", "flops"}
+    for key in BOARD_FIELDS[1:]:
+        cells = []
+        for b in boards:
+            v = b[key]
+            cells.append("" if v is None else format_flops(v) if key in flops_keys else
+                         f"{v:.4f}" if isinstance(v, float) else str(v))
+        table.add_row(key, *cells)
+    return table
+
+
+@control_command()
+def compare_cmd(
+    ctl: Control,
+    runs: list[int] = typer.Argument(..., help=f"Run ids (2 to {MAX_COMPARE})."),
+) -> None:
+    """Print the scoreboards of several runs side by side."""
+    if not 2 <= len(runs) <= MAX_COMPARE:
+        fail(f"compare takes 2 to {MAX_COMPARE} run ids, got {len(runs)}")
+    bad = [r for r in runs if not RUN_ID[0] <= r <= RUN_ID[1]]
+    if bad:
+        fail(f"run id {bad[0]} is out of range [{RUN_ID[0]}, {RUN_ID[1]}]")
+    client = ctl.client()
+    boards = [ctl.call(lambda r=r: scoreboard_to_dict(client.scoreboard(r))) for r in runs]
+    ctl.show({"runs": [{k: b[k] for k in BOARD_FIELDS} for b in boards]}, lambda: compare_table(boards))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export_cmd)
+    app.command("compare")(compare_cmd)

@@ -1,0 +1,117 @@
+"""What the Master takes: plain dataclasses, no protobuf.
+
+The servicers (master/rpc/servicers.py) convert protobuf requests to these
+(master/rpc/conversions.py); the Master never sees protobuf. What it returns is
+in master/core/replies.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_WARMUP_ROUNDS = 5
+DEFAULT_REPORT_INTERVAL_S = 30.0
+DEFAULT_RESOURCE_INTERVAL_S = 30.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Limits of a run; 0 means no limit."""
+
+    max_models: int = 0
+    max_rounds_per_worker: int = 0
+    max_epochs_per_round: int = 0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A run to start; 0 means the default (warm-up rounds, intervals) or none (min_workers)."""
+
+    duration_s: float
+    profile: str = "smoke"
+    seed: int = 0
+    precision: str = ""  # "": the profile's (official: mixed_fp16; smoke: fp32)
+    limits: Limits = field(default_factory=Limits)
+    warmup_rounds: int = 0
+    min_workers: int = 0
+    allow_concurrent: bool = False
+    report_interval_s: float = 0.0
+    resource_interval_s: float = 0.0
+    deterministic: bool = False
+    xla: bool | None = None  # None: the profile's (official: on; smoke: off)
+    inherit: bool = True       # children start from their parent's weights
+    keep_checkpoints: int = 0  # retention's top K; 0: DEFAULT_KEEP_CHECKPOINTS
+
+
+@dataclass(frozen=True)
+class ModelSubmission:
+    """A model a worker is about to train (run_id 0: the current run; parent_id 0: none)."""
+
+    worker_id: int
+    run_id: int
+    graph_json: str
+    graph_hash: str
+    parent_id: int
+    round: int
+    batch_size: int
+    kernel_size: int
+    queue: bool = False  # True: queued until its first report
+    dataset: dict[str, Any] | None = None  # the dataset it trains on (DatasetInfo's fields); None: not reported
+    inherited_from: int = 0  # 0: from scratch; else parent_id
+
+
+@dataclass(frozen=True)
+class AuditSubmission:
+    """What `aiperf audit` found for a DONE model's stored weights (RecordAudit)."""
+
+    model_id: int
+    audited_accuracy: float | None  # None: the weights were not evaluated
+    architecture_ok: bool
+    verdict: str
+    auditor_host: str
+    validation_images: int
+    detail: str = ""
+    audited_images_per_second: float = 0.0  # the model's steps timed on one device of the auditor; 0: not timed
+    auditor_hardware: str = ""              # that device's model (aiperf.audit.hardware_name)
+
+
+@dataclass(frozen=True)
+class ProgressReport:
+    """Images a worker processed since its previous report of the model."""
+
+    worker_id: int
+    model_id: int
+    seq: int
+    epoch: int
+    images_trained: int
+    images_validated: int
+    accuracy: float | None  # a new observed validation accuracy
+    worker_flops: int
+
+
+@dataclass(frozen=True)
+class ModelFinish:
+    """The end of a model: state "done" or "failed"."""
+
+    worker_id: int
+    model_id: int
+    state: str
+    reason: str = ""
+    best_accuracy: float | None = None
+    predicted_accuracy: float | None = None
+    checkpoint_uri: str = ""     # the model's weights in its worker's store; "" none
+    checkpoint_sha256: str = ""
+    undeleted: tuple[tuple[int, str], ...] = ()  # (model id, error): let go earlier, not deleted
+
+
+@dataclass(frozen=True)
+class ResourceSampleReport:
+    """One resource sample as a worker sends it: taken `age_s` seconds before sending."""
+
+    age_s: float
+    accelerator_index: int  # -1: host-wide
+    accelerator_util: float
+    accelerator_memory_used: int
+    cpu_util: float
+    memory_used: int

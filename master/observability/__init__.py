@@ -1,0 +1,1 @@
+"""The master's Prometheus metrics."""
