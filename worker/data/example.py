@@ -53,8 +53,17 @@ def label(record: bytes, where: str) -> int:
     return int(labels[0])
 
 
+def serialised(encoded: bytes, label_value: int) -> bytes:
+    """An Example of one ``image/encoded`` and one ``image/class/label`` (benchmarks and tests write them)."""
+    example = example_class()()
+    feature = example.features.feature
+    feature[FEATURE_IMAGE].bytes_list.value.append(encoded)
+    feature[FEATURE_LABEL].int64_list.value.append(label_value)
+    return example.SerializeToString()
+
+
 def example_class() -> Any:
-    """The Example message class of the private pool (tests serialise records with it)."""
+    """The Example message class of the private pool."""
     return _classes()["Example"]
 
 
