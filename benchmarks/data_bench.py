@@ -154,9 +154,7 @@ def our_pipeline(kind: str, root: Path) -> Any:
 
 def nontf_pipeline(kind: str, root: Path) -> Iterator[Any]:
     """The worker's training pipeline without TensorFlow, epochs repeated whole."""
-    batches = _dataset(kind, root).numpy_train(BATCH, seed=1, drop_remainder=True)
-    while True:
-        yield from batches
+    return _dataset(kind, root).numpy_train(BATCH, seed=1, drop_remainder=True).repeat()
 
 
 PIPELINES: dict[str, Callable[[str, Path], Any]] = {

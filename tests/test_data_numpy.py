@@ -182,6 +182,22 @@ def test_dropping_or_closing_an_iterator_mid_epoch_leaves_no_thread(records, tmp
         next(iterator)
 
 
+def test_repeated_epochs_are_the_epochs_one_after_the_other(records, tmp_path):
+    data = open_records(records[0], tmp_path)
+    baseline = set(threading.enumerate())
+    chain = list(data.numpy_train(5, seed=4).repeat(3))
+    single = data.numpy_train(5, seed=4)
+    expected = [batch for _ in range(3) for batch in single]
+    assert len(chain) == len(expected) == 3 * data.train_steps(5)
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(chain, expected))
+    assert not wait_for_threads(baseline)
+    endless = data.numpy_validation(4).repeat()
+    assert len([next(endless) for _ in range(7)]) == 7
+    del endless
+    assert not wait_for_threads(baseline)
+    assert list(data.numpy_validation(4).repeat(0)) == []
+
+
 def test_the_feeder_stays_a_bounded_number_of_batches_ahead():
     taken: list[int] = []
 

@@ -88,6 +88,13 @@ class NumpyBatches:
         epoch, self._epoch = self._epoch, self._epoch + 1
         return BatchIterator(self, epoch)
 
+    def repeat(self, epochs: int | None = None) -> EpochChain:
+        """The batches of `epochs` epochs (None: without end) as one iterator, as tf.data's ``repeat``;
+        each epoch starts as soon as the one before has handed out all its work."""
+        if epochs is not None and epochs < 0:
+            raise ValueError(f"epochs must be >= 0 or None, got {epochs}")
+        return EpochChain(self, epochs)
+
 
 class BatchIterator:
     """One epoch's batches. `close()` (or dropping it) stops and joins its threads."""
@@ -122,11 +129,62 @@ class BatchIterator:
             self.close()
             raise
 
+    @property
+    def feeding(self) -> bool:
+        """True while the feeder still hands out work (batches of this epoch are still to come)."""
+        feeder = self._state.feeder
+        return feeder is not None and feeder.is_alive()
+
     def close(self) -> None:
         """Stop the feeder, cancel the work not started, join every thread."""
         self._finalizer()
 
     def __enter__(self) -> BatchIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EpochChain:
+    """Epochs of a `NumpyBatches` one after the other; the next epoch's feeder starts once the current
+    one's has handed out its last batch, so the epoch boundary costs no wait. `close()` stops both."""
+
+    def __init__(self, batches: NumpyBatches, epochs: int | None) -> None:
+        self._batches, self._left = batches, epochs
+        self._current = self._open()
+        self._next: BatchIterator | None = None
+
+    def _open(self) -> BatchIterator | None:
+        if self._left == 0:
+            return None
+        if self._left is not None:
+            self._left -= 1
+        return iter(self._batches)
+
+    def __iter__(self) -> EpochChain:
+        return self
+
+    def __next__(self) -> tuple[np.ndarray, np.ndarray]:
+        while self._current is not None:
+            if self._next is None and not self._current.feeding:
+                self._next = self._open()
+            try:
+                return next(self._current)
+            except StopIteration:
+                self._current, self._next = self._next, None
+            except BaseException:
+                self.close()
+                raise
+        raise StopIteration
+
+    def close(self) -> None:
+        for iterator in (self._current, self._next):
+            if iterator is not None:
+                iterator.close()
+        self._current = self._next = None
+
+    def __enter__(self) -> EpochChain:
         return self
 
     def __exit__(self, *exc: object) -> None:
