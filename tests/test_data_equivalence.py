@@ -28,6 +28,7 @@ from worker.data.crops import (  # noqa: E402
     WINDOW_DRAWS,
     central_window,
     random_window,
+    translation_pad,
 )
 from worker.data.example import image_and_label, serialised  # noqa: E402
 from worker.data.images import _central_window, _random_window, normalise_image  # noqa: E402
@@ -149,7 +150,8 @@ def test_random_windows_are_distributed_as_tensorflows(shape):
 def test_the_translation_of_the_in_memory_kinds_is_tensorflows_pad_and_crop(size):
     rng = np.random.default_rng(size)
     image = rng.normal(size=(size, size, 3)).astype(np.float32)
-    pad = max(size // 8, 1)
+    pad = translation_pad(size)
+    assert pad == max(size // 8, 1), "1/8 of the side (worker/data/arrays.py)"
     seen = set()
     for _ in range(60):
         draws = rng.random(ARRAY_DRAWS)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from worker.data.base import Dataset, ListedDataset, require_dir, tensorflow
+from worker.data.crops import translation_pad
 from worker.data.images import CIFAR10_MEAN, CIFAR10_STD, normalise_image
 from worker.data.numpy_pipeline import Fill
 from worker.data.opencv_images import ARRAY_DRAWS, prepare_arrays_into, translate_into
@@ -68,7 +69,7 @@ class ArrayDataset(ListedDataset):
         tf = tensorflow()
         image, label = element
         size = self.image_size
-        pad = max(size // 8, 1)
+        pad = translation_pad(size)
         seeds = tf.random.experimental.stateless_split(seed, 2)
         image = self._prepare(image)
         # Pad-and-crop: random translation by up to 1/8 of the side.

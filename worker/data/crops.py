@@ -1,4 +1,4 @@
-"""The crop windows of the ImageNet kinds: the constants both pipelines use, and the windows in numpy.
+"""The crops of both pipelines: their constants, and the ImageNet kinds' windows in numpy.
 
 Training takes an Inception-style random-sized crop; validation the central
 square. The tf.data pipeline computes the windows with TensorFlow's ops
@@ -23,6 +23,15 @@ CROP_ASPECT_RANGE = (3 / 4, 4 / 3)
 # at 0.08 this is what really bounds the smallest crop (TensorFlow's rule, kept on both paths).
 MIN_OBJECT_COVERED = 0.1
 CROP_ATTEMPTS = 10  # tries before falling back to the whole image
+
+# The in-memory kinds translate a training image by up to this share of its side (pad and crop back).
+TRANSLATION_SHARE = 8  # a side's 1/8
+
+
+def translation_pad(size: int) -> int:
+    """The zero padding of each side before the in-memory kinds' random crop: 1/8 of `size`, at least 1."""
+    return max(size // TRANSLATION_SHARE, 1)
+
 
 # Uniform floats one training window uses: four per attempt (aspect ratio, height, top, left).
 DRAWS_PER_ATTEMPT = 4

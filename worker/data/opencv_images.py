@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from worker.data.crops import WINDOW_DRAWS, central_window, random_window
+from worker.data.crops import WINDOW_DRAWS, central_window, random_window, translation_pad
 from worker.data.images import IMAGENET_MEAN, IMAGENET_STD, normalisation_constants
 from worker.data.spec import DatasetError
 
@@ -128,10 +128,10 @@ def _rgb(images: np.ndarray) -> np.ndarray:
 
 def translate_into(prepared: np.ndarray, draws: np.ndarray, flip: bool, out: np.ndarray) -> None:
     """The in-memory kinds' training augmentation of one prepared image ``[s, s, 3]`` into `out`:
-    zero-pad by s // 8 (at least 1) on every side, crop s x s at a random offset, flip if `flip`
+    zero-pad by `translation_pad(s)` on every side, crop s x s at a random offset, flip if `flip`
     and the third draw is below 0.5. `draws`: ARRAY_DRAWS uniform floats in [0, 1)."""
     size = prepared.shape[0]
-    pad = max(size // 8, 1)
+    pad = translation_pad(size)
     dy, dx = (min(int(u * (2 * pad + 1)), 2 * pad) - pad for u in draws[:2])
     out.fill(0.0)
     src_y, dst_y = slice(max(dy, 0), size + min(dy, 0)), slice(max(-dy, 0), size - max(dy, 0))
