@@ -21,6 +21,11 @@ finishes first.
 Shutdown: dropping or closing an iterator mid-epoch stops its feeder, cancels
 the slices not started and joins every thread it started; a finished epoch
 does the same. Nothing outlives the iterator.
+
+Batch arrays are reused (`BatchArrays`) once nothing refers to them any more: a
+fresh array of 38 MB (64 images of 224 x 224) costs the kernel's zeroing of
+every page as it is first written, about 60 us an image on the development
+machine, 4% of an image's preparation.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import logging
 import math
 import os
 import queue
+import sys
 import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -70,6 +76,43 @@ def worker_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+class BatchArrays:
+    """Batch arrays kept for reuse: one is handed out again only when nothing but this pool refers to it.
+
+    Whoever uses a batch holds a reference to its array while it does, as every view of it
+    does (a view refers to the array that owns the memory), and so do a memoryview, a DLPack
+    capsule or JAX's transfer of the array to a device: the array's reference count tells
+    when it is free. The count an idle array shows is measured, not assumed.
+    """
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._arrays: list[np.ndarray] = []
+        self._lock = threading.Lock()
+        self._idle = self._idle_count()
+
+    def take(self, shape: tuple[int, ...]) -> np.ndarray:
+        """A float32 array of `shape`: an idle kept one, or a new one (kept while there is room)."""
+        with self._lock:
+            for index in range(len(self._arrays)):
+                if self._arrays[index].shape == shape and self._references(index) <= self._idle:
+                    return self._arrays[index]
+            array = np.empty(shape, np.float32)
+            if len(self._arrays) < self.keep:
+                self._arrays.append(array)
+            return array
+
+    def _references(self, index: int) -> int:
+        return sys.getrefcount(self._arrays[index])
+
+    def _idle_count(self) -> int:
+        self._arrays.append(np.empty(0, np.float32))
+        try:
+            return self._references(len(self._arrays) - 1)
+        finally:
+            self._arrays.pop()
+
+
 class NumpyBatches:
     """An iterable of epochs of numpy batches; each ``iter()`` is the next epoch (reshuffled, re-augmented)."""
 
@@ -82,6 +125,9 @@ class NumpyBatches:
         self.threads = threads or worker_threads()
         batch_bytes = batch_size * split.image_size ** 2 * 3 * 4
         self.depth = max(MIN_DEPTH, min(MAX_DEPTH, self.threads + 1, ram_budget_bytes // max(batch_bytes, 1)))
+        # those in the queue, one being filled, one with the consumer, one being let go: per epoch,
+        # and two epochs may overlap (`repeat`)
+        self.arrays = BatchArrays(keep=2 * (self.depth + 3))
         self._epoch = 0
 
     def __iter__(self) -> BatchIterator:
@@ -240,7 +286,7 @@ def _feed(state: _State, batches: NumpyBatches, epoch: int) -> None:
             payloads = [payload for payload, _ in chunk]
             labels = np.zeros((len(chunk), split.num_classes), np.float32)
             labels[np.arange(len(chunk)), [label for _, label in chunk]] = 1.0
-            images = np.empty((len(chunk), split.image_size, split.image_size, 3), np.float32)
+            images = batches.arrays.take((len(chunk), split.image_size, split.image_size, 3))
             draws = draw_rng.random((len(chunk), split.draws)) if draw_rng is not None and split.draws else None
             slices: list[Future[None]] = []
             for begin in range(0, len(chunk), slice_size):

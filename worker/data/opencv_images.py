@@ -42,9 +42,9 @@ def opencv() -> Any:
 
 
 def decode(encoded: bytes, where: str) -> np.ndarray:
-    """An encoded image -> uint8 ``[h, w, 3]`` in OpenCV's BGR order; ``DatasetError`` naming `where`."""
+    """An encoded image -> uint8 RGB ``[h, w, 3]``; ``DatasetError`` naming `where`."""
     cv2 = opencv()
-    image = cv2.imdecode(np.frombuffer(encoded, np.uint8), cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
+    image = cv2.imdecode(np.frombuffer(encoded, np.uint8), cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION)
     if image is None:
         raise DatasetError(f"{where}: image fails to decode (damaged, truncated or not an image)")
     if image.shape[0] < 1 or image.shape[1] < 1:
@@ -77,7 +77,6 @@ def imagenet_eval_into(encoded: bytes, size: int, out: np.ndarray, where: str) -
 def _resized_into(crop: np.ndarray, size: int, flip: bool, out: np.ndarray) -> None:
     cv2 = opencv()
     image = cv2.resize(crop, (size, size), interpolation=cv2.INTER_LINEAR)
-    image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
     if flip:
         image = cv2.flip(image, 1)
     normalise_into(image, IMAGENET_MEAN, IMAGENET_STD, out)
