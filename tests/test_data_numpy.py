@@ -220,6 +220,19 @@ def test_the_feeder_stays_a_bounded_number_of_batches_ahead():
     iterator.close()
 
 
+def test_a_batch_array_is_reused_only_once_nothing_refers_to_it():
+    data = load_dataset("digits", image_size=SIZE)
+    batches = data.numpy_train(64, seed=5)
+    kept = [x[:3] for x, _ in batches]  # a view of every batch outlives it
+    assert len({id(view.base) for view in kept}) == len(kept), "no array handed out again while a view lives"
+    before = [view.copy() for view in kept]
+    epoch(batches)  # another epoch while the views live: none of them changes
+    assert all(np.array_equal(view, copy) for view, copy in zip(kept, before))
+    del kept, before
+    seen = {id(x) for x, _ in batches}  # each batch let go before the next: a few arrays go round
+    assert len(seen) <= batches.depth + 4 < data.train_steps(64)
+
+
 def test_the_prefetch_depth_follows_the_threads_and_the_ram_budget():
     split = Split(elements=lambda rng, stopped: iter(()), fill=lambda *a: None, draws=0, image_size=224,
                   num_classes=1000)
