@@ -28,17 +28,17 @@ def image_and_label(record: bytes, where: str) -> tuple[bytes, int]:
     Raises ``DatasetError`` starting with `where` when the record is not an
     Example or a feature is missing, of another type, or not a single value.
     """
-    example = _parse(record, where)
-    feature = example.features.feature
-    if FEATURE_IMAGE not in feature or feature[FEATURE_IMAGE].WhichOneof("kind") != "bytes_list":
+    feature = _parse(record, where).features.feature
+    image, label_feature = feature.get(FEATURE_IMAGE), feature.get(FEATURE_LABEL)
+    if image is None or image.WhichOneof("kind") != "bytes_list":
         raise DatasetError(f"{where} lacks {FEATURE_IMAGE}")
-    if FEATURE_LABEL not in feature or feature[FEATURE_LABEL].WhichOneof("kind") != "int64_list":
+    if label_feature is None or label_feature.WhichOneof("kind") != "int64_list":
         raise DatasetError(f"{where} lacks {FEATURE_LABEL} (int64)")
-    images = feature[FEATURE_IMAGE].bytes_list.value
-    labels = feature[FEATURE_LABEL].int64_list.value
-    for name, values in ((FEATURE_IMAGE, images), (FEATURE_LABEL, labels)):
-        if len(values) != 1:
-            raise DatasetError(f"{where}: {name} holds {len(values)} values, not 1")
+    images, labels = image.bytes_list.value, label_feature.int64_list.value
+    if len(images) != 1:
+        raise DatasetError(f"{where}: {FEATURE_IMAGE} holds {len(images)} values, not 1")
+    if len(labels) != 1:
+        raise DatasetError(f"{where}: {FEATURE_LABEL} holds {len(labels)} values, not 1")
     return images[0], int(labels[0])
 
 

@@ -139,25 +139,38 @@ def read_records(path: str) -> Iterator[bytes]:
     A damaged record raises ``DatasetError`` naming the file and the record's
     number, when the reader reaches it.
     """
-    with _open_binary(path, buffering=1 << 20) as fh:
+    # Unbuffered local reads: the payload goes from the kernel straight into its bytes object,
+    # one copy where a buffered read and a slice made three.
+    with _open_binary(path, buffering=0) as fh:
         number = 0
         while True:
-            header = fh.read(12)
+            header = _read(fh, 12)
             if not header:
                 return
             if len(header) < 12:
                 raise _corrupt(path, f"truncated header of record #{number}")
-            (length,) = struct.unpack("<Q", header[:8])
-            if _masked_crc32c(header[:8]) != struct.unpack("<I", header[8:])[0]:
+            length, length_crc = struct.unpack("<QI", header)
+            if _masked_crc32c(header[:8]) != length_crc:
                 raise _corrupt(path, f"bad length checksum of record #{number}")
-            body = fh.read(length + 4)
-            if len(body) < length + 4:
+            payload = _read(fh, length)
+            footer = _read(fh, 4)
+            if len(payload) < length or len(footer) < 4:
                 raise _corrupt(path, f"truncated record #{number}")
-            payload = body[:length]
-            if _masked_crc32c(payload) != struct.unpack("<I", body[length:])[0]:
+            if _masked_crc32c(payload) != struct.unpack("<I", footer)[0]:
                 raise _corrupt(path, f"bad data checksum of record #{number}")
             yield payload
             number += 1
+
+
+def _read(fh: Any, size: int) -> bytes:
+    """`size` bytes, fewer only at the end of the file (an unbuffered read may return less)."""
+    data = fh.read(size) or b""
+    while len(data) < size:
+        more = fh.read(size - len(data))
+        if not more:
+            break
+        data += more
+    return data
 
 
 def write_records(path: str, payloads: Iterable[bytes]) -> None:
