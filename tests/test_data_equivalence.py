@@ -83,11 +83,17 @@ def test_both_pipelines_give_the_same_batches_labels_and_validation_pixels(sourc
         ours, theirs = np_epoch(data.numpy_train(5, seed=3, drop_remainder=drop)), tf_epoch(
             data.train(5, seed=3, drop_remainder=drop))
         assert ours[2] == theirs[2] and ours[0].shape == theirs[0].shape
-        if not drop:  # with it, each drops other elements
-            assert sorted(ours[1].argmax(axis=1)) == sorted(theirs[1].argmax(axis=1)), "the same elements"
-        # the same normalisation and augmentation: the epoch's pixel statistics agree
-        assert abs(float(ours[0].mean() - theirs[0].mean())) < 0.15
-        assert abs(float(ours[0].std() - theirs[0].std())) < 0.15
+    # every element once, and the same normalisation and augmentation: over several epochs (the
+    # crops' and flips' own spread averages out) the pixel statistics agree. tf.data's sequence
+    # also follows TensorFlow's global seed, which other tests in the process may have set.
+    numpy_batches, tf_batches = data.numpy_train(5, seed=3), data.train(5, seed=3)
+    ours = [np_epoch(numpy_batches) for _ in range(6)]
+    theirs = [tf_epoch(tf_batches) for _ in range(6)]
+    for (_, a, _), (_, b, _) in zip(ours, theirs):
+        assert sorted(a.argmax(axis=1)) == sorted(b.argmax(axis=1)), "the same elements"
+    ours_images, theirs_images = np.concatenate([e[0] for e in ours]), np.concatenate([e[0] for e in theirs])
+    assert abs(float(ours_images.mean() - theirs_images.mean())) < 0.05
+    assert abs(float(ours_images.std() - theirs_images.std())) < 0.05
 
 
 def test_with_tensorflows_accurate_dct_the_validation_images_agree_within_the_resize_rounding(sources, tmp_path):
