@@ -217,8 +217,8 @@ class EpochChain:
                 self._next = self._open()
             try:
                 return next(self._current)
-            except StopIteration:
-                self._current, self._next = self._next, None
+            except StopIteration:  # the next epoch, opened already unless this one ended too soon to tell
+                self._current, self._next = self._next or self._open(), None
             except BaseException:
                 self.close()
                 raise
