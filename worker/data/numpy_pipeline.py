@@ -30,7 +30,6 @@ machine, 4% of an image's preparation.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import queue
@@ -42,8 +41,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
-
-log = logging.getLogger(__name__)
 
 # Elements of a split in epoch order: (payload, class index). `rng` orders them (None: the fixed
 # order); a source that reads much before its first element stops early once `stopped()`.
