@@ -74,6 +74,7 @@ def test_the_data_bench_short_variant_prints_its_result(capsys):
     assert len(result) == 1
     fields = dict(pair.split("=") for pair in result[0].split()[1:])
     assert set(fields) == {"data_ratio_vs_plain", "images_per_cpu_second", "plain_images_per_cpu_second",
-                           "cores_per_h100"}
-    assert float(fields["data_ratio_vs_plain"]) > 0 and float(fields["images_per_cpu_second"]) > 0
-    assert "tfrecord:" in out and "folder:" in out and "needs" in out
+                           "cores_per_h100", "data_ratio_nontf_vs_tfdata", "nontf_images_per_cpu_second",
+                           "nontf_cores_per_h100"}
+    assert all(float(value) > 0 for value in fields.values())
+    assert "tfrecord:" in out and "folder:" in out and "needs" in out and "nontf/tf.data" in out

@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from worker.data.base import Dataset, ListedDataset, require_dir, tensorflow
+from worker.data.crops import translation_pad
 from worker.data.images import CIFAR10_MEAN, CIFAR10_STD, normalise_image
+from worker.data.numpy_pipeline import Fill
+from worker.data.opencv_images import ARRAY_DRAWS, prepare_arrays_into, translate_into
 from worker.data.spec import DatasetError, DatasetSpec
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -40,6 +43,7 @@ class ArrayDataset(ListedDataset):
     """
 
     prepare_whole_batches = True  # `_plain_example` works on batches too
+    numpy_draws = ARRAY_DRAWS
 
     def __init__(self, spec: DatasetSpec, *, augment_by_default: bool,
                  train: tuple[np.ndarray, np.ndarray], validation: tuple[np.ndarray, np.ndarray],
@@ -65,7 +69,7 @@ class ArrayDataset(ListedDataset):
         tf = tensorflow()
         image, label = element
         size = self.image_size
-        pad = max(size // 8, 1)
+        pad = translation_pad(size)
         seeds = tf.random.experimental.stateless_split(seed, 2)
         image = self._prepare(image)
         # Pad-and-crop: random translation by up to 1/8 of the side.
@@ -74,6 +78,21 @@ class ArrayDataset(ListedDataset):
         if self._flip:
             image = tf.image.stateless_random_flip_left_right(image, seeds[1])
         return image, self._one_hot(label)
+
+    def _numpy_fill(self, inputs: np.ndarray, augment: bool) -> Fill:
+        size, mean, std, flip = self.image_size, self._mean, self._std, self._flip
+
+        def fill(indices: list[int], draws: np.ndarray | None, out: np.ndarray) -> None:
+            images = inputs[indices]
+            if draws is None:
+                prepare_arrays_into(images, size, mean, std, out)
+                return
+            prepared = np.empty_like(out)
+            prepare_arrays_into(images, size, mean, std, prepared)
+            for image, numbers, target in zip(prepared, draws, out):
+                translate_into(image, numbers, flip, target)
+
+        return fill
 
 
 def open_cifar10(spec: DatasetSpec) -> Dataset:

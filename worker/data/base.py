@@ -1,11 +1,21 @@
 """The opened dataset every source returns, and the pipeline steps they share.
 
-`Dataset.train` and `Dataset.validation` build the tf.data pipeline for every
-source: a source lists the elements of a split (records, file paths or pixels)
-and says how one element becomes an ``(image, one-hot label)`` pair, plain or
-augmented; the base adds the per-element augmentation seeds, the parallel map,
-batching and prefetching. Unaugmented training is the plain preparation of the
-shuffled training elements.
+Two pipelines yield the same batches (``(images, one-hot labels)``, float32):
+
+* `Dataset.train` and `Dataset.validation` build the tf.data pipeline: a source
+  lists the elements of a split (records, file paths or pixels) and says how
+  one element becomes an ``(image, one-hot label)`` pair, plain or augmented;
+  the base adds the per-element augmentation seeds, the parallel map, batching
+  and prefetching.
+* `Dataset.numpy_train` and `Dataset.numpy_validation` build the pipeline
+  without TensorFlow (`worker.data.numpy_pipeline`): a source gives the
+  elements of a split in an epoch's order and how a slice of them becomes
+  images (OpenCV and numpy, `worker.data.opencv_images`); the base adds the
+  thread pool, batching and prefetching.
+
+Unaugmented training is the plain preparation of the shuffled training
+elements. Opening a dataset never imports TensorFlow (a dataset at a URL
+aside, read through ``tf.io.gfile``).
 """
 
 from __future__ import annotations
@@ -13,10 +23,11 @@ from __future__ import annotations
 import math
 import os
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
 import numpy as np
 
+from worker.data.numpy_pipeline import Fill, NumpyBatches, Split
 from worker.data.spec import DatasetError, DatasetSpec
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -83,6 +94,24 @@ class Dataset(ABC):
         check_batch_size(batch_size)
         return self._plain_batches(self._validation_elements(), batch_size, False)
 
+    def numpy_train(self, batch_size: int, *, seed: int = 0, drop_remainder: bool = False) -> NumpyBatches:
+        """`train` without TensorFlow: numpy batches, one epoch per iteration.
+
+        The same batch format, sizes, augmentation rules and normalisation as
+        `train`. The same seed gives the same sequence of epochs (order and
+        augmentation) whatever the spec's `deterministic`; it is not the tf.data
+        pipeline's sequence (numpy draws the random numbers, not TensorFlow).
+        """
+        check_batch_size(batch_size)
+        return NumpyBatches(self._numpy_split(train=True, augment=self.augment), batch_size, seed=seed,
+                            drop_remainder=drop_remainder, ram_budget_bytes=self._ram_budget())
+
+    def numpy_validation(self, batch_size: int) -> NumpyBatches:
+        """`validation` without TensorFlow: the same batches in the same order on every iteration."""
+        check_batch_size(batch_size)
+        return NumpyBatches(self._numpy_split(train=False, augment=False), batch_size, seed=None,
+                            drop_remainder=False, ram_budget_bytes=self._ram_budget())
+
     def train_steps(self, batch_size: int, *, drop_remainder: bool = False) -> int:
         """Batches in one training epoch."""
         check_batch_size(batch_size)
@@ -121,7 +150,14 @@ class Dataset(ABC):
     def _augmented_example(self, element: Any, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """One training element and its stateless seed (shape [2]) -> (augmented image, one-hot label)."""
 
+    @abstractmethod
+    def _numpy_split(self, *, train: bool, augment: bool) -> Split:
+        """The training or validation split for the pipeline without TensorFlow."""
+
     # -- helpers for the sources --------------------------------------------
+    def _ram_budget(self) -> int:
+        return self.spec.ram_budget_bytes or default_ram_budget()
+
     def _one_hot(self, label: tf.Tensor) -> tf.Tensor:
         tf = tensorflow()
         return tf.one_hot(label, self.num_classes, dtype=tf.float32)
@@ -143,7 +179,7 @@ class Dataset(ABC):
         options = tf.data.Options()
         options.deterministic = self.spec.deterministic
         options.autotune.enabled = True
-        options.autotune.ram_budget = self.spec.ram_budget_bytes or default_ram_budget()
+        options.autotune.ram_budget = self._ram_budget()
         return batches.with_options(options)
 
 
@@ -184,6 +220,29 @@ class ListedDataset(Dataset):
     def _validation_elements(self) -> tf.data.Dataset:
         return tensorflow().data.Dataset.from_tensor_slices(self._validation)
 
+    # Uniform floats one element's augmentation uses in the pipeline without TensorFlow.
+    numpy_draws: ClassVar[int] = 0
+
+    def _numpy_split(self, *, train: bool, augment: bool) -> Split:
+        inputs, labels = self._train if train else self._validation
+        return Split(elements=_listed_elements(labels), fill=self._numpy_fill(inputs, augment),
+                     draws=self.numpy_draws if augment else 0, image_size=self.image_size,
+                     num_classes=self.num_classes)
+
+    @abstractmethod
+    def _numpy_fill(self, inputs: np.ndarray, augment: bool) -> Fill:
+        """How a slice of `inputs` indices becomes prepared images (augmented or plain)."""
+
+
+def _listed_elements(labels: np.ndarray) -> Callable[..., Iterator[tuple[int, int]]]:
+    """Indices into a split held in memory, with their labels: shuffled by `rng`, or in order."""
+
+    def elements(rng: np.random.Generator | None, stopped: Callable[[], bool]) -> Iterator[tuple[int, int]]:
+        order = rng.permutation(labels.size) if rng is not None else np.arange(labels.size)
+        yield from zip(order.tolist(), labels[order].tolist())
+
+    return elements
+
 
 def check_batch_size(batch_size: int) -> None:
     if not isinstance(batch_size, int) or batch_size < 1:
@@ -220,12 +279,21 @@ def require_dir(path: str) -> None:
     if "://" not in path:
         isdir, exists = os.path.isdir, os.path.exists
     else:
-        tf = tensorflow()
-        isdir, exists = tf.io.gfile.isdir, tf.io.gfile.exists
+        gfile = url_file_system(path)
+        isdir, exists = gfile.isdir, gfile.exists
     if not isdir(path):
         if exists(path):
             raise DatasetError(f"{path}: not a directory")
         raise DatasetError(f"{path}: no such directory")
+
+
+def url_file_system(path: str) -> Any:
+    """`tf.io.gfile`, the reader of dataset URLs; a ``DatasetError`` where TensorFlow is not installed."""
+    try:
+        return tensorflow().io.gfile
+    except ImportError:
+        raise DatasetError(f"{path}: reading a dataset from a URL needs TensorFlow (tf.io.gfile); "
+                           "copy the dataset to a local directory") from None
 
 
 def first_line(exc: BaseException) -> str:

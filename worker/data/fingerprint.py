@@ -27,7 +27,8 @@ import numpy as np
 
 from aiperf import official
 from aiperf.profiles import Profile
-from worker.data.base import Dataset, ListedDataset, tensorflow
+from worker.data.base import Dataset, ListedDataset
+from worker.data.records import file_stamp
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +59,9 @@ def split_sizes(dataset: Dataset) -> tuple[int, int]:
 
 def _listing(dataset: Dataset) -> Iterator[bytes]:
     if hasattr(dataset, "train_files"):  # imagenet-tfrecord
-        gfile = tensorflow().io.gfile
         for split, files in (("train", dataset.train_files), ("validation", dataset.validation_files)):
             for f in files:
-                yield f"{split} {os.path.basename(f)} {gfile.stat(f).length}\n".encode()
+                yield f"{split} {os.path.basename(f)} {file_stamp(f)[0]}\n".encode()
         return
     if not isinstance(dataset, ListedDataset):
         return

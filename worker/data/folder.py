@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from worker.data.base import ListedDataset, require_dir, tensorflow
-from worker.data.images import check_decodes, imagenet_eval_image, imagenet_train_image
+from worker.data.images import imagenet_eval_image, imagenet_train_image
+from worker.data.numpy_pipeline import Fill
+from worker.data.opencv_images import IMAGENET_DRAWS, check_decodes, imagenet_eval_into, imagenet_train_into
 from worker.data.spec import DatasetError, DatasetSpec
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -24,6 +26,8 @@ IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp", ".gif")
 
 
 class ImageFolder(ListedDataset):
+    numpy_draws = IMAGENET_DRAWS
+
     def __init__(self, spec: DatasetSpec) -> None:
         assert spec.path is not None
         root = spec.path
@@ -68,6 +72,28 @@ class ImageFolder(ListedDataset):
         path, label = element
         image = imagenet_train_image(tensorflow().io.read_file(path), seed, self.image_size)
         return image, self._one_hot(label)
+
+    def _numpy_fill(self, inputs: np.ndarray, augment: bool) -> Fill:
+        size = self.image_size
+
+        def fill(indices: list[int], draws: np.ndarray | None, out: np.ndarray) -> None:
+            for n, index in enumerate(indices):
+                path = str(inputs[index])
+                encoded = read_file(path)
+                if draws is None:
+                    imagenet_eval_into(encoded, size, out[n], path)
+                else:
+                    imagenet_train_into(encoded, draws[n], size, out[n], path)
+
+        return fill
+
+
+def read_file(path: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot be read ({exc.strerror or exc})") from None
 
 
 def _split_dirs(root: str) -> tuple[str, str]:

@@ -1,7 +1,9 @@
-"""Image operations of the pipelines: decode, crop, resize, flip and normalise (graph functions).
+"""Image operations of the tf.data pipelines: decode, crop, resize, flip and normalise (graph functions).
 
 The ImageNet kinds (TFRecord and folder) share `imagenet_train_image` and
-`imagenet_eval_image`; every kind normalises with `normalise_image`.
+`imagenet_eval_image`; every kind normalises with `normalise_image`. The
+normalisation constants are defined here and the crop rules in `crops`, for
+both pipelines (`opencv_images` is the one without TensorFlow).
 """
 
 from __future__ import annotations
@@ -11,8 +13,14 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from worker.data.base import first_line, tensorflow
-from worker.data.spec import DatasetError
+from worker.data.base import tensorflow
+from worker.data.crops import (
+    CENTRAL_FRACTION,
+    CROP_AREA_RANGE,
+    CROP_ASPECT_RANGE,
+    CROP_ATTEMPTS,
+    MIN_OBJECT_COVERED,
+)
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import tensorflow as tf
@@ -22,12 +30,6 @@ IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 CIFAR10_MEAN = (0.4914 * 255, 0.4822 * 255, 0.4465 * 255)
 CIFAR10_STD = (0.2470 * 255, 0.2435 * 255, 0.2616 * 255)
-
-# Validation keeps the central 87.5% of the shorter side (224 out of 256).
-CENTRAL_FRACTION = 0.875
-# Training crops: Inception-style random-sized crop.
-CROP_AREA_RANGE = (0.08, 1.0)
-CROP_ASPECT_RANGE = (3 / 4, 4 / 3)
 
 
 def normalise_image(image: tf.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> tf.Tensor:
@@ -44,12 +46,12 @@ def normalise_image(image: tf.Tensor, mean: tuple[float, ...], std: tuple[float,
     height, width = image.shape[-3:-1] if image.shape.rank and image.shape.rank >= 3 else (None, None)
     if height is None or width is None:  # size known only at run time
         return (image - tf.constant(mean, tf.float32)) / tf.constant(std, tf.float32)
-    offset, scale = _normalisation_constants((height, width, len(mean)), tuple(mean), tuple(std))
+    offset, scale = normalisation_constants((height, width, len(mean)), tuple(mean), tuple(std))
     return (image - tf.constant(offset)) * tf.constant(scale)
 
 
 @functools.lru_cache(maxsize=16)
-def _normalisation_constants(shape: tuple[int, ...], mean: tuple[float, ...],
+def normalisation_constants(shape: tuple[int, ...], mean: tuple[float, ...],
                              std: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
     """The per-channel mean and 1/std spread over `shape` (``[h, w, c]``)."""
     offset = np.broadcast_to(np.asarray(mean, np.float32), shape).copy()
@@ -78,17 +80,6 @@ def imagenet_eval_image(encoded: tf.Tensor, size: int) -> tf.Tensor:
     return tf.ensure_shape(image, [size, size, 3])
 
 
-def check_decodes(encoded: bytes, where: str) -> None:
-    """Decode one image eagerly; raise ``DatasetError`` naming `where` if it fails or is empty."""
-    tf = tensorflow()
-    try:
-        image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as exc:
-        raise DatasetError(f"{where}: image fails to decode ({first_line(exc)})") from None
-    if int(image.shape[0]) < 1 or int(image.shape[1]) < 1:
-        raise DatasetError(f"{where}: image is empty")
-
-
 def _decode_crop(encoded: tf.Tensor, window: Callable[[tf.Tensor], tf.Tensor]) -> tf.Tensor:
     """Decode the part ``[top, left, height, width] = window(image shape)`` (JPEGs decode only that part)."""
     tf = tensorflow()
@@ -115,10 +106,10 @@ def _random_window(seed: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor]:
             shape,
             bounding_boxes=tf.zeros([1, 0, 4], tf.float32),
             seed=seed,
-            min_object_covered=0.1,
+            min_object_covered=MIN_OBJECT_COVERED,
             aspect_ratio_range=CROP_ASPECT_RANGE,
             area_range=CROP_AREA_RANGE,
-            max_attempts=10,
+            max_attempts=CROP_ATTEMPTS,
             use_image_if_no_bounding_boxes=True,
         )
         return tf.stack([begin[0], begin[1], size[0], size[1]])

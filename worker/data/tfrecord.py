@@ -11,27 +11,36 @@ offset 1. The labels of the whole validation split are scanned once (the
 result is cached per shard): with ``label_offset=None`` (auto) the offset is 1
 if the smallest validation label is 1, otherwise 0; with either offset,
 validation labels that fall outside ``[0, num_classes)`` are an error at load
-time, and training labels outside it stop the pipeline with an assertion.
+time, and training labels outside it stop the pipeline with an assertion
+(tf.data) or a ``DatasetError`` (the pipeline without TensorFlow).
+
+Opening reads the shards without TensorFlow (`records`, `example`): the
+framing, the first record of a split, and the validation labels.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from worker.data.base import Dataset, first_line, require_dir, tensorflow
-from worker.data.images import check_decodes, imagenet_eval_image, imagenet_train_image
-from worker.data.records import RecordIndex, check_tfrecord_header, count_tfrecords
+from worker.data.base import Dataset, require_dir, tensorflow, url_file_system
+from worker.data.example import FEATURE_IMAGE, FEATURE_LABEL, image_and_label, label
+from worker.data.images import imagenet_eval_image, imagenet_train_image
+from worker.data.numpy_pipeline import Split
+from worker.data.opencv_images import IMAGENET_DRAWS, check_decodes, imagenet_eval_into, imagenet_train_into
+from worker.data.records import RecordIndex, check_tfrecord_header, count_tfrecords, read_records
 from worker.data.spec import DatasetError, DatasetSpec
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import tensorflow as tf
 
-FEATURE_IMAGE = "image/encoded"
-FEATURE_LABEL = "image/class/label"
+__all__ = ["FEATURE_IMAGE", "FEATURE_LABEL", "ImageNetTFRecords"]
+
+Record = tuple[bytes, str, int]  # a record's payload, its shard and its number in the shard
 
 # TFRecordDataset's read buffer is left to TensorFlow ("a sensible default for both local
 # and remote file systems"): an 8 MiB buffer per file, as TensorFlow's own ImageNet example
@@ -75,32 +84,23 @@ class ImageNetTFRecords(Dataset):
     # -- opening checks --------------------------------------------------------
     @staticmethod
     def _shards(path: str, split: str) -> list[str]:
-        tf = tensorflow()
-        files = sorted(tf.io.gfile.glob(os.path.join(path, f"{split}-*")))
-        files = [f for f in files if not f.endswith((".json", ".txt", ".tmp"))]
+        pattern = os.path.join(path, f"{split}-*")
+        found = url_file_system(path).glob(pattern) if "://" in path else glob.glob(glob.escape(path) + f"/{split}-*")
+        files = sorted(f for f in found if not f.endswith((".json", ".txt", ".tmp")))
         if not files:
             raise DatasetError(f"{path}: no {split}-* shards found")
         return files
 
     def _check_first_record(self, shard: str) -> None:
         """Read, parse and decode the first record of a shard."""
-        tf = tensorflow()
         try:
-            records = list(tf.data.TFRecordDataset(shard).take(1).as_numpy_iterator())
-        except tf.errors.OpError as exc:
-            raise DatasetError(f"{shard}: not a valid TFRecord file ({first_line(exc)})") from None
-        if not records:
+            record = next(iter(read_records(shard)), None)
+        except DatasetError as exc:
+            raise DatasetError(str(exc).replace("corrupt TFRecord shard", "not a valid TFRecord file")) from None
+        if record is None:
             raise DatasetError(f"{shard}: not a valid TFRecord file (no records)")
-        try:
-            example = tf.train.Example.FromString(records[0])
-        except Exception as exc:  # protobuf's DecodeError
-            raise DatasetError(f"{shard}: first record is not a tf.train.Example ({exc})") from None
-        feature = example.features.feature
-        if FEATURE_IMAGE not in feature or not feature[FEATURE_IMAGE].bytes_list.value:
-            raise DatasetError(f"{shard}: first record lacks {FEATURE_IMAGE}")
-        if FEATURE_LABEL not in feature or not feature[FEATURE_LABEL].int64_list.value:
-            raise DatasetError(f"{shard}: first record lacks {FEATURE_LABEL} (int64)")
-        check_decodes(feature[FEATURE_IMAGE].bytes_list.value[0], f"{shard}: first record")
+        encoded, _ = image_and_label(record, f"{shard}: first record")
+        check_decodes(encoded, f"{shard}: first record")
 
     def _checked_label_offset(self) -> int:
         """The spec's label offset, or the detected one; every validation label must fit the classes."""
@@ -174,6 +174,107 @@ class ImageNetTFRecords(Dataset):
         return features[FEATURE_IMAGE], self._one_hot(label)
 
 
+    # -- the pipeline without TensorFlow ---------------------------------------------
+    def _numpy_split(self, *, train: bool, augment: bool) -> Split:
+        size = self.image_size
+
+        def fill(records: list[tuple[bytes, str]], draws: np.ndarray | None, out: np.ndarray) -> None:
+            for n, (encoded, where) in enumerate(records):
+                if draws is None:
+                    imagenet_eval_into(encoded, size, out[n], where)
+                else:
+                    imagenet_train_into(encoded, draws[n], size, out[n], where)
+
+        return Split(elements=self._numpy_train_elements if train else self._numpy_validation_elements,
+                     fill=fill, draws=IMAGENET_DRAWS if augment else 0, image_size=size,
+                     num_classes=self.num_classes)
+
+    def _numpy_train_elements(self, rng: np.random.Generator | None,
+                              stopped: Callable[[], bool]) -> Iterator[tuple[tuple[bytes, str], int]]:
+        """As `_train_elements`: files in a shuffled order, interleaved, through the shuffle buffer."""
+        assert rng is not None
+        if self.spec.shard is not None and not self._file_sharded:
+            index, count = self.spec.shard
+            records: Iterable[Record] = (r for n, r in enumerate(_sequential(self.train_files)) if n % count == index)
+        else:
+            files = [self._shard_files[i] for i in rng.permutation(len(self._shard_files))]
+            records = interleaved(files)
+        return self._examples(shuffled(records, self.spec.shuffle_buffer, rng, stopped))
+
+    def _numpy_validation_elements(self, rng: np.random.Generator | None,
+                                   stopped: Callable[[], bool]) -> Iterator[tuple[tuple[bytes, str], int]]:
+        return self._examples(interleaved(self.validation_files))
+
+    def _examples(self, records: Iterable[Record]) -> Iterator[tuple[tuple[bytes, str], int]]:
+        """Records -> ((encoded image, where), class index); a label outside the classes is an error."""
+        offset, classes = self.label_offset, self.num_classes
+        for record, shard, number in records:
+            where = f"{shard}: record #{number}"
+            encoded, stored = image_and_label(record, where)
+            index = stored - offset
+            if index < 0:
+                raise DatasetError(f"{where}: label below 0 after the label offset ({stored} - {offset})")
+            if index >= classes:
+                raise DatasetError(f"{where}: label >= num_classes after the offset ({stored} - {offset}, "
+                                   f"{classes} classes)")
+            yield (encoded, where), index
+
+
+def _numbered(shard: str) -> Iterator[Record]:
+    return ((payload, shard, n) for n, payload in enumerate(read_records(shard)))
+
+
+def _sequential(files: list[str]) -> Iterator[Record]:
+    for shard in files:
+        yield from _numbered(shard)
+
+
+def interleaved(files: list[str], cycle: int = _MAX_PARALLEL_FILES) -> Iterator[Record]:
+    """The records of `files`, one from each of up to `cycle` open files in turn: the order of
+    tf.data's deterministic ``interleave`` (a finished file's place goes to the next file)."""
+    pending = iter(files)
+    slots: list[Iterator[Record] | None] = [None] * max(1, min(cycle, len(files)))
+    position, open_files, more = 0, 0, True
+    while more or open_files:
+        current = slots[position]
+        if current is None and more:
+            shard = next(pending, None)
+            if shard is None:
+                more = False
+            else:
+                slots[position] = _numbered(shard)
+                open_files += 1
+            continue
+        if current is not None:
+            record = next(current, None)
+            if record is not None:
+                yield record
+            else:
+                slots[position] = None
+                open_files -= 1
+        position = (position + 1) % len(slots)
+
+
+def shuffled(items: Iterable[Any], buffer_size: int, rng: np.random.Generator,
+             stopped: Callable[[], bool]) -> Iterator[Any]:
+    """tf.data's ``shuffle``: a buffer of `buffer_size` items, each output drawn from it at random and
+    its place taken by the next input. Stops filling the buffer once `stopped()`."""
+    buffer: list[Any] = []
+    for item in items:
+        if len(buffer) < buffer_size:
+            buffer.append(item)
+            if stopped():
+                return
+            continue
+        pick = int(rng.random() * len(buffer))  # a scalar draw: a tenth of rng.integers' cost
+        yield buffer[pick]
+        buffer[pick] = item
+    while buffer:
+        pick = int(rng.random() * len(buffer))
+        buffer[pick], buffer[-1] = buffer[-1], buffer[pick]
+        yield buffer.pop()
+
+
 def _interleaved_records(files: tf.data.Dataset, file_count: int, deterministic: bool = True) -> tf.data.Dataset:
     """The records of `files`, read from up to 16 files at a time in parallel (in a fixed order
     when `deterministic`)."""
@@ -195,17 +296,5 @@ def _label_summary(shard: str, size: int) -> dict[str, int]:
 
 
 def _scan_labels(shard: str) -> np.ndarray:
-    tf = tensorflow()
-    records = tf.data.TFRecordDataset(shard)
-    batches = records.map(_parse_label, num_parallel_calls=tf.data.AUTOTUNE).batch(65536)
-    try:
-        parts = [np.asarray(batch) for batch in batches.as_numpy_iterator()]
-    except tf.errors.OpError as exc:
-        raise DatasetError(f"{shard}: corrupt TFRecord shard ({first_line(exc)})") from None
-    return np.concatenate(parts) if parts else np.zeros([0], np.int64)
-
-
-def _parse_label(record: tf.Tensor) -> tf.Tensor:
-    tf = tensorflow()
-    features = tf.io.parse_single_example(record, {FEATURE_LABEL: tf.io.FixedLenFeature([], tf.int64)})
-    return features[FEATURE_LABEL]
+    return np.fromiter((label(record, f"{shard}: record #{n}") for n, record in enumerate(read_records(shard))),
+                       np.int64)
