@@ -24,7 +24,7 @@ def _accuracy(graph, kernel_size: int, weights: dict, dataset: Any, batch: int =
     import keras
 
     from aiperf.keras_builder import build_model
-    from worker.steps import set_layer_weights
+    from worker.rounds import set_layer_weights
 
     model = build_model(graph, kernel_size=kernel_size)
     set_layer_weights(model, weights)
@@ -100,7 +100,7 @@ def _trained_parent(tmp_path: Path, graph, kernel: int, model_id: int = 1) -> tu
     """A parent with random (non-initial) weights stored as its checkpoint."""
     from aiperf.keras_builder import build_model
     from worker.inheritance import Inheritance
-    from worker.steps import layer_weights
+    from worker.rounds import layer_weights
 
     model = build_model(graph, kernel_size=kernel, seed=5)
     rng = np.random.default_rng(0)
@@ -121,7 +121,7 @@ def _logits(graph, kernel: int, weights: dict, x: np.ndarray) -> np.ndarray:
     import keras
 
     from aiperf.keras_builder import build_model
-    from worker.steps import set_layer_weights
+    from worker.rounds import set_layer_weights
 
     model = build_model(graph, kernel_size=kernel)
     set_layer_weights(model, weights)
@@ -182,7 +182,7 @@ def test_the_compiled_round_starts_from_the_given_weights(small_graph):
     from aiperf.keras_builder import build_model
     from aiperf.profiles import SMOKE
     from worker.data import load_dataset
-    from worker.steps import layer_weights
+    from worker.rounds import layer_weights
     from worker.trainer import prepare_round
 
     graph = with_inserted_kernel(small_graph, 3)

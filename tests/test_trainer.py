@@ -281,7 +281,7 @@ def test_the_stored_weights_are_the_best_epochs(graph):
     """on_weights (the checkpoint `aiperf audit` re-evaluates) gets the weights of the epoch that
     validated best, not the last epoch's: evaluated again they give the round's best accuracy."""
     from aiperf.keras_builder import build_model
-    from worker.steps import set_layer_weights
+    from worker.rounds import set_layer_weights
 
     data = TinyDataset(n_train=64, n_val=40)
     profile = dataclasses.replace(PROFILE, learning_rate=0.5, patience_base=6, patience_step=0, patience_max=6)
@@ -355,7 +355,7 @@ def test_a_released_rounds_iterators_are_deleted_on_the_reaper_thread(graph):
     import threading
     import weakref
 
-    from worker.steps import wait_for_released
+    from worker.rounds import wait_for_released
     from worker.trainer import prepare_round
 
     deleted_on: list[str] = []
@@ -380,7 +380,7 @@ def test_waiting_for_released_iterators_ends_when_they_are_deleted_or_at_the_tim
     """Before an out-of-memory retry the look-ahead waits for what the reaper still holds."""
     import threading
 
-    from worker.steps import _reaper, wait_for_released
+    from worker.rounds import _reaper, wait_for_released
 
     gate = threading.Event()
 

@@ -621,23 +621,15 @@ def tpe_observations(models: Iterable[pb.Model]) -> list[tuple[dict[str, int], f
 
 
 def set_determinism(on: bool) -> None:
-    """TensorFlow op determinism for a deterministic run (slower), off otherwise.
+    """The backend's determinism for a deterministic run (slower), off otherwise (`worker.backend`).
 
     The rest of a round's randomness is seeded from (run seed, worker, round):
-    `_train` reseeds Python, NumPy and TensorFlow before each round of a
-    deterministic run, and the trainer's weights and data order follow its seed.
+    `_plan` reseeds Python, NumPy and Keras before each round of a deterministic
+    run, and the trainer's weights and data order follow its seed.
     """
-    import tensorflow as tf
+    from worker import backend
 
-    if on:
-        tf.config.experimental.enable_op_determinism()
-        return
-    try:  # not in the public API; a worker that served a deterministic run turns it off
-        from tensorflow.python.framework.config import disable_op_determinism, is_op_determinism_enabled
-    except ImportError:  # pragma: no cover - another TensorFlow version
-        return
-    if is_op_determinism_enabled():
-        disable_op_determinism()
+    backend.set_determinism(on)
 
 
 def resource_samples(sample) -> list[ResourceSample]:

@@ -68,9 +68,9 @@ def build_weights_model(graph: Graph, kernel_size: int) -> Any:
 
 
 def _cpu() -> Any:
-    import tensorflow as tf
+    from worker.backend import host_scope
 
-    return tf.device("/cpu:0")  # a scratch copy: keep it off the accelerator the round trains on
+    return host_scope()  # a scratch copy: keep it off the accelerator the round trains on
 
 
 class Inheritance:
@@ -106,7 +106,7 @@ class Inheritance:
         """Store a trained model's weights; None (logged) when there is no store or it fails."""
         if self.store is None:
             return None
-        from worker.steps import set_layer_weights
+        from worker.rounds import set_layer_weights
 
         path: Path | None = None
         try:
@@ -205,7 +205,7 @@ class Inheritance:
             raise CheckpointError(f"model {parent.model_id}'s checkpoint was deleted by retention")
         path = read_checkpoint(parent.checkpoint_uri, parent.checkpoint_sha256, self.scratch / "in")
         try:
-            from worker.steps import layer_weights
+            from worker.rounds import layer_weights
 
             model = build_weights_model(parent_graph, int(parent.hyperparameters.kernel_size))
             try:
