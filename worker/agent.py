@@ -436,6 +436,8 @@ class Agent:
         round_index = basis.round_index
         model_id = None
         try:
+            if planned.pending_parent:
+                self._inherit_at_hand_over(planned)
             model_id = self._submit(planned.graph, planned.parent_id, round_index, planned.hyper, ctx.dataset,
                                     planned.inherited_from)
         finally:
@@ -487,7 +489,31 @@ class Agent:
         prepared = prepare_round(graph, hyper, dataset, ctx.profile, basis.round_index, precision=ctx.precision,
                                  xla=ctx.xla, seed=seed, epochs=epochs, initial_weights=start.weights)
         return PlannedRound(basis.key, candidate, parent_id, hyper, source, prepared,
-                            inherited_from=start.inherited_from, start_why=start.why)
+                            inherited_from=start.inherited_from, start_why=start.why,
+                            pending_parent=start.pending_parent)
+
+    def _inherit_at_hand_over(self, planned: PlannedRound) -> None:
+        """A round prepared while its parent trained: the parent's weights loaded into it now if its
+        checkpoint was written meanwhile (the parent's record fetched again), else from scratch."""
+        parent_id, planned.pending_parent = planned.pending_parent, 0
+        if planned.failed:
+            return
+        self._fetch_history()
+        parent = self._history.get(parent_id)
+        parent_graph = self._graphs.get(parent_id)
+        if parent_graph is None and parent is not None:
+            parent_graph = self._graphs[parent_id] = Graph.from_json(parent.graph_json)
+        weights, planned.start_why = self.inheritance.late_weights(parent, parent_graph, planned.graph,
+                                                                   planned.hyper.kernel_size)
+        if weights is None:
+            return
+        try:
+            planned.prepared.compiled.load_weights(weights)
+        except ValueError as exc:  # the transfer's shapes do not fit the prepared model: a bug, not fatal
+            log.warning("event=inheritance_failed parent=%d error=%s: training from scratch", parent_id, exc)
+            planned.start_why = f"from scratch: {exc}"
+            return
+        planned.inherited_from = parent_id
 
     def _hyperparameters(self, ctx: RunContext, round_index: int, parent_id: int,
                          models: Mapping[int, pb.Model]) -> tuple[Hyperparameters, str]:

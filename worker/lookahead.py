@@ -98,6 +98,7 @@ class PlannedRound:
     ahead: bool = False         # prepared on the look-ahead thread
     inherited_from: int = 0     # the parent whose weights the model starts from; 0: from scratch
     start_why: str = ""         # for the log: "inherited", or why not (worker.inheritance)
+    pending_parent: int = 0     # prepared while this parent trained: its weights are loaded at the hand-over
 
     @property
     def graph(self) -> Any:
