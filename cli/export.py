@@ -36,7 +36,7 @@ MAX_COMPARE = 16
 BOARD_FIELDS = ("run_id", "state", "profile", "precision", "seed", "duration_s", "elapsed_s", "score",
                 "provisional", "regulated_score", "valid_flops", "flops", "error", "best_accuracy", "valid",
                 "invalid_reason", "efficiency", "workers", "accelerators", "models_done", "images_trained",
-                "images_validated", "total_ops")
+                "images_validated", "total_ops", "backends")
 MODEL_FIELDS = ("model_id", "parent_id", "worker_id", "round", "state", "best_accuracy", "predicted_accuracy",
                 "batch_size", "kernel_size", "epochs", "images_trained", "images_validated",
                 "flops_per_train_image", "flops_per_eval_image", "created_at", "finished_at", "graph_hash", "reason",
@@ -109,7 +109,7 @@ def _log_run(ml: Any, mc: Any, data: dict[str, Any]) -> None:
     start_ms = ms(t0)
     ml.event(key=mc.SUBMISSION_BENCHMARK, value="aiperf", time_ms=start_ms)
     ml.event(key=mc.SEED, value=board["seed"], time_ms=start_ms)
-    for key in ("run_id", "profile", "precision", "duration_s"):
+    for key in ("run_id", "profile", "precision", "duration_s", "backends"):
         ml.event(key=f"aiperf_{key}", value=board[key], time_ms=start_ms)
     ml.start(key=mc.RUN_START, time_ms=start_ms)
     for p in data["timeline"]["points"]:

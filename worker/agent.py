@@ -211,7 +211,7 @@ class Agent:
                               for a, peaks in zip(inv.accelerators, self.peaks)],
                 cpus=inv.cpus, memory_bytes=inv.memory_bytes, software=inv.software,
                 credential=kept,  # "" : the client presents the one it got for the name, if any
-                cpu_peak_flops_by_dtype=self.cpu_peaks, cpu_model=inv.cpu_model),
+                cpu_peak_flops_by_dtype=self.cpu_peaks, cpu_model=inv.cpu_model, backend=inv.backend),
             self._stop,
             lambda exc, delay: log.warning("event=register_retry code=%s in=%.1fs detail=%s", exc.code.name, delay,
                                            exc.details),
@@ -228,8 +228,8 @@ class Agent:
         with self._run_lock:
             self._run = reg.run if reg.has_run else None
         self._lost.clear()
-        log.info("event=registered worker_id=%d name=%s accelerators=%d", self.worker_id,
-                 self.config.name, len(inv.accelerators))
+        log.info("event=registered worker_id=%d name=%s accelerators=%d backend=%s", self.worker_id,
+                 self.config.name, len(inv.accelerators), inv.backend)
 
     def _heartbeat_loop(self) -> None:
         self._heartbeat_tick = time.monotonic()

@@ -29,8 +29,10 @@ import sys
 from types import ModuleType
 from typing import Any, Iterable
 
-BACKENDS = ("tensorflow", "jax")
-DEFAULT = "tensorflow"
+from aiperf.api.enums import BACKENDS as _NAMES
+
+BACKENDS: tuple[str, ...] = tuple(_NAMES.values())  # the API's names; the first is the default
+DEFAULT = BACKENDS[0]
 ENV = "AIPERF_BACKEND"
 _MODULES = {"tensorflow": "worker.steps", "jax": "worker.jax_steps"}
 _PACKAGES = {"tensorflow": "tensorflow", "jax": "jax"}  # what each backend needs installed

@@ -76,7 +76,8 @@ from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api.bounds import MAX_REASON_CHARS, clip_text
 from aiperf.api.calls import CREDENTIAL_METADATA, DEFAULT_TIMEOUT_S, ApiError, api_error, with_retries
 from aiperf.api.enums import (
-    API_VERSION, FINISHED_MODEL_STATES, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES, WORKER_STATE_VALUES,
+    API_VERSION, BACKEND_VALUES, FINISHED_MODEL_STATES, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES,
+    WORKER_STATE_VALUES,
 )
 from aiperf.api.stream import WorkerStream
 from aiperf.hyperparameters import Hyperparameters
@@ -242,6 +243,7 @@ class WorkerClient(_Client):
         credential: str = "",
         cpu_peak_flops_by_dtype: Mapping[str, float] | None = None,
         cpu_model: str = "",
+        backend: str = "",
     ) -> pb.RegisterResponse:
         """Register (idempotent on `name` for the worker that holds its credential:
         a restarted worker gets its id back and its unfinished models are abandoned,
@@ -249,7 +251,8 @@ class WorkerClient(_Client):
         this name returned (default: the one this client got for the name, if any).
         The reply's credential is kept and sent with every later call for the worker.
         `cpu_peak_flops_by_dtype`, `cpu_model`: a worker without accelerators, its CPU's GEMM
-        rates and model name."""
+        rates and model name. `backend`: the framework it trains with ("tensorflow", "jax"; "":
+        unsaid, which the master takes as TensorFlow)."""
         with self._lock:
             presented = credential or self._by_name.get(name, "")
         req = pb.RegisterRequest(
@@ -267,6 +270,7 @@ class WorkerClient(_Client):
             credential=presented,
             cpu_peak_flops_by_dtype={k: float(v) for k, v in (cpu_peak_flops_by_dtype or {}).items()},
             cpu_model=cpu_model,
+            backend=BACKEND_VALUES[backend] if backend else pb.BACKEND_UNSPECIFIED,
         )
         reply = self._call("Register", self._stub.Register, req, retry=True)
         with self._lock:

@@ -23,6 +23,8 @@ MODEL_STATES: dict[int, str] = {
 }
 WORKER_STATES: dict[int, str] = {pb.WORKER_ALIVE: "alive", pb.WORKER_LOST: "lost"}
 PROFILES: dict[int, str] = {pb.PROFILE_OFFICIAL: "official", pb.PROFILE_SMOKE: "smoke"}
+# The frameworks a worker trains with (Keras 3's backends); the first is the default.
+BACKENDS: dict[int, str] = {pb.BACKEND_TENSORFLOW: "tensorflow", pb.BACKEND_JAX: "jax"}
 # The wire value of each precision of the one table (aiperf.precision): PRECISION_<NAME>.
 PRECISIONS: dict[int, str] = {pb.Precision.Value(f"PRECISION_{name.upper()}"): name for name in precision.PRECISIONS}
 
@@ -35,6 +37,7 @@ RUN_STATE_VALUES = _inverse(RUN_STATES)
 MODEL_STATE_VALUES = _inverse(MODEL_STATES)
 WORKER_STATE_VALUES = _inverse(WORKER_STATES)
 PROFILE_VALUES = _inverse(PROFILES)
+BACKEND_VALUES = _inverse(BACKENDS)
 PRECISION_VALUES = _inverse(PRECISIONS)
 
 MODEL_STATE_NAMES: tuple[str, ...] = tuple(MODEL_STATES.values())  # in the API's order
