@@ -22,7 +22,7 @@ from typing import Any, Optional
 import typer
 
 from aiperf.api import bounds
-from aiperf.api.enums import MODEL_STATE_NAMES, PRECISIONS, PROFILES, WORKER_STATES
+from aiperf.api.enums import BACKENDS, MODEL_STATE_NAMES, PRECISIONS, PROFILES, WORKER_STATES
 from aiperf.profiles import DATASET_KINDS
 from aiperf.profiles import PROFILES as RUN_PROFILES
 from cli.format import MAX_DURATION_S
@@ -91,6 +91,7 @@ Precision = _choices("Precision", PRECISIONS.values())
 ModelState = _choices("ModelState", MODEL_STATE_NAMES)
 WorkerState = _choices("WorkerState", WORKER_STATES.values())
 DatasetFormat = _choices("DatasetFormat", DATASET_KINDS)
+Backend = _choices("Backend", BACKENDS.values())
 LogLevel = _choices("LogLevel", ("debug", "info", "warning", "error"))
 # `graph morph --kernel-size`: the kernels the profiles search (3, 5, 7)
 KernelSize = _choices("KernelSize", sorted({str(k) for p in RUN_PROFILES.values() for k in p.kernel_sizes}, key=int))

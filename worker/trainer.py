@@ -434,16 +434,20 @@ class _Tracker:
         return DONE, ""
 
     def add_training(self, loss: Any, images: Any) -> None:
-        """A training step's figures (tensors); a NaN loss ends the round."""
+        """A training step's figures (tensors); a NaN loss ends the round. The loss is read first:
+        it waits for the step (JAX returns before it ran), so a step that failed counts no image."""
+        value = float(loss)
         self.trained.add(int(images))
-        if math.isnan(float(loss)) and not self.nan_epoch:
+        if math.isnan(value) and not self.nan_epoch:
             self.nan_epoch = max(self.epoch, 1)
 
     def add_validation(self, correct: Any, images: Any) -> tuple[int, int]:
-        """A validation step's figures (tensors), as ints: correct predictions and images."""
+        """A validation step's figures (tensors), as ints: correct predictions and images (the
+        correct count first: it waits for the step)."""
+        hits = int(correct)
         n = int(images)
         self.validated.add(n)
-        return int(correct), n
+        return hits, n
 
     def _check_stop(self) -> bool:
         if not self.stopped and self.should_stop():
