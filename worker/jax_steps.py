@@ -20,8 +20,11 @@ XLA inserts the all-reduce of the gradients. Batch-norm statistics are over the
 global batch (the same arithmetic as one device; TensorFlow's MirroredStrategy
 normalises per replica).
 
-The partial last batch. Training: one more step compiled, ahead of time too,
-for the epoch's remainder (its size is known from the split's size). Padding
+The partial last batch. Training: one more step compiled for the epoch's
+remainder (its size is known from the split's size), on a thread of its own
+once the full batch's step is compiled: the round is ready without waiting for
+it, and the remainder's step waits only if the epoch's last batch comes before
+its compilation ends (XLA compiles a ResNet step in tens of seconds). Padding
 it to the global batch would not do: in training mode batch norm normalises
 every image with statistics over the whole batch, so padding images would
 change the real images' outputs and the moving statistics. A remainder that
@@ -42,6 +45,8 @@ import contextlib
 import functools
 import logging
 import os
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -224,8 +229,10 @@ def compile_round(settings: StepSettings, dataset: Any, profile: Profile, *, war
                                           devices, pad_to=batch)
     clock.lap("data")
     steps = _TrainSteps(model, devices, state)
-    for images in _planned_sizes(dataset, batch):
-        steps.compiled(images)
+    full, *remainder = _planned_sizes(dataset, batch)
+    steps.compiled(full)
+    for images in remainder:
+        steps.compile_later(images)
     clock.lap("compile_train")
     round_ = JaxRound(model=model, strategy=devices, train_step=lambda it: None,  # type: ignore[arg-type]
                       eval_step=None, train_iterator=train_iterator, validation_iterator=validation_iterator,
@@ -268,18 +275,44 @@ class _TrainSteps:
         self.state_spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state)
         self.input_shape = tuple(model.input_shape[1:])
         self.classes = int(model.output_shape[-1])
-        self.by_size: dict[int, Any] = {}
+        self.by_size: dict[int, Future[Any]] = {}
+        self._lock = threading.Lock()
 
     def compiled(self, images: int) -> Any:
-        if images not in self.by_size:
-            import jax
-            import jax.numpy as jnp
+        """The step for batches of `images` (compiled now unless it is or was being compiled)."""
+        with self._lock:
+            future = self.by_size.get(images)
+            if future is None:
+                future = self.by_size[images] = Future()
+                future.set_running_or_notify_cancel()
+                mine = True
+            else:
+                mine = False
+        if mine:
+            try:
+                future.set_result(self._compile(images))
+            except BaseException as exc:  # the caller sees it; a later call too
+                future.set_exception(exc)
+        return future.result()
 
-            sharding = self.devices.batch_sharding(images)
-            x = jax.ShapeDtypeStruct((images, *self.input_shape), jnp.float32, sharding=sharding)
-            y = jax.ShapeDtypeStruct((images, self.classes), jnp.float32, sharding=sharding)
-            self.by_size[images] = self.function.lower(self.state_spec, x, y).compile()
-        return self.by_size[images]
+    def compile_later(self, images: int) -> None:
+        """Compile the step for `images` on a thread of its own (`compiled` waits for it)."""
+        threading.Thread(target=self._quietly, args=(images,), name="jax-compile", daemon=True).start()
+
+    def _quietly(self, images: int) -> None:
+        try:
+            self.compiled(images)
+        except BaseException:  # noqa: BLE001 - raised again to the step that needs it
+            pass
+
+    def _compile(self, images: int) -> Any:
+        import jax
+        import jax.numpy as jnp
+
+        sharding = self.devices.batch_sharding(images)
+        x = jax.ShapeDtypeStruct((images, *self.input_shape), jnp.float32, sharding=sharding)
+        y = jax.ShapeDtypeStruct((images, self.classes), jnp.float32, sharding=sharding)
+        return self.function.lower(self.state_spec, x, y).compile()
 
 
 def _donated(devices: Devices) -> tuple[int, ...]:
