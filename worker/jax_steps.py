@@ -40,12 +40,14 @@ once), so the copy overlaps the step before.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import functools
 import logging
 import os
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -122,9 +124,13 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def host_scope() -> Any:
-    """Where scratch models (checkpoints in and out) are built: the CPU, off the accelerator."""
+    """Where scratch models (checkpoints in and out) are built: the CPU, off the accelerator.
+    Nothing to do where the CPU is the default device: naming it anyway compiles every
+    initialiser again for the placement (48 s for the smoke profile's network on 2 cores)."""
     import jax
 
+    if jax.default_backend() == "cpu":
+        return contextlib.nullcontext()
     return jax.default_device(jax.devices("cpu")[0])
 
 
@@ -297,13 +303,22 @@ class _TrainSteps:
 
     def compile_later(self, images: int) -> None:
         """Compile the step for `images` on a thread of its own (`compiled` waits for it)."""
-        threading.Thread(target=self._quietly, args=(images,), name="jax-compile", daemon=True).start()
+        thread = threading.Thread(target=self._quietly, args=(images,), name="jax-compile", daemon=True)
+        global _exit_hook
+        with _compiling_lock:
+            if not _exit_hook:
+                _exit_hook = bool(atexit.register(_finish_compiles))
+            _compiling.add(thread)
+        thread.start()
 
     def _quietly(self, images: int) -> None:
         try:
             self.compiled(images)
         except BaseException:  # noqa: BLE001 - raised again to the step that needs it
             pass
+        finally:
+            with _compiling_lock:
+                _compiling.discard(threading.current_thread())
 
     def _compile(self, images: int) -> Any:
         import jax
@@ -313,6 +328,22 @@ class _TrainSteps:
         x = jax.ShapeDtypeStruct((images, *self.input_shape), jnp.float32, sharding=sharding)
         y = jax.ShapeDtypeStruct((images, self.classes), jnp.float32, sharding=sharding)
         return self.function.lower(self.state_spec, x, y).compile()
+
+
+_compiling: set[threading.Thread] = set()  # compile_later's threads still running
+_compiling_lock = threading.Lock()
+_exit_hook = False
+EXIT_WAIT_S = 120.0  # at most, at interpreter exit, for compilations under way
+
+
+def _finish_compiles() -> None:
+    """Let compilations under way end before the interpreter does: XLA aborts the process
+    (std::terminate) when it exits under a compiling thread."""
+    with _compiling_lock:
+        threads = list(_compiling)
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _donated(devices: Devices) -> tuple[int, ...]:
