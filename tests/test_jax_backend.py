@@ -145,3 +145,23 @@ def test_the_audit_the_gemm_peak_and_the_inventory_on_jax(checked):
     assert a["rate"] > 0 and a["device"] == "/CPU:0" and a["hardware"]
     assert a["cpu_peak"]["float32"] > 1e8
     assert a["backend"] == "jax" and a["accelerators"] == 0 and "jax" in a["software"]
+
+
+def test_without_tensorflow_the_in_memory_kinds_read_as_their_tf_data_pipeline_does():
+    """worker/jax_data.py's fallback (no numpy pipeline, no TensorFlow): the digits' validation
+    batches equal tf.data's (resize, grey to RGB, normalisation), and a training epoch holds every
+    image once, the partial last batch included."""
+    from worker.data import load_dataset
+    from worker.jax_data import ArrayBatches
+
+    dataset = load_dataset("digits", None, image_size=32)
+    ours = list(ArrayBatches(dataset).validation(64))
+    theirs = [(x.numpy(), y.numpy()) for x, y in dataset.validation(64)]
+    assert [len(x) for x, _ in ours] == [len(x) for x, _ in theirs] == [64] * 5 + [40]
+    for (a, b), (c, d) in zip(ours, theirs):
+        np.testing.assert_allclose(a, c, atol=1e-4)
+        np.testing.assert_array_equal(b, d)
+    epoch = list(ArrayBatches(dataset).train(100, seed=1))
+    assert [len(x) for x, _ in epoch] == [100] * 14 + [37]
+    labels = np.concatenate([y for _, y in epoch]).argmax(-1)
+    assert sorted(labels) == sorted(np.concatenate([y.numpy() for _, y in dataset.train(100)]).argmax(-1))
