@@ -240,9 +240,9 @@ def compile_round(settings: StepSettings, dataset: Any, profile: Profile, *, war
     for images in remainder:
         steps.compile_later(images)
     clock.lap("compile_train")
-    round_ = JaxRound(model=model, strategy=devices, train_step=lambda it: None,  # type: ignore[arg-type]
-                      eval_step=None, train_iterator=train_iterator, validation_iterator=validation_iterator,
-                      timings=timings)
+    # the steps read and replace the round's state, so they are bound to the round once it exists
+    round_ = JaxRound(model=model, strategy=devices, train_step=None, eval_step=None,  # type: ignore[arg-type]
+                      train_iterator=train_iterator, validation_iterator=validation_iterator, timings=timings)
     round_.state, round_.slots = state, slots
     round_.train_step = functools.partial(_train, round_, steps)
     if evaluate:
