@@ -167,6 +167,12 @@ def test_a_child_planned_while_its_parent_trains_inherits_at_the_hand_over(tmp_p
     x = np.random.default_rng(1).random((4, 32, 32, 3)).astype("float32")
     np.testing.assert_allclose(_logits(child_graph, 5, got, x), _logits(parent_graph, 5, weights, x), atol=1e-4)
     assert why == "inherited at the hand-over"
+    # those weights came from memory (the checkpoint this worker just stored); from the file, the same
+    inh._last_saved = None
+    from_file, _ = inh.late_weights(parent, parent_graph, child_graph, 5)
+    for name, arrays in got.items():
+        for a, b in zip(arrays, from_file[name]):
+            np.testing.assert_array_equal(a, b)
     # still no checkpoint by the first step (another worker's parent, slower): from scratch, said so
     assert inh.late_weights(training, parent_graph, child_graph, 5) == (
         None, "from scratch: the parent's checkpoint was not written by the first step")

@@ -106,6 +106,10 @@ class Inheritance:
         self._deleting: list[tuple[int, str]] = loaded.deleting
         if self._deleting:
             self._resume_deletes()
+        # (model id, SHA-256, weights) of the checkpoint this worker stored last: a child prepared
+        # while that model trained takes its weights from here at the hand-over (no file read
+        # and no model built on the training thread)
+        self._last_saved: tuple[int, str, Mapping[str, Any]] | None = None
 
     def close(self) -> None:
         if self._tmp is not None:
@@ -132,6 +136,7 @@ class Inheritance:
             if path is not None:
                 path.unlink(missing_ok=True)
         log.info("event=checkpoint_saved model=%d uri=%s bytes=%d", model_id, ckpt.uri, ckpt.size_bytes)
+        self._last_saved = (model_id, ckpt.sha256, weights)
         return ckpt
 
     def delete(self, doomed: Iterable[pb.CheckpointToDelete], answered: int = 0) -> None:
@@ -275,7 +280,13 @@ class Inheritance:
                      "scratch", parent.model_id)
             return None, "from scratch: the parent's checkpoint was not written by the first step"
         try:
-            weights = self.child_weights(parent, parent_graph, child, kernel)
+            saved = self._last_saved
+            if saved is not None and (saved[0], saved[1]) == (parent.model_id, parent.checkpoint_sha256):
+                # the checkpoint this worker just stored: its weights are still in memory
+                weights = transfer_weights(with_inserted_kernel(parent_graph, int(parent.hyperparameters.kernel_size)),
+                                           saved[2], child, kernel_size=kernel)
+            else:
+                weights = self.child_weights(parent, parent_graph, child, kernel)
         except (CheckpointError, TransferError) as exc:
             log.warning("event=inheritance_failed parent=%d error=%s: training from scratch", parent.model_id, exc)
             return None, f"from scratch: {exc}"
