@@ -31,7 +31,6 @@ def test_each_workers_backend_is_listed_and_a_run_may_mix_them(master_server, ca
         run = c.start_run(3600, profile="smoke", min_workers=1)
         for wid in ids.values():  # each joins the run with its inventory
             w.heartbeat(wid)
-        c.scoreboard(run.config.run_id)
         board = scoreboard_to_dict(c.scoreboard(run.config.run_id))
         backends = {node["name"]: node["backend"] for node in board["hardware"]}
         assert backends == {"tf": "tensorflow", "jx": "jax", "old": "tensorflow"}

@@ -160,10 +160,20 @@ def cluster(tmp_path):
     c.close()
 
 
+@pytest.fixture
+def slow_heartbeat_cluster(tmp_path):
+    """A cluster whose worker is lost after 9 s of silence, not 3: on a loaded 2-core machine a
+    worker compiling the next round beside the one it trains was seen silent for more than 3 s."""
+    c = Cluster(tmp_path, heartbeat_interval_s=3.0)
+    yield c
+    c.close()
+
+
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
-def test_smoke_run_end_to_end(cluster, backend):
+def test_smoke_run_end_to_end(slow_heartbeat_cluster, backend):
     if backend == "jax":
         pytest.importorskip("jax")
+    cluster = slow_heartbeat_cluster
     # Counted in models, not wall time, so a loaded machine makes the test slower, not red:
     # the master refuses a fourth model, the worker takes that as the end of its run. One epoch
     # a round: nothing below depends on how well the models learn, only on what was reported.
