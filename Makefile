@@ -1,5 +1,5 @@
-# Everything a fresh machine needs is installed here: `make test` and `make demo`
-# create .venv on first use.
+# Everything a fresh machine needs is installed here (both backends: TensorFlow and JAX on the
+# CPU): `make test` and `make demo` create .venv on first use.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -11,7 +11,7 @@ BENCH_STAMP := $(VENV)/.bench-installed
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[worker,test]'
+	$(PY) -m pip install -q -e '.[worker,jax,test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -35,7 +35,7 @@ protos: $(STAMP)
 # Every benchmarks/*_bench.py with its short options (BENCH_ARGS=--full: their defaults;
 # BENCH_ARGS="--only idle,data"), then one table: figure, baseline, ratio, goal (docs/benchmarks.md).
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[worker,test,bench]'
+	$(PY) -m pip install -q -e '.[worker,jax,test,bench]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

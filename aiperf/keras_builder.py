@@ -1,4 +1,4 @@
-"""Graph -> keras.Model (Keras 3 on TensorFlow).
+"""Graph -> keras.Model (Keras 3, on the TensorFlow or the JAX backend).
 
 TensorFlow is imported inside the functions so that importing `aiperf` stays
 light (the master never needs it). Keras layer names are the graph's layer
@@ -16,12 +16,16 @@ if TYPE_CHECKING:  # pragma: no cover
     import keras
 
 
+SEED_RANGE = 2**32  # initialiser seeds are taken modulo this
+
+
 def build_model(graph: Graph, kernel_size: int | None = None, seed: int | None = None) -> "keras.Model":
     """Build an untrained model (He-normal init) computing `graph`.
 
     `kernel_size` is the hyperparameter for convs inserted by morphism; it is
     applied to the graph first so the network and the FLOP count agree.
-    Layer n's initialiser is seeded with seed + n. Each layer comes from its
+    Layer n's initialiser is seeded with (seed + n) mod 2**32 (JAX's seeds are 32-bit; the
+    worker's seeds are 64-bit). Each layer comes from its
     kind's `keras_layer` (`aiperf.layers`).
     """
     import keras
@@ -31,7 +35,7 @@ def build_model(graph: Graph, kernel_size: int | None = None, seed: int | None =
     for n, layer in enumerate(graph.layers):
         kind = KINDS[layer.type]
         ins = [tensors[i] for i in layer.inputs]
-        keras_layer = kind.keras_layer(layer, None if seed is None else seed + n)
+        keras_layer = kind.keras_layer(layer, None if seed is None else (seed + n) % SEED_RANGE)
         tensors[layer.id] = keras_layer(ins[0] if kind.single_input else ins)
     name = str(graph.meta.get("name") or "aiperf_model")
     return keras.Model(tensors[INPUT], tensors[graph.output.id], name=_safe_name(name))

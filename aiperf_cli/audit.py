@@ -34,7 +34,7 @@ from aiperf.states import ModelState
 from aiperf_cli.options import Control, ExitCode, UsageError, control_command, fail
 from aiperf_cli.records import audit_to_dict
 from aiperf_cli.tables import audits_table
-from aiperf_cli.values import RUN_ID, DatasetFormat, LogLevel, int_option
+from aiperf_cli.values import RUN_ID, Backend, DatasetFormat, LogLevel, int_option
 
 DEFAULT_TOP = 3
 TOP = (1, 1000)
@@ -96,11 +96,14 @@ def audit_cmd(
     no_timing: bool = typer.Option(False, "--no-timing", help="Do not time the models' training steps (the "
                                    "master then records 'not timed', which never passes)."),
     log_level: LogLevel = typer.Option("warning", case_sensitive=False, help="Log level."),
+    backend: Backend = typer.Option("tensorflow", "--backend", envvar="AIPERF_BACKEND", case_sensitive=False,
+                                    help="The framework that evaluates and times the models (time on the "
+                                         "backend the audited model's worker trained with)."),
 ) -> None:
     """Re-evaluate the run's best models from their stored weights and record the audit in the master."""
-    from aiperf_cli.worker import _check_dataset, _require_tensorflow, held_stderr, setup_logging
+    from aiperf_cli.worker import _check_dataset, held_stderr, select_backend, setup_logging
 
-    _require_tensorflow()
+    select_backend(backend.value)
     kind = dataset_format.value if dataset_format else None
     _check_dataset(dataset, kind, log_level.value)
     setup_logging(log_level.value)

@@ -23,8 +23,8 @@ import typer
 from aiperf_cli.options import ExitCode, fail, fail_api
 from aiperf_cli.report import fetch_report
 from aiperf_cli.tables import progress_table, scoreboard_table
-from aiperf_cli.values import DEMO_MINUTES, PORT, SEED, float_option, int_option
-from aiperf_cli.worker import setup_logging
+from aiperf_cli.values import DEMO_MINUTES, PORT, SEED, Backend, float_option, int_option
+from aiperf_cli.worker import select_backend, setup_logging
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -46,6 +46,8 @@ def demo_cmd(
                                             "(slower; recorded in the run's configuration)."),
     no_inherit: bool = typer.Option(False, "--no-inherit",
                                     help="Children train from scratch instead of from their parent's weights."),
+    backend: Backend = typer.Option("tensorflow", "--backend", envvar="AIPERF_BACKEND", case_sensitive=False,
+                                    help="The framework the worker trains with and the audit runs on."),
 ) -> None:
     """Run the benchmark end to end on this machine: master on SQLite, one local worker,
     a smoke run on the built-in dataset; shows progress, audits the best models, then prints the scoreboard."""
@@ -54,6 +56,7 @@ def demo_cmd(
     from aiperf.api.client import ApiError, ControlClient
     from master.server import MasterConfig, serve
 
+    select_backend(backend.value)  # the worker's, and this process's for the audit
     console = Console()
     workdir = directory or Path(tempfile.mkdtemp(prefix="aiperf-demo-"))
     try:
@@ -61,7 +64,8 @@ def demo_cmd(
         setup_logging("info", workdir / "master.log")
     except OSError as exc:  # a file of that name, no permission
         fail(f"--dir {workdir}: {exc.strerror}")
-    console.print(f"[bold]AIPerf demo[/bold]: smoke profile, {minutes:g} min, files in {workdir}")
+    console.print(f"[bold]AIPerf demo[/bold]: smoke profile, {minutes:g} min, {backend.value} backend, "
+                  f"files in {workdir}")
     try:
         handle = serve(MasterConfig(port=port, host="127.0.0.1", data_dir=workdir, heartbeat_interval_s=2.0,
                                     stop_grace_s=120.0))
@@ -69,7 +73,8 @@ def demo_cmd(
         fail(str(exc))
     env = dict(os.environ, AIPERF_MASTER=handle.address, AIPERF_TOKEN=handle.worker_token,
                AIPERF_WORKER_NAME="demo-worker", AIPERF_WORKER_STATE_DIR=str(workdir / "worker-state"),
-               AIPERF_CHECKPOINTS=str(workdir / "checkpoints"), PYTHONUNBUFFERED="1")
+               AIPERF_CHECKPOINTS=str(workdir / "checkpoints"), AIPERF_BACKEND=backend.value,
+               PYTHONUNBUFFERED="1")
     worker_log = open(workdir / "worker.log", "w")
     worker = subprocess.Popen([sys.executable, "-m", "aiperf_cli", "worker", "--exit-when-done"],
                               env=env, stdout=worker_log, stderr=subprocess.STDOUT)

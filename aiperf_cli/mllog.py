@@ -180,6 +180,8 @@ def header_events(data: dict[str, Any], sub: Submission) -> list[Event]:
         Event(t, mc.SUBMISSION_STATUS, sub.status), Event(t, mc.SEED, board["seed"]),
     ]
     head += [Event(t, f"aiperf_{key}", board[key]) for key in ("run_id", "profile", "precision", "duration_s")]
+    if board.get("backends"):  # the frameworks the run's workers trained with
+        head.append(Event(t, "aiperf_backends", board["backends"]))
     try:
         profile: Optional[Profile] = get_profile(board["profile"])
     except ValueError:  # a profile this aiperf does not know: its hyperparameters are not logged

@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import hyperparameters_dict
-from aiperf.api.enums import MODEL_STATES, PRECISIONS, PROFILES, RUN_STATES, WORKER_STATES
+from aiperf.api.enums import BACKENDS, MODEL_STATES, PRECISIONS, PROFILES, RUN_STATES, WORKER_STATES
 
 
 def run_info_to_dict(run: pb.RunInfo) -> dict[str, Any]:
@@ -76,6 +76,7 @@ def worker_info_to_dict(w: pb.WorkerInfo) -> dict[str, Any]:
         "cpu_peak_flops": dict(w.cpu_peak_flops_by_dtype) or None,
         "memory_bytes": w.memory_bytes,
         "software": {s.name: s.version for s in w.software},
+        "backend": BACKENDS.get(w.backend, "tensorflow"),  # unsaid: a worker from before backends, on TensorFlow
         "dataset": {"kind": w.dataset.kind, "train_images": w.dataset.train_images,
                     "validation_images": w.dataset.validation_images, "num_classes": w.dataset.num_classes,
                     "image_size": w.dataset.image_size, "fingerprint": w.dataset.fingerprint}
@@ -153,6 +154,8 @@ def scoreboard_to_dict(sb: pb.Scoreboard) -> dict[str, Any]:
         "images_validated": sb.images_validated,
         "min_running_time_s": sb.min_running_time_s,
         "hardware": [worker_info_to_dict(w) for w in sb.inventory],
+        # the frameworks the run's workers trained with (one run may mix them)
+        "backends": ", ".join(sorted({BACKENDS.get(w.backend, "tensorflow") for w in sb.inventory})) or None,
         "software": {s.name: s.version for s in sb.master_software},
         # the audit of the model behind the regulated score (docs/spec.md, "Audit")
         "audit_status": sb.audit_status or None,

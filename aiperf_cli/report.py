@@ -167,7 +167,7 @@ def _hardware(b: dict[str, Any]) -> list[tuple[str, str]]:
     return [
         (f"Worker {w['worker_id']} ({w['host']})",
          (", ".join(f"{a['model']} ({a['memory_bytes'] / 2**30:.0f} GiB)" for a in w["accelerators"])
-          or "no accelerator") + f"; {w['cpus']} CPUs, {w['memory_bytes'] / 2**30:.0f} GiB"
+          or "no accelerator") + f"; {w['cpus']} CPUs, {w['memory_bytes'] / 2**30:.0f} GiB; backend {w['backend']}"
          + (f"; dataset {w['dataset']['kind']}, {w['dataset']['train_images']:,} training / "
             f"{w['dataset']['validation_images']:,} validation images, fingerprint {w['dataset']['fingerprint']}"
             if w["dataset"] else "")

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from aiperf.api import aiperf_pb2 as pb
 
 RUN_COLUMNS = ("id", "state", "profile", "seed", "precision", "duration", "started", "stop reason")
-WORKER_COLUMNS = ("id", "name", "host", "accelerators", "state", "last heartbeat", "model")
+WORKER_COLUMNS = ("id", "name", "host", "accelerators", "backend", "state", "last heartbeat", "model")
 MODEL_COLUMNS = ("id", "parent", "worker", "round", "state", "batch", "kernel", "best acc", "pred acc", "hash")
 
 
@@ -126,7 +126,7 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
         accs = ", ".join(a["model"] for a in w["accelerators"]) or "no accelerator"
         data = w["dataset"]
         table.add_row(f"Worker {w['worker_id']}", f"{w['host']}: {accs}; {w['cpus']} CPUs, "
-                      f"{w['memory_bytes'] / 2**30:.0f} GiB"
+                      f"{w['memory_bytes'] / 2**30:.0f} GiB; backend {w['backend']}"
                       + (f"; dataset {data['kind']} {data['train_images']:,}/{data['validation_images']:,} "
                          f"({data['fingerprint'][:12]})" if data and data["kind"] else "")
                       + (f"; {w['implausible_reports']} reports refused" if w["implausible_reports"] else ""))
@@ -183,8 +183,8 @@ def workers_table(workers: list[dict[str, Any]], total: int, now: float, title: 
         table.add_column(col)
     for w in workers:
         model = f"{w['current_model_id']} (run {w['current_run_id']})" if w["current_model_id"] else "-"
-        table.add_row(str(w["worker_id"]), w["name"], w["host"], accelerators_text(w["accelerators"]), w["state"],
-                      age_text(w["last_heartbeat"], now), model)
+        table.add_row(str(w["worker_id"]), w["name"], w["host"], accelerators_text(w["accelerators"]), w["backend"],
+                      w["state"], age_text(w["last_heartbeat"], now), model)
     return table
 
 

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import typer
 
 from aiperf import limits
-from aiperf.api.enums import PRECISIONS, PROFILES
+from aiperf.api.enums import BACKENDS, PRECISIONS, PROFILES
 from aiperf.profiles import DATASET_KINDS
 from aiperf.profiles import PROFILES as RUN_PROFILES
 
@@ -87,6 +87,7 @@ def _choices(name: str, values: Any) -> Any:
 Profile = _choices("Profile", PROFILES.values())
 Precision = _choices("Precision", PRECISIONS.values())
 DatasetFormat = _choices("DatasetFormat", DATASET_KINDS)
+Backend = _choices("Backend", BACKENDS.values())
 LogLevel = _choices("LogLevel", ("debug", "info", "warning", "error"))
 # `graph morph --kernel-size`: the kernels the profiles search (3, 5, 7)
 KernelSize = _choices("KernelSize", sorted({str(k) for p in RUN_PROFILES.values() for k in p.kernel_sizes}, key=int))

@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional, TypeVar
 import typer
 
 from aiperf_cli.options import ExitCode, fail, fail_api, master_address, read_tls_ca, read_token_file
-from aiperf_cli.values import CPUS, PORT, PROCESSES, DatasetFormat, LogLevel, int_option
+from aiperf_cli.values import CPUS, PORT, PROCESSES, Backend, DatasetFormat, LogLevel, int_option
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -100,12 +100,16 @@ def _check_dataset(dataset: Optional[str], dataset_format: Optional[str], log_le
         fail(str(exc))
 
 
-def _require_tensorflow() -> None:
-    """The worker trains with TensorFlow, which the master's install leaves out."""
-    import importlib.util
+def select_backend(name: str) -> None:
+    """Make `name` the process's Keras backend, before anything imports Keras; its framework not
+    installed: one line, exit 2 (the master's install leaves both out)."""
+    from worker.backend import BackendError, select
 
-    if importlib.util.find_spec("tensorflow") is None:
-        fail("aiperf worker needs TensorFlow: pip install 'aiperf[worker]' (or use the aiperf-worker image)")
+    try:
+        select(name)
+    except BackendError as exc:
+        extra = "worker" if name == "tensorflow" else name
+        fail(f"{exc}: pip install 'aiperf[{extra}]' (or use the aiperf-worker image)")
 
 
 def worker_cmd(
@@ -139,6 +143,9 @@ def worker_cmd(
              "s3://bucket/prefix (needs aiperf[object-store]); default: checkpoints under --state-dir."),
     log_level: LogLevel = typer.Option("info", case_sensitive=False, help="Log level (debug also shows "
                                        "TensorFlow's C++ logs)."),
+    backend: Backend = typer.Option("tensorflow", "--backend", envvar="AIPERF_BACKEND", case_sensitive=False,
+                                    help="The framework that trains, through Keras 3 (recorded at Register; "
+                                         "jax needs aiperf[jax] or JAX installed)."),
     health_port: Optional[int] = int_option(None, "--health-port", span=PORT, envvar="AIPERF_WORKER_HEALTH_PORT",
                                             help="Serve GET /healthz on this port (all interfaces) for a "
                                                  "liveness probe: 200 while the heartbeat loop turns, else 503 "
@@ -149,7 +156,7 @@ def worker_cmd(
         fail("no master address: give --master HOST:PORT or set AIPERF_MASTER")
     token = _token(token, token_file)
     root = read_tls_ca(tls_ca)
-    _require_tensorflow()
+    select_backend(backend.value)
     kind = dataset_format.value if dataset_format else None
     _check_dataset(dataset, kind, log_level.value)
     _run_agent(master, token, name, dataset, kind, root, log_level.value, tls=tls,

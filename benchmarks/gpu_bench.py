@@ -15,6 +15,13 @@ Efficiency = the graph's analytic training FLOPs per image (`aiperf.flops`)
 run, the worker's own NVML sampler (`worker.monitor`) reads the accelerator's
 utilisation and memory.
 
+Then the worker's own round on the same ResNet-50 (path "worker"): the backend's
+`compile_round` (`worker.backend`: its SGD with the learning-rate schedule, its loss
+scaling, its distribution over the one device, its input path from a batch held in host
+memory and put on the device each step) stepped as the trainer's loop does (each step's
+loss read after the next is launched), timed the same way, against keras.applications:
+`worker_vs_keras_applications_<precision>` (goal >= 0.95), what the worker really trains at.
+
 It runs on the Keras backend in use (KERAS_BACKEND): TensorFlow, the workers'
 backend, or JAX, where TensorFlow is not installed (the lent device image has
 JAX and no TensorFlow; JAX always compiles with XLA, so only "xla on" exists
@@ -24,6 +31,7 @@ configuration starts after --budget-s seconds.
 
     RESULT gemm_tflops_<type>=... path_ratio_<precision>[_xla|_noxla]=<ours / keras.applications>
            images_per_s_<precision>[_xla|_noxla]=<ours> efficiency_<precision>[...]=<0..1> gpu_util_mean=<%>
+           worker_images_per_s_<precision>[...]=... worker_vs_keras_applications_<precision>[...]=<worker / keras>
 
 Goals (issue 16): path ratio >= 0.95 in every precision; GPU utilisation >= 90%
 during training steps; mixed-precision efficiency >= 0.30 of the measured fp16
@@ -56,7 +64,7 @@ from aiperf.peaks import check_peak  # noqa: E402
 from aiperf.precision import get_precision  # noqa: E402
 from aiperf.resnet import resnet50  # noqa: E402
 from worker import monitor  # noqa: E402
-from worker.gemm import best_rate, gemm_flops  # noqa: E402
+from worker.gemm import best_rate, gemm_flops, jax_products  # noqa: E402
 
 # Compute types measured: the workers' three, plus float32 with TF32 forbidden
 # (the frameworks run float32 products on TF32 tensor cores by default on Ampere and later).
@@ -78,7 +86,7 @@ def accelerator_name() -> str:
 def gemm_rate(dtype: str, n: int, seconds: float) -> float:
     """Operations per second of n×n products of `dtype` on the first device (2n³ each)."""
     if backend() == "jax":
-        return best_rate(_jax_products(dtype, n), 2.0 * n ** 3, seconds)
+        return best_rate(jax_products(dtype, n), 2.0 * n ** 3, seconds)
     import tensorflow as tf
 
     device = "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
@@ -89,28 +97,6 @@ def gemm_rate(dtype: str, n: int, seconds: float) -> float:
         return gemm_flops(device, "float32", n=n, seconds=seconds)
     finally:  # TensorFlow's default, which the training that follows must have
         tf.config.experimental.enable_tensor_float_32_execution(True)
-
-
-def _jax_products(dtype: str, n: int) -> Callable[[int], float]:
-    """run(k): k products of two random n×n matrices of `dtype` on JAX's first device; its seconds."""
-    import jax
-    import jax.numpy as jnp
-
-    strict = dtype == "float32_strict"
-    dt = jnp.float32 if strict else getattr(jnp, dtype)
-    precision = jax.lax.Precision.HIGHEST if strict else jax.lax.Precision.DEFAULT
-    product = jax.jit(lambda a, b: jnp.matmul(a, b, precision=precision))
-    ka, kb = jax.random.split(jax.random.PRNGKey(0))
-    a, b = (jax.random.uniform(key, (n, n), jnp.float32, -1, 1).astype(dt) for key in (ka, kb))
-
-    def run(k: int) -> float:
-        start = time.perf_counter()
-        for _ in range(k):
-            c = product(a, b)
-        c.block_until_ready()  # the products run in order on the device
-        return time.perf_counter() - start
-
-    return run
 
 
 def model_builders(size: int, classes: int, width: float) -> dict[str, Callable[[], Any]]:
@@ -142,27 +128,68 @@ def train_rate(build: Callable[[], Any], precision: str, batch: int, size: int, 
         x = keras.ops.convert_to_tensor(rng.standard_normal((batch, size, size, 3), dtype=np.float32))
         y = keras.ops.convert_to_tensor(rng.integers(0, classes, batch).astype("int32"))
         step = _sync_steps if loop == "sync" else _async_steps
-        step(model, x, y, 2)  # tracing, compilation, first-step allocation
-        util: list[float] = []
-        memory: list[int] = []
-
-        def take(sample: monitor.ResourceSample) -> None:
-            util.extend(a.utilization_percent for a in sample.accelerators)
-            memory.extend(a.memory_used_bytes for a in sample.accelerators)
-
-        start = time.perf_counter()
-        step(model, x, y, 3)  # sizes the windows: at least `seconds` and 3 steps each
-        steps = max(3, math.ceil(3 * seconds / (time.perf_counter() - start)))
-        best = 0.0
-        with monitor.Monitor(SAMPLE_S, take):
-            for _ in range(windows):
-                start = time.perf_counter()
-                step(model, x, y, steps)
-                best = max(best, steps * batch / (time.perf_counter() - start))
-        return best, util, max(memory, default=0)
+        return _timed(lambda k: step(model, x, y, k), batch, seconds, windows)
     finally:
         keras.config.set_dtype_policy("float32")
         keras.utils.clear_session()
+
+
+def worker_rate(precision: str, batch: int, size: int, classes: int, width: float, xla: bool, seconds: float,
+                windows: int) -> tuple[float, list[float], int]:
+    """Best images/s of the worker's own compiled round on the first device (see the module
+    docstring); the utilisation samples and the most memory in use, as `train_rate`."""
+    import numpy as np
+
+    from aiperf.graph import with_inserted_kernel
+    from aiperf.profiles import get_profile
+    from worker import backend as worker_backend
+    from worker.rounds import StepSettings
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, size, size, 3), dtype=np.float32)
+    y = np.eye(classes, dtype=np.float32)[rng.integers(0, classes, batch)]
+    settings = StepSettings(graph=with_inserted_kernel(resnet50(input_size=size, classes=classes, width=width), 3),
+                            precision=precision, strategy=worker_backend.one_device()[1], global_batch=batch,
+                            epochs=1, steps_per_epoch=1_000_000, xla=xla)
+    compiled = worker_backend.compile_round(settings, worker_backend.in_memory_batches((x, y)),
+                                            get_profile("official"), warm=False, evaluate=False)
+
+    def steps(k: int) -> None:  # the trainer's loop: a step's loss read once the next is launched
+        pending = None
+        for _ in range(k):
+            launched = compiled.train_step(compiled.train_iterator)
+            if pending is not None:
+                float(pending[0])
+            pending = launched
+        float(pending[0])
+
+    try:
+        return _timed(steps, batch, seconds, windows)
+    finally:
+        compiled.release()
+
+
+def _timed(run: Callable[[int], None], batch: int, seconds: float, windows: int) -> tuple[float, list[float], int]:
+    """Best images/s of `run(steps)` over the windows (after two untimed steps and three that size
+    them), with the NVML samples taken meanwhile and the most memory in use."""
+    run(2)  # tracing, compilation, first-step allocation
+    util: list[float] = []
+    memory: list[int] = []
+
+    def take(sample: monitor.ResourceSample) -> None:
+        util.extend(a.utilization_percent for a in sample.accelerators)
+        memory.extend(a.memory_used_bytes for a in sample.accelerators)
+
+    start = time.perf_counter()
+    run(3)  # sizes the windows: at least `seconds` and 3 steps each
+    steps = max(3, math.ceil(3 * seconds / (time.perf_counter() - start)))
+    best = 0.0
+    with monitor.Monitor(SAMPLE_S, take):
+        for _ in range(windows):
+            start = time.perf_counter()
+            run(steps)
+            best = max(best, steps * batch / (time.perf_counter() - start))
+    return best, util, max(memory, default=0)
 
 
 def _sync_steps(model: Any, x: Any, y: Any, steps: int) -> None:
@@ -203,19 +230,26 @@ def training_figures(args: argparse.Namespace, precision: str, xla: bool, tag: s
     """Both ResNet-50s trained in one precision and XLA setting, printed; their RESULT pairs."""
     got: dict[str, float] = {}
     builders = model_builders(args.size, args.classes, args.width)
-    for path in [q for q in args.paths.split(",") if q in builders]:
+    for path in [q for q in args.paths.split(",") if q in builders or q == "worker"]:
         t0 = time.monotonic()
-        got[path], util, memory = train_rate(builders[path], precision, args.batch, args.size, args.classes, xla,
-                                             args.seconds, args.windows, args.loop)
+        if path == "worker":
+            got[path], util, memory = worker_rate(precision, args.batch, args.size, args.classes, args.width, xla,
+                                                  args.seconds, args.windows)
+        else:
+            got[path], util, memory = train_rate(builders[path], precision, args.batch, args.size, args.classes,
+                                                 xla, args.seconds, args.windows, args.loop)
         util_all += util
         mean_util = f"{statistics.fmean(util):.0f}%" if util else "-"
         print(f"train {tag:18s} {path:7s} {got[path]:9.1f} images/s  gpu util {mean_util:>4s}  "
               f"memory {memory / 2**30:5.1f} GiB  ({time.monotonic() - t0:.0f} s)", flush=True)
         record({"train": path, "precision": precision, "xla": xla, "batch": args.batch, "loop": args.loop,
                 "size": args.size, "images_per_s": got[path], "gpu_util": util, "memory_bytes": memory})
+    results = [f"worker_images_per_s_{tag}={got['worker']:.1f}"] if "worker" in got else []
+    if "worker" in got and "keras" in got:
+        results.append(f"worker_vs_keras_applications_{tag}={got['worker'] / got['keras']:.3f}")
     if "aiperf" not in got:
-        return []
-    results = [f"images_per_s_{tag}={got['aiperf']:.1f}"]
+        return results
+    results.append(f"images_per_s_{tag}={got['aiperf']:.1f}")
     if "keras" in got:
         results.append(f"path_ratio_{tag}={got['aiperf'] / got['keras']:.3f}")
     gemm = rates.get(get_precision(precision).gemm_dtype or "")
@@ -234,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--xla", default="on,off", help="on, off or both (JAX: on only)")
     p.add_argument("--loop", choices=("async", "sync"), default="async",
                    help="async: steps launched ahead (the worker's loop); sync: each step waited for (the audit's)")
-    p.add_argument("--paths", default="aiperf,keras", help="which ResNet-50s: aiperf (ours), keras")
+    p.add_argument("--paths", default="aiperf,keras,worker",
+                   help="which ResNet-50s: aiperf (ours), keras, worker (ours in the worker's own round)")
     p.add_argument("--gemm-n", type=int, default=8192)
     p.add_argument("--gemm-types", default=",".join(GEMM_TYPES))
     p.add_argument("--seconds", type=float, default=2.0, help="length of a timed window")

@@ -187,17 +187,17 @@ def test_the_in_memory_batch_is_filled_from_a_small_split():
     """A batch larger than the split it comes from is filled by repeating its images (the timed
     steps themselves run in tests/test_audit.py, through `aiperf audit`)."""
     from worker.data import load_dataset
-    from worker.throughput import InMemory
+    from worker.throughput import one_batch
 
     class Tiny:  # a 40-image split of the digits set
         data = load_dataset("digits", None, image_size=32)
 
-        def train(self, batch_size: int, seed: int = 0) -> Any:
-            return self.data.train(40, seed=seed).take(1)
+        def validation(self, batch_size: int) -> Any:
+            return self.data.validation(40).take(1)
 
-    x, y = InMemory(Tiny(), 64).batch
+    x, y = one_batch(Tiny(), 64)
     assert int(x.shape[0]) == int(y.shape[0]) == 64
-    assert (x[40:].numpy() == x[:24].numpy()).all()  # the split's images again, in order
+    assert (x[40:] == x[:24]).all() and (y[40:] == y[:24]).all()  # the split's images again, in order
 
 
 def test_migration_0007_round_trips_and_older_audits_read_unchecked(db_url: str):

@@ -99,3 +99,7 @@ def test_gpu_figures_measured_with_xla_on_and_off_share_their_precisions_goal():
     assert rows["path_ratio_fp32"].verdict == "met" and rows["gpu_util_mean"].verdict == "MISSED"
     assert rows["efficiency_mixed_fp16_xla"].verdict == "MISSED"
     assert rows["images_per_s_fp32_xla"].goal == "" and rows["mixed_bf16_xlax"].goal == ""
+    worker = summary.rows_for("gpu_bench", summary.parse_results(
+        "RESULT worker_vs_keras_applications_mixed_bf16=0.97 worker_vs_keras_applications_fp32=0.91"))
+    assert [(r.key, r.verdict) for r in worker] == [("worker_vs_keras_applications_mixed_bf16", "met"),
+                                                    ("worker_vs_keras_applications_fp32", "MISSED")]

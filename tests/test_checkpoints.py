@@ -116,7 +116,7 @@ def test_saved_weights_load_into_the_model_built_from_the_graph(tmp_path, small_
 
     from aiperf.keras_builder import build_model
     from worker.inheritance import Inheritance
-    from worker.steps import layer_weights
+    from worker.rounds import layer_weights
 
     trained = build_model(small_graph, kernel_size=3, seed=1)
     weights = layer_weights(trained)

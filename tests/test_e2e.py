@@ -3,8 +3,11 @@
 These are the slowest tests of the suite (a few minutes of real training on
 the built-in digits dataset); they check what a user relies on: the stored
 history links parents, rounds increase, warm-up is respected and TPE takes
-over, the master's FLOP count agrees with the worker's, the scoreboard is
-complete, and a worker killed mid-round loses nothing it already reported
+over, every child inherits its parent's weights, the master's FLOP count
+agrees with the worker's, the scoreboard is complete, the audit passes (all of
+it on each backend: the JAX worker and auditor run with TensorFlow made
+unimportable, as on a GPU node without it), and a worker killed mid-round loses
+nothing it already reported
 (a master restarted mid-round: tests/test_e2e_restart.py, a file of its own so that
 `make test`'s processes run it beside these).
 """
@@ -37,6 +40,22 @@ SCOREBOARD_KEYS = {"run_id", "state", "profile", "elapsed_s", "flops", "score", 
                    "accelerators", "models_done"}
 
 
+# sitecustomize.py of a process that must run without TensorFlow (a GPU node that has none)
+NO_TENSORFLOW = """
+import importlib.abc, sys
+
+
+class _NoTensorFlow(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow" or name.startswith("tensorflow."):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked: a node without TensorFlow)")
+        return None
+
+
+sys.meta_path.insert(0, _NoTensorFlow())
+"""
+
+
 class Cluster:
     """A master and workers as subprocesses, with their logs in tmp_path."""
 
@@ -59,19 +78,30 @@ class Cluster:
                                   "--port", str(self.port), "--data-dir", str(self.dir),
                                   "--heartbeat-interval", self.heartbeat)
 
-    def _spawn(self, log_name: str, *args: str) -> subprocess.Popen:
+    def _spawn(self, log_name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.dir / f"{log_name}.log", "a")
-        proc = subprocess.Popen([sys.executable, "-m", "aiperf_cli", *args], env=self.env,
+        proc = subprocess.Popen([sys.executable, "-m", "aiperf_cli", *args], env=env or self.env,
                                 stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         return proc
 
-    def worker(self, name: str = "w1", *extra: str) -> subprocess.Popen:
-        return self._spawn(f"worker-{name}", "worker", "--name", name, "--generator-processes", "1", *extra)
+    def worker(self, name: str = "w1", *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        return self._spawn(f"worker-{name}", "worker", "--name", name, "--generator-processes", "1", *extra,
+                           env=env)
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "aiperf_cli", *args], env=self.env,
-                              capture_output=True, text=True, timeout=120)
+    def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "aiperf_cli", *args], env=env or self.env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def backend_env(self, backend: str) -> dict[str, str]:
+        """The environment of a process on `backend`; JAX's with TensorFlow unimportable."""
+        if backend == "tensorflow":
+            return self.env
+        blocker = self.dir / "no-tensorflow"
+        blocker.mkdir(exist_ok=True)
+        (blocker / "sitecustomize.py").write_text(NO_TENSORFLOW)
+        path = os.pathsep.join(p for p in (str(blocker), self.env.get("PYTHONPATH", "")) if p)
+        return dict(self.env, PYTHONPATH=path, JAX_PLATFORMS="cpu")
 
     def wait_state(self, run_id: int, states: set[int], timeout_s: float) -> pb.RunStatus:
         deadline = time.monotonic() + timeout_s
@@ -130,30 +160,38 @@ def cluster(tmp_path):
     c.close()
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    """A finished smoke run on one worker, (cluster, run_id): trained once for the tests that read it.
+@pytest.fixture(scope="module", params=["tensorflow", "jax"])
+def smoke_run(request, tmp_path_factory):
+    """A finished smoke run on one worker of each backend, (cluster, run_id, backend, env): trained
+    once for the tests that read it; the JAX worker runs with TensorFlow unimportable.
+
+    Its worker is lost after 9 s of silence, not 3: on a loaded 2-core machine a worker compiling the
+    next round beside the one it trains was seen silent for more than 3 s.
 
     Counted in models, not wall time, so a loaded machine makes it slower, not red: the master
     refuses a fourth model, the worker takes that as the end of its run. One epoch a round:
     nothing the tests check depends on how well the models learn, only on what was reported."""
-    cluster = Cluster(tmp_path_factory.mktemp("smoke"))
+    backend = request.param
+    if backend == "jax":
+        pytest.importorskip("jax")
+    cluster = Cluster(tmp_path_factory.mktemp(f"smoke-{backend}"), heartbeat_interval_s=3.0)
     try:
         start = cluster.cli("start", "--duration", "30m", "--profile", "smoke", "--seed", "7",
                             "--max-models", "3", "--max-epochs", "1")
         assert start.returncode == 0, start.stderr
         run_id = cluster.control.run_status().run.config.run_id
-        worker = cluster.worker("w1", "--exit-when-done")
+        env = cluster.backend_env(backend)
+        worker = cluster.worker("w1", "--exit-when-done", "--backend", backend, env=env)
         assert worker.wait(timeout=900) == 0, "the worker exits cleanly when the run takes no more models"
         cluster.control.stop_run(run_id, reason="three models done")
         cluster.wait_state(run_id, {pb.RUN_FINISHED}, timeout_s=120)
-        yield cluster, run_id
+        yield cluster, run_id, backend, env
     finally:
         cluster.close()
 
 
 def test_smoke_run_end_to_end(smoke_run):
-    cluster, run_id = smoke_run
+    cluster, run_id, backend, env = smoke_run
     models = cluster.models(run_id)
     done = [m for m in models if m.state == pb.MODEL_DONE]
     assert len(done) >= 3, f"only {len(done)} models done; see {cluster.dir}"
@@ -170,6 +208,10 @@ def test_smoke_run_end_to_end(smoke_run):
             assert graph.meta["operations"], "a child records the operations applied"
     assert any(m.parent_id for m in models[1:]), "children descend from earlier models"
     assert len({m.graph_hash for m in models}) == len(models), "no architecture trained twice"
+    # One worker: each parent's checkpoint is written before its child's first step, so every child
+    # inherits, the one the look-ahead prepared while its parent still trained included.
+    assert all(m.inherited_from == m.parent_id for m in models if m.parent_id), [
+        (m.model_id, m.parent_id, m.inherited_from) for m in models]
 
     # Rounds increase per worker; warm-up rounds use the default hyperparameters, or their
     # parent's (which, trained in warm-up too, had the defaults).
@@ -224,9 +266,16 @@ def test_smoke_run_end_to_end(smoke_run):
     assert node["dataset"]["kind"] == "digits" and len(node["dataset"]["fingerprint"]) == 64
     assert (node["dataset"]["train_images"], node["dataset"]["validation_images"]) == (1437, 360)
     assert "the smoke profile is never official" in board["unofficial_reasons"]
+    assert node["backend"] == backend and board["backends"] == backend
     # The readable table shows the same run.
     table = cluster.cli("scoreboard")
-    assert table.returncode == 0 and "smoke" in table.stdout
+    assert table.returncode == 0 and "smoke" in table.stdout and f"backend {backend}" in table.stdout
+    # The audit of the best model, on the same backend: its stored weights give its accuracy and
+    # its training steps, timed here, are as fast as the worker claimed.
+    audit = cluster.cli("audit", "--top", "1", "--backend", backend, "--json", env=env, timeout=600)
+    assert audit.returncode == 0, audit.stderr[-3000:]
+    (row,) = json.loads(audit.stdout)["audits"]
+    assert row["verdict"] == "passed" and row["throughput"] == "passed", row
 
 
 def test_mllog_export_of_the_smoke_run_passes_mlperf_compliance_checker(smoke_run):
@@ -234,7 +283,7 @@ def test_mllog_export_of_the_smoke_run_passes_mlperf_compliance_checker(smoke_ru
 
     from tests.mlperf_checker import check_log
 
-    cluster, run_id = smoke_run
+    cluster, run_id, _, _ = smoke_run
     log = cluster.dir / "smoke.mllog"
     export = cluster.cli("export", "--run", str(run_id), "--format", "mllog", "--out", str(log))
     assert export.returncode == 0, export.stderr

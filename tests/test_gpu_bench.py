@@ -26,19 +26,29 @@ def test_both_resnets_train_and_every_figure_is_printed_and_recorded(monkeypatch
     text = capsys.readouterr().out
     result = dict(pair.split("=") for pair in text.strip().splitlines()[-1].removeprefix("RESULT ").split())
     assert set(result) == {"gemm_tflops_float32", "gemm_tflops_float32_strict", "images_per_s_fp32",
-                           "path_ratio_fp32", "efficiency_fp32"}
+                           "path_ratio_fp32", "efficiency_fp32", "worker_images_per_s_fp32",
+                           "worker_vs_keras_applications_fp32"}
     assert float(result["images_per_s_fp32"]) > 0 and 0 < float(result["path_ratio_fp32"]) < 10
+    # the worker's own round (its compile_round, its loop) against keras.applications
+    assert float(result["worker_vs_keras_applications_fp32"]) == pytest.approx(
+        float(result["worker_images_per_s_fp32"]) / lines_rate(out, "keras"), rel=0.01)
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     # efficiency = analytic training FLOPs per image x images/s / the float32 GEMM rate
     flops = gpu_bench.count_flops(gpu_bench.resnet50(input_size=32, classes=10)).train
     expected = flops * lines[2]["images_per_s"] / lines[0]["flops"]
     assert float(result["efficiency_fp32"]) == pytest.approx(expected, rel=0.01)
-    assert [line.get("gemm") or line["train"] for line in lines] == ["float32", "float32_strict", "aiperf", "keras"]
+    assert [line.get("gemm") or line["train"] for line in lines] == ["float32", "float32_strict", "aiperf", "keras",
+                                                                     "worker"]
     assert all(line["accelerator"] == "CPU" and line["backend"] == "tensorflow" for line in lines)
     assert lines[2]["loop"] == "async" and lines[2]["batch"] == 2 and lines[2]["gpu_util"] == []
     import tensorflow as tf
 
     assert tf.config.experimental.tensor_float_32_execution_enabled()  # restored after float32_strict
+
+
+def lines_rate(out, path: str) -> float:
+    return next(json.loads(line)["images_per_s"] for line in out.read_text().splitlines()
+                if json.loads(line).get("train") == path)
 
 
 def test_the_audits_loop_waits_for_each_step(monkeypatch, capsys):
@@ -50,7 +60,8 @@ def test_the_audits_loop_waits_for_each_step(monkeypatch, capsys):
                            "--precisions", "mixed_bf16", "--xla", "off", "--gemm-types", "", "--seconds", "0.05",
                            "--windows", "2", "--loop", "sync"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last.startswith("RESULT images_per_s_mixed_bf16=") and "path_ratio" not in last  # width < 1: ours only
+    assert "images_per_s_mixed_bf16=" in last and "path_ratio" not in last  # width < 1: ours only
+    assert "worker_images_per_s_mixed_bf16=" in last and "worker_vs_keras" not in last
     assert waited[:2] == [2, 3] and len(waited) == 4  # compile, sizing, two windows
 
 

@@ -24,7 +24,7 @@ def _accuracy(graph, kernel_size: int, weights: dict, dataset: Any, batch: int =
     import keras
 
     from aiperf.keras_builder import build_model
-    from worker.steps import set_layer_weights
+    from worker.rounds import set_layer_weights
 
     model = build_model(graph, kernel_size=kernel_size)
     set_layer_weights(model, weights)
@@ -48,16 +48,16 @@ def test_a_child_starts_at_its_parents_final_accuracy_end_to_end(master_server, 
     planned: dict[int, dict[str, Any]] = {}  # id(prepared round) -> what was seen when it was planned
 
     def observed_prepare(graph, hyper, dataset, profile, round_index, **kwargs):
-        start = kwargs.get("initial_weights")  # the weights the worker is about to train from
-        seen: dict[str, Any] = {"graph": graph, "kernel": hyper.kernel_size, "inherited": start is not None}
-        if start is not None:
-            seen["before"] = _accuracy(graph, hyper.kernel_size, start, dataset)
+        seen: dict[str, Any] = {"graph": graph, "kernel": hyper.kernel_size, "dataset": dataset,
+                                "at_preparation": kwargs.get("initial_weights") is not None}
         prepared = real_prepare(graph, hyper, dataset, profile, round_index, **kwargs)
         planned[id(prepared)] = seen
         return prepared
 
     def observed_run(prepared, **kwargs):
         seen = planned[id(prepared)]
+        # the weights the worker is about to train from, whether given at preparation or at the hand-over
+        seen["before"] = _accuracy(seen["graph"], seen["kernel"], prepared.compiled.weights(), seen["dataset"])
         result = real_run(prepared, **kwargs)
         seen["final"] = result.val_accuracies[-1] if result.val_accuracies else None
         rounds.append(seen)
@@ -83,24 +83,26 @@ def test_a_child_starts_at_its_parents_final_accuracy_end_to_end(master_server, 
     for m, r in by_id.values():  # every done model has its weights in the store, digest and all
         assert m.checkpoint_uri.startswith(store.resolve().as_uri()) and len(m.checkpoint_sha256) == 64
         assert Path(m.checkpoint_uri[len("file://"):]).is_file()
-    children = [(m, r) for m, r in by_id.values() if m.inherited_from]
-    assert children, "no child inherited"
+    # one worker: every parent finished (checkpoint written) before its child's first step, so every
+    # child inherits, the one prepared by the look-ahead while its parent still trained included
+    children = [(m, r) for m, r in by_id.values() if m.parent_id]
+    assert len(children) == 2 and not any(r["at_preparation"] for m, r in children if m.round == 2)
     for child, r in children:
-        assert child.inherited_from == child.parent_id and r["inherited"]
+        assert child.inherited_from == child.parent_id
         parent, pr = by_id[child.parent_id]
         print(f"child {child.model_id}: {r['before']:.6f} before its first step, parent {parent.model_id}'s "
               f"final {pr['final']:.6f}")
         assert abs(r["before"] - pr["final"]) <= 1e-3, (child.model_id, r["before"], pr["final"])
         assert abs(pr["final"] - parent.best_accuracy) <= 1e-9  # one epoch: the final is the best
     first = models[0]
-    assert first.parent_id == 0 and first.inherited_from == 0 and not rounds[0]["inherited"]
+    assert first.parent_id == 0 and first.inherited_from == 0
 
 
 def _trained_parent(tmp_path: Path, graph, kernel: int, model_id: int = 1) -> tuple[Any, pb.Model, dict]:
     """A parent with random (non-initial) weights stored as its checkpoint."""
     from aiperf.keras_builder import build_model
     from worker.inheritance import Inheritance
-    from worker.steps import layer_weights
+    from worker.rounds import layer_weights
 
     model = build_model(graph, kernel_size=kernel, seed=5)
     rng = np.random.default_rng(0)
@@ -121,7 +123,7 @@ def _logits(graph, kernel: int, weights: dict, x: np.ndarray) -> np.ndarray:
     import keras
 
     from aiperf.keras_builder import build_model
-    from worker.steps import set_layer_weights
+    from worker.rounds import set_layer_weights
 
     model = build_model(graph, kernel_size=kernel)
     set_layer_weights(model, weights)
@@ -146,6 +148,37 @@ def test_inserted_convs_never_shrink_their_kernel_and_the_child_keeps_the_functi
     inh2, base_parent, _ = _trained_parent(tmp_path / "b", small_graph, kernel=7, model_id=2)
     assert inh2.child_start(True, base_parent, small_graph, parent_graph,
                             Hyperparameters(32, 3)).hyperparameters.kernel_size == 3
+
+
+def test_a_child_planned_while_its_parent_trains_inherits_at_the_hand_over(tmp_path, small_graph):
+    """The look-ahead plans round r + 1 while round r, its parent, still trains: the child is prepared
+    at the kernel it inherits with and takes the weights at the hand-over, if the checkpoint is there."""
+    from aiperf.morphism import deeper_at
+
+    parent_graph = deeper_at(small_graph, "conv2_block1_out")
+    child_graph = deeper_at(parent_graph, "conv3_block1_out")
+    inh, parent, weights = _trained_parent(tmp_path, parent_graph, kernel=5)
+    training = pb.Model(model_id=1, state=pb.MODEL_TRAINING, hyperparameters=parent.hyperparameters)
+    start = inh.child_start(True, training, parent_graph, child_graph, Hyperparameters(32, 3))
+    assert (start.weights, start.inherited_from, start.pending_parent) == (None, 0, 1)
+    assert start.hyperparameters.kernel_size == 5, "prepared at the kernel it will inherit with"
+    # done meanwhile, its checkpoint written: the child's weights compute the parent's function
+    got, why = inh.late_weights(parent, parent_graph, child_graph, 5)
+    x = np.random.default_rng(1).random((4, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(_logits(child_graph, 5, got, x), _logits(parent_graph, 5, weights, x), atol=1e-4)
+    assert why == "inherited at the hand-over"
+    # those weights came from memory (the checkpoint this worker just stored); from the file, the same
+    inh._last_saved = None
+    from_file, _ = inh.late_weights(parent, parent_graph, child_graph, 5)
+    for name, arrays in got.items():
+        for a, b in zip(arrays, from_file[name]):
+            np.testing.assert_array_equal(a, b)
+    # still no checkpoint by the first step (another worker's parent, slower): from scratch, said so
+    assert inh.late_weights(training, parent_graph, child_graph, 5) == (
+        None, "from scratch: the parent's checkpoint was not written by the first step")
+    # a parent that ended without a checkpoint is not waited for
+    failed = pb.Model(model_id=1, state=pb.MODEL_FAILED, hyperparameters=parent.hyperparameters)
+    assert inh.child_start(True, failed, parent_graph, child_graph, Hyperparameters(32, 3)).pending_parent == 0
 
 
 def test_a_missing_or_corrupt_parent_checkpoint_trains_from_scratch_and_says_so(tmp_path, small_graph, caplog):
@@ -182,7 +215,7 @@ def test_the_compiled_round_starts_from_the_given_weights(small_graph):
     from aiperf.keras_builder import build_model
     from aiperf.profiles import SMOKE
     from worker.data import load_dataset
-    from worker.steps import layer_weights
+    from worker.rounds import layer_weights
     from worker.trainer import prepare_round
 
     graph = with_inserted_kernel(small_graph, 3)

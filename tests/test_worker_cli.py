@@ -28,6 +28,10 @@ def aiperf(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
     (["worker", "--master", "127.0.0.1:1", "--token", "t", "--tls-ca", "/no/ca.pem"], {},
      "cannot read CA certificate /no/ca.pem"),
     (["demo", "--minutes", "0"], {}, "Invalid value for '--minutes': 0 is not in the range 0<x<=43200"),
+    (["worker", "--master", "127.0.0.1:1", "--token", "t", "--backend", "pytorch"], {},
+     "'pytorch' is not one of 'tensorflow', 'jax'"),
+    (["worker", "--master", "127.0.0.1:1", "--token", "t"], {"AIPERF_BACKEND": "mxnet"},
+     "'mxnet' is not one of 'tensorflow', 'jax'"),
 ])
 def test_bad_arguments(args, env, message):
     out = aiperf(*args, env=env)
@@ -53,3 +57,19 @@ def test_demo_on_a_taken_port_fails_clearly(tmp_path):
         out = aiperf("demo", "--port", str(port), "--dir", str(tmp_path))
     assert out.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in out.stderr.strip().splitlines()[-1]
+
+
+def test_a_backend_that_is_not_installed_is_one_line(tmp_path):
+    """A node without JAX asked for --backend jax (the import path blocks it here)."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import importlib.abc, sys\n"
+        "class B(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('jax', 'jaxlib'):\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, B())\n")
+    out = aiperf("worker", "--master", "127.0.0.1:1", "--token", "t", "--backend", "jax",
+                 env={"PYTHONPATH": str(tmp_path)})
+    assert out.returncode == 2, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert "the jax backend needs the jax package, which is not installed" in line and "aiperf[jax]" in line

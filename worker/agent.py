@@ -212,7 +212,7 @@ class Agent:
                               for a, peaks in zip(inv.accelerators, self.peaks)],
                 cpus=inv.cpus, memory_bytes=inv.memory_bytes, software=inv.software,
                 credential=kept,  # "" : the client presents the one it got for the name, if any
-                cpu_peak_flops_by_dtype=self.cpu_peaks, cpu_model=inv.cpu_model),
+                cpu_peak_flops_by_dtype=self.cpu_peaks, cpu_model=inv.cpu_model, backend=inv.backend),
             self._stop,
             lambda exc, delay: log.warning("event=register_retry code=%s in=%.1fs detail=%s", exc.code.name, delay,
                                            exc.details),
@@ -229,8 +229,8 @@ class Agent:
         with self._run_lock:
             self._run = reg.run if reg.has_run else None
         self._lost.clear()
-        log.info("event=registered worker_id=%d name=%s accelerators=%d", self.worker_id,
-                 self.config.name, len(inv.accelerators))
+        log.info("event=registered worker_id=%d name=%s accelerators=%d backend=%s", self.worker_id,
+                 self.config.name, len(inv.accelerators), inv.backend)
 
     def _heartbeat_loop(self) -> None:
         self._heartbeat_tick = time.monotonic()
@@ -437,6 +437,8 @@ class Agent:
         round_index = basis.round_index
         model_id = None
         try:
+            if planned.pending_parent:
+                self._inherit_at_hand_over(planned)
             model_id = self._submit(planned.graph, planned.parent_id, round_index, planned.hyper, ctx.dataset,
                                     planned.inherited_from)
         finally:
@@ -488,7 +490,31 @@ class Agent:
         prepared = prepare_round(graph, hyper, dataset, ctx.profile, basis.round_index, precision=ctx.precision,
                                  xla=ctx.xla, seed=seed, epochs=epochs, initial_weights=start.weights)
         return PlannedRound(basis.key, candidate, parent_id, hyper, source, prepared,
-                            inherited_from=start.inherited_from, start_why=start.why)
+                            inherited_from=start.inherited_from, start_why=start.why,
+                            pending_parent=start.pending_parent)
+
+    def _inherit_at_hand_over(self, planned: PlannedRound) -> None:
+        """A round prepared while its parent trained: the parent's weights loaded into it now if its
+        checkpoint was written meanwhile (the parent's record fetched again), else from scratch."""
+        parent_id, planned.pending_parent = planned.pending_parent, 0
+        if planned.failed:
+            return
+        self._fetch_history()
+        parent = self._history.get(parent_id)
+        parent_graph = self._graphs.get(parent_id)
+        if parent_graph is None and parent is not None:
+            parent_graph = self._graphs[parent_id] = Graph.from_json(parent.graph_json)
+        weights, planned.start_why = self.inheritance.late_weights(parent, parent_graph, planned.graph,
+                                                                   planned.hyper.kernel_size)
+        if weights is None:
+            return
+        try:
+            planned.prepared.compiled.load_weights(weights)
+        except ValueError as exc:  # the transfer's shapes do not fit the prepared model: a bug, not fatal
+            log.warning("event=inheritance_failed parent=%d error=%s: training from scratch", parent_id, exc)
+            planned.start_why = f"from scratch: {exc}"
+            return
+        planned.inherited_from = parent_id
 
     def _hyperparameters(self, ctx: RunContext, round_index: int, parent_id: int,
                          models: Mapping[int, pb.Model]) -> tuple[Hyperparameters, str]:
@@ -622,23 +648,15 @@ def tpe_observations(models: Iterable[pb.Model]) -> list[tuple[dict[str, int], f
 
 
 def set_determinism(on: bool) -> None:
-    """TensorFlow op determinism for a deterministic run (slower), off otherwise.
+    """The backend's determinism for a deterministic run (slower), off otherwise (`worker.backend`).
 
     The rest of a round's randomness is seeded from (run seed, worker, round):
-    `_train` reseeds Python, NumPy and TensorFlow before each round of a
-    deterministic run, and the trainer's weights and data order follow its seed.
+    `_plan` reseeds Python, NumPy and Keras before each round of a deterministic
+    run, and the trainer's weights and data order follow its seed.
     """
-    import tensorflow as tf
+    from worker import backend
 
-    if on:
-        tf.config.experimental.enable_op_determinism()
-        return
-    try:  # not in the public API; a worker that served a deterministic run turns it off
-        from tensorflow.python.framework.config import disable_op_determinism, is_op_determinism_enabled
-    except ImportError:  # pragma: no cover - another TensorFlow version
-        return
-    if is_op_determinism_enabled():
-        disable_op_determinism()
+    backend.set_determinism(on)
 
 
 def resource_samples(sample) -> list[ResourceSample]:

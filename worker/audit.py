@@ -110,22 +110,12 @@ def architecture_mismatches(found: dict[str, tuple[int, ...]], expected: dict[st
 
 def evaluate(weights_file: Path, graph: Graph, kernel_size: int, precision: str, dataset: Any,
              batch_size: int) -> tuple[float, int]:
-    """(top-1 accuracy, images) of the weights on the dataset's validation split."""
-    import tensorflow as tf
+    """(top-1 accuracy, images) of the weights on the dataset's validation split (on the backend in use)."""
+    from worker import backend
 
     model = _policy_model(graph, kernel_size, get_precision(precision).keras_policy)
     model.load_weights(str(weights_file))
-
-    @tf.function(autograph=False, reduce_retracing=True)
-    def step(x: Any, y: Any) -> tuple[Any, Any]:
-        predicted = model(x, training=False)
-        hits = tf.equal(tf.argmax(y, -1), tf.argmax(predicted, -1))
-        return tf.reduce_sum(tf.cast(hits, tf.int64)), tf.shape(x, out_type=tf.int64)[0]
-
-    correct = images = 0
-    for x, y in dataset.validation(batch_size):
-        c, n = step(x, y)
-        correct, images = correct + int(c), images + int(n)
+    correct, images = backend.count_correct(model, backend.validation_batches(dataset, batch_size))
     if images == 0:
         raise ValueError("the validation split is empty")
     return correct / images, images
@@ -134,7 +124,7 @@ def evaluate(weights_file: Path, graph: Graph, kernel_size: int, precision: str,
 @dataclass(frozen=True)
 class Timing:
     """How `audit_model` times training steps: the run's XLA setting and profile, the one-device
-    strategy and that device's hardware name (`worker.throughput.one_device`, `auditor_hardware`).
+    distribution and that device's hardware name (`worker.throughput.one_device`, `auditor_hardware`).
     Rates are kept per (graph, kernel, batch, precision): models that train the same steps are
     timed once."""
 

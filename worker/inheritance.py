@@ -13,6 +13,14 @@
   (`inherited_kernel_size`). A parent without a usable checkpoint (none
   stored, deleted by retention, missing, corrupt, unreadable by this worker)
   gives a child trained from scratch, logged, with inherited_from 0.
+- A child planned while its parent still trains (the look-ahead prepares round
+  r + 1 while round r, often its parent, trains) is prepared at the kernel it
+  would inherit with and marked pending; at the hand-over, when the parent's
+  checkpoint has been written by then, its weights are loaded into the prepared
+  round (`late_weights`), so the child starts from its parent whenever the
+  checkpoint exists by its first step.
+- Checkpoints are Keras weight files: a model trained on one backend
+  (TensorFlow, JAX) is inherited and audited on the other.
 - The checkpoints the master's retention lets go (FinishModel's reply) are
   deleted from the store; those that cannot be are kept in `undeleted` until the
   master has them, and in the state directory's undeleted file (worker/undeleted.py)
@@ -39,6 +47,8 @@ from worker.undeleted import MAX_DELETING, MAX_ENTRIES, Kept, UndeletedFile, cle
 
 log = logging.getLogger(__name__)
 
+OPEN_STATES = (pb.MODEL_QUEUED, pb.MODEL_TRAINING)  # a model that may still get a checkpoint
+
 
 @dataclass(frozen=True)
 class ChildStart:
@@ -49,6 +59,7 @@ class ChildStart:
     weights: Weights | None
     inherited_from: int
     why: str  # for the log: "inherited", or why not
+    pending_parent: int = 0  # a parent still training, without a checkpoint yet: inherit at the hand-over
 
 
 def build_weights_model(graph: Graph, kernel_size: int) -> Any:
@@ -68,9 +79,9 @@ def build_weights_model(graph: Graph, kernel_size: int) -> Any:
 
 
 def _cpu() -> Any:
-    import tensorflow as tf
+    from worker.backend import host_scope
 
-    return tf.device("/cpu:0")  # a scratch copy: keep it off the accelerator the round trains on
+    return host_scope()  # a scratch copy: keep it off the accelerator the round trains on
 
 
 class Inheritance:
@@ -95,6 +106,10 @@ class Inheritance:
         self._deleting: list[tuple[int, str]] = loaded.deleting
         if self._deleting:
             self._resume_deletes()
+        # (model id, SHA-256, weights) of the checkpoint this worker stored last: a child prepared
+        # while that model trained takes its weights from here at the hand-over (no file read
+        # and no model built on the training thread)
+        self._last_saved: tuple[int, str, Mapping[str, Any]] | None = None
 
     def close(self) -> None:
         if self._tmp is not None:
@@ -106,7 +121,7 @@ class Inheritance:
         """Store a trained model's weights; None (logged) when there is no store or it fails."""
         if self.store is None:
             return None
-        from worker.steps import set_layer_weights
+        from worker.rounds import set_layer_weights
 
         path: Path | None = None
         try:
@@ -121,6 +136,7 @@ class Inheritance:
             if path is not None:
                 path.unlink(missing_ok=True)
         log.info("event=checkpoint_saved model=%d uri=%s bytes=%d", model_id, ckpt.uri, ckpt.size_bytes)
+        self._last_saved = (model_id, ckpt.sha256, weights)
         return ckpt
 
     def delete(self, doomed: Iterable[pb.CheckpointToDelete], answered: int = 0) -> None:
@@ -205,7 +221,7 @@ class Inheritance:
             raise CheckpointError(f"model {parent.model_id}'s checkpoint was deleted by retention")
         path = read_checkpoint(parent.checkpoint_uri, parent.checkpoint_sha256, self.scratch / "in")
         try:
-            from worker.steps import layer_weights
+            from worker.rounds import layer_weights
 
             model = build_weights_model(parent_graph, int(parent.hyperparameters.kernel_size))
             try:
@@ -229,14 +245,49 @@ class Inheritance:
         if self.store is None:
             return ChildStart(hyper, None, 0, "this worker has no checkpoint store")
         kernel = inherited_kernel_size(parent_graph, int(parent.hyperparameters.kernel_size), hyper.kernel_size)
-        try:
-            weights = self.parent_weights(parent, parent_graph)
-            child_weights = transfer_weights(with_inserted_kernel(parent_graph, int(parent.hyperparameters.kernel_size)),
-                                             weights, child, kernel_size=kernel)
-        except (CheckpointError, TransferError) as exc:
-            log.warning("event=inheritance_failed parent=%d error=%s: training from scratch", parent.model_id, exc)
-            return ChildStart(hyper, None, 0, f"from scratch: {exc}")
+        pending = not parent.checkpoint_uri and parent.state in OPEN_STATES
+        if not pending:
+            try:
+                child_weights = self.child_weights(parent, parent_graph, child, kernel)
+            except (CheckpointError, TransferError) as exc:
+                log.warning("event=inheritance_failed parent=%d error=%s: training from scratch", parent.model_id, exc)
+                return ChildStart(hyper, None, 0, f"from scratch: {exc}")
         if kernel != hyper.kernel_size:
             log.info("event=kernel_kept parent=%d chosen=%d kernel=%d", parent.model_id, hyper.kernel_size, kernel)
             hyper = replace(hyper, kernel_size=kernel)
+        if pending:
+            log.info("event=inheritance_deferred parent=%d: its checkpoint is not written yet", parent.model_id)
+            return ChildStart(hyper, None, 0, "parent still training: inherit at the hand-over",
+                              pending_parent=int(parent.model_id))
         return ChildStart(hyper, child_weights, int(parent.model_id), "inherited")
+
+    def child_weights(self, parent: pb.Model, parent_graph: Graph, child: Graph, kernel: int) -> Weights:
+        """The child's initial weights (at `kernel`) from the parent's checkpoint (CheckpointError:
+        none usable; TransferError: the graphs do not fit)."""
+        weights = self.parent_weights(parent, parent_graph)
+        return transfer_weights(with_inserted_kernel(parent_graph, int(parent.hyperparameters.kernel_size)),
+                                weights, child, kernel_size=kernel)
+
+    def late_weights(self, parent: pb.Model | None, parent_graph: Graph | None, child: Graph,
+                     kernel: int) -> tuple[Weights | None, str]:
+        """At the hand-over, for a child prepared while its parent trained: the child's weights
+        from the parent's checkpoint if it exists now (None and why not otherwise; never raises
+        for a bad checkpoint)."""
+        if parent is None or parent_graph is None or self.store is None:
+            return None, "from scratch: the parent is unknown here"
+        if not parent.checkpoint_uri:
+            log.info("event=inheritance_failed parent=%d error=no checkpoint by the first step: training from "
+                     "scratch", parent.model_id)
+            return None, "from scratch: the parent's checkpoint was not written by the first step"
+        try:
+            saved = self._last_saved
+            if saved is not None and (saved[0], saved[1]) == (parent.model_id, parent.checkpoint_sha256):
+                # the checkpoint this worker just stored: its weights are still in memory
+                weights = transfer_weights(with_inserted_kernel(parent_graph, int(parent.hyperparameters.kernel_size)),
+                                           saved[2], child, kernel_size=kernel)
+            else:
+                weights = self.child_weights(parent, parent_graph, child, kernel)
+        except (CheckpointError, TransferError) as exc:
+            log.warning("event=inheritance_failed parent=%d error=%s: training from scratch", parent.model_id, exc)
+            return None, f"from scratch: {exc}"
+        return weights, "inherited at the hand-over"

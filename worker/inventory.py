@@ -1,4 +1,4 @@
-"""What this node has: accelerators (NVML, else TensorFlow), CPUs, memory, software."""
+"""What this node has: accelerators (NVML, else the backend's framework), CPUs, memory, software."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import psutil
 
 log = logging.getLogger(__name__)
 
-SOFTWARE = ("aiperf", "tensorflow", "keras", "nni", "hyperopt", "numpy", "grpcio")
+SOFTWARE = ("aiperf", "tensorflow", "jax", "jaxlib", "keras", "nni", "hyperopt", "numpy", "grpcio")
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class Inventory:
     memory_bytes: int
     software: dict[str, str] = field(default_factory=dict)
     cpu_model: str = ""  # "" when the system does not say
+    backend: str = ""    # the framework the worker trains with (worker.backend)
 
 
 def nvml_accelerators() -> list[AcceleratorInfo] | None:
@@ -64,6 +65,25 @@ def tensorflow_accelerators() -> list[AcceleratorInfo]:
     return out
 
 
+def jax_accelerators() -> list[AcceleratorInfo]:
+    """Accelerators JAX can use (its default platform when that is not the CPU; memory from the
+    device's statistics where it has them, else 0)."""
+    try:
+        import jax
+    except ImportError:
+        return []
+    out = []
+    for dev in jax.local_devices():
+        if dev.platform == "cpu":
+            continue
+        try:
+            memory = int((dev.memory_stats() or {}).get("bytes_limit", 0))
+        except Exception:  # noqa: BLE001 - a platform without statistics
+            memory = 0
+        out.append(AcceleratorInfo(str(dev.device_kind), memory))
+    return out
+
+
 def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The CPU's model name: Linux's /proc/cpuinfo "model name" line (x86), "Model" or "Hardware"
     (Arm), else what `platform` says ("" when nothing does)."""
@@ -89,10 +109,13 @@ def software_versions() -> dict[str, str]:
 
 
 def inventory() -> Inventory:
+    from worker import backend
+
     accelerators = nvml_accelerators()
     if accelerators is None:
-        accelerators = tensorflow_accelerators()
+        accelerators = jax_accelerators() if backend.name() == "jax" else tensorflow_accelerators()
     return Inventory(
+        backend=backend.name(),
         accelerators=tuple(accelerators),
         cpus=psutil.cpu_count(logical=True) or 1,
         memory_bytes=int(psutil.virtual_memory().total),

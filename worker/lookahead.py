@@ -12,7 +12,7 @@ while another thread traces or trains waited 3-37 s on TensorFlow's locks on a
 2-core machine (on the training thread it held up training; queued on the
 look-ahead thread it held up the next planning, and the hand-over with it),
 while with nothing else running it takes a twentieth of a second. Its data
-iterators go to a thread of their own (`worker.steps`): deleting one waits for
+iterators go to a thread of their own (`worker.rounds`): deleting one waits for
 its pipeline's autotuning thread, seconds that were probably part of those waits.
 The heap alive when the process's first run begins its rounds is frozen
 (`freeze_heap`), so the collection at each hand-over scans only what rounds create.
@@ -55,7 +55,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from aiperf.search import Candidate, HistoryEntry
 from worker.generator import snapshot_digest, snapshot_rows
-from worker.steps import wait_for_released
+from worker.rounds import wait_for_released
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,7 @@ class PlannedRound:
     ahead: bool = False         # prepared on the look-ahead thread
     inherited_from: int = 0     # the parent whose weights the model starts from; 0: from scratch
     start_why: str = ""         # for the log: "inherited", or why not (worker.inheritance)
+    pending_parent: int = 0     # prepared while this parent trained: its weights are loaded at the hand-over
 
     @property
     def graph(self) -> Any:

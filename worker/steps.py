@@ -1,4 +1,9 @@
-"""The compiled steps of one round: a model, its train and eval functions, its data iterators.
+"""The TensorFlow backend of the round layer (`worker.backend` picks it or `worker.jax_steps`).
+
+The compiled steps of one round: a model, its train and eval functions, its data
+iterators (`worker.rounds`). Data parallelism is a `tf.distribute.MirroredStrategy`
+over the local GPUs (``/cpu:0`` without one): synchronous all-reduce, each
+replica its share of the global batch, batch norm per replica.
 
 `compile_round` does everything a round needs before its first training step,
 so that it can run on another thread while the previous round trains
@@ -31,111 +36,106 @@ images it processed (summed over replicas), so image counts are exact.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
+import functools
 import logging
-import queue
 import threading
-import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator
 
-from aiperf.graph import Graph
-from aiperf.precision import get_precision
 from aiperf.profiles import Profile
+from worker.rounds import Clock, CompiledRound, DataEnded, StepSettings, compiled_model
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class CompiledRound:
-    """A built model with its traced functions and iterators; `release` drops them."""
+@functools.lru_cache(maxsize=1)
+def local_distribution() -> Any:
+    """MirroredStrategy over all local GPUs, or over ``/cpu:0`` when there is none (one per process)."""
+    import tensorflow as tf
 
-    model: Any
-    strategy: Any
-    train_step: Callable[[Any], tuple[Any, Any]]  # (iterator) -> (loss, images)
-    eval_step: Callable[[Any], tuple[Any, Any]] | None  # (iterator) -> (correct predictions, images)
-    train_iterator: Any                           # every training epoch of the round, in order
-    validation_iterator: Any                      # one validation pass per epoch, in order (None: no evaluation)
-    timings: dict[str, float] = field(default_factory=dict)  # seconds per preparation phase
-
-    def release(self) -> None:
-        """Drop the model and functions (the memory goes with the next garbage collection) and hand
-        the iterators to `_reaper`, which deletes them on a thread of its own."""
-        self.model = self.train_step = self.eval_step = None  # type: ignore[assignment]
-        iterators = [it for it in (self.train_iterator, self.validation_iterator) if it is not None]
-        self.train_iterator = self.validation_iterator = None
-        if iterators:
-            _reaper.drop(iterators)
+    gpus = tf.config.list_logical_devices("GPU")
+    devices = [d.name for d in gpus] if gpus else ["/cpu:0"]
+    return tf.distribute.MirroredStrategy(devices=devices)
 
 
-class _Reaper:
-    """Deletes objects on a thread of its own, in the order given.
+def one_device() -> tuple[str, Any]:
+    """The device an audit times on (the first GPU, else the CPU) and a MirroredStrategy over it."""
+    import tensorflow as tf
 
-    Deleting a tf.data iterator whose pipeline autotunes waits for the pipeline's autotuning
-    thread to end, and that thread was seen to end only at its next wake-up: up to its
-    optimisation period, which doubles while the iterator lives (about 4 s after a 10-second
-    smoke round; 14 s once in a 5-minute demo, holding up that hand-over). The wait does not
-    hold the interpreter, so on this thread it costs the rounds nothing."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[list[Any] | threading.Event] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def drop(self, objects: list[Any]) -> None:
-        """Delete `objects` (their last references, as the list's owner gives it up) on the reaper thread."""
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="iterator-reaper", daemon=True)
-                self._thread.start()
-                # a deletion still under way when the interpreter shuts down could end the
-                # daemon thread inside TensorFlow's C++ frames: let it finish, within bounds
-                atexit.register(self.drain, EXIT_WAIT_S)
-        self._queue.put(objects)
-
-    def drain(self, timeout_s: float) -> bool:
-        """Wait until what was dropped so far is deleted; False when `timeout_s` passed first."""
-        with self._lock:
-            if self._thread is None:
-                return True
-        reached = threading.Event()
-        self._queue.put(reached)
-        return reached.wait(timeout_s)
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
-            item.clear()  # the deletions happen here
-            del item
+    gpus = tf.config.list_logical_devices("GPU")
+    device = gpus[0].name if gpus else "/cpu:0"
+    return device, tf.distribute.MirroredStrategy(devices=[device])
 
 
-EXIT_WAIT_S = 20.0  # at most, at interpreter exit, for deletions under way
-_reaper = _Reaper()
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is TensorFlow (or XLA inside it) running out of device memory."""
+    import tensorflow as tf
+
+    if isinstance(exc, tf.errors.ResourceExhaustedError):
+        return True
+    text = str(exc)
+    # XLA and some allocators report OOM through other error types.
+    return isinstance(exc, (tf.errors.InternalError, tf.errors.UnknownError)) and (
+        "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
 
 
-def wait_for_released(timeout_s: float) -> bool:
-    """Wait until the iterators of the rounds released so far are deleted; False after `timeout_s`."""
-    return _reaper.drain(timeout_s)
+def host_scope() -> Any:
+    """Where scratch models (checkpoints in and out) are built: the CPU, off the accelerator."""
+    import tensorflow as tf
+
+    return tf.device("/cpu:0")
 
 
-@dataclass(frozen=True)
-class StepSettings:
-    """What `compile_round` needs to know about the round."""
+def set_determinism(on: bool) -> None:
+    """TensorFlow op determinism for a deterministic run (slower), off otherwise."""
+    import tensorflow as tf
 
-    graph: Graph              # with the kernel size inserted
-    precision: str
-    strategy: Any
-    global_batch: int
-    epochs: int
-    steps_per_epoch: int
-    xla: bool = False
-    seed: int = 0
-    # {layer id: arrays in get_weights() order} to start from (weight inheritance); None: He init
-    initial_weights: Mapping[str, Sequence[Any]] | None = None
+    if on:
+        tf.config.experimental.enable_op_determinism()
+        return
+    try:  # not in the public API; a worker that served a deterministic run turns it off
+        from tensorflow.python.framework.config import disable_op_determinism, is_op_determinism_enabled
+    except ImportError:  # pragma: no cover - another TensorFlow version
+        return
+    if is_op_determinism_enabled():
+        disable_op_determinism()
+
+
+def count_correct(model: Any, batches: Iterable[tuple[Any, Any]]) -> tuple[int, int]:
+    """(correct top-1 predictions, images) of `model` in inference mode over `batches` of
+    (images, one-hot labels)."""
+    import tensorflow as tf
+
+    @tf.function(autograph=False, reduce_retracing=True)
+    def step(x: Any, y: Any) -> tuple[Any, Any]:
+        predicted = model(x, training=False)
+        hits = tf.equal(tf.argmax(y, -1), tf.argmax(predicted, -1))
+        return tf.reduce_sum(tf.cast(hits, tf.int64)), tf.shape(x, out_type=tf.int64)[0]
+
+    correct = images = 0
+    for x, y in batches:
+        c, n = step(x, y)
+        correct, images = correct + int(c), images + int(n)
+    return correct, images
+
+
+def validation_batches(dataset: Any, batch_size: int) -> Iterable[tuple[Any, Any]]:
+    """The dataset's validation split in batches, as this backend's steps take them."""
+    return dataset.validation(batch_size)
+
+
+def in_memory_batches(batch: tuple[Any, Any]) -> Any:
+    """One (images, labels) batch repeated, as the dataset `compile_round` takes (an audit's timed
+    steps): a tf.data pipeline whose batch dimension is unknown, as the real data's (no retracing)."""
+    import tensorflow as tf
+
+    size = int(batch[0].shape[0])
+
+    class _Batches:
+        def train(self, batch_size: int, seed: int = 0) -> Any:
+            return tf.data.Dataset.from_tensor_slices(batch).batch(size).cache().repeat().prefetch(2)
+
+    return _Batches()
 
 
 def compile_round(settings: StepSettings, dataset: Any, profile: Profile, *, warm: bool = True,
@@ -143,8 +143,8 @@ def compile_round(settings: StepSettings, dataset: Any, profile: Profile, *, war
     """Build, compile, trace and warm up the round's model and steps (see the module docstring).
     `evaluate` False: no evaluation function or validation iterator (an audit's timed steps)."""
     timings: dict[str, float] = {}
-    clock = _Clock(timings)
-    model = _compiled_model(settings, profile)
+    clock = Clock(timings)
+    model = compiled_model(settings, profile)
     clock.lap("build")
     strategy = settings.strategy
     train_data = dataset.train(settings.global_batch, seed=settings.seed)
@@ -166,47 +166,22 @@ def compile_round(settings: StepSettings, dataset: Any, profile: Profile, *, war
     if warm and evaluate and not settings.xla:
         _warm_up(model, train_step, eval_step, lambda: _dummy_iterator(train_data.element_spec, strategy))
         clock.lap("warm")
-    return CompiledRound(model=model, strategy=strategy, train_step=train_step, eval_step=eval_step,
-                         train_iterator=train_iterator, validation_iterator=validation_iterator, timings=timings)
+    return CompiledRound(model=model, strategy=strategy, train_step=_ended_as_data_ended(train_step),
+                         eval_step=eval_step, train_iterator=train_iterator,
+                         validation_iterator=validation_iterator, timings=timings)
 
 
-def _compiled_model(settings: StepSettings, profile: Profile) -> Any:
-    """The Keras model of the graph, built under the round's precision and compiled for SGD."""
-    import keras
+def _ended_as_data_ended(train: Callable[[Any], tuple[Any, Any]]) -> Callable[[Any], tuple[Any, Any]]:
+    """The training function, raising `DataEnded` where TensorFlow's iterator ends."""
+    import tensorflow as tf
 
-    from aiperf.keras_builder import build_model
+    def step(iterator: Any) -> tuple[Any, Any]:
+        try:
+            return train(iterator)
+        except tf.errors.OutOfRangeError as exc:
+            raise DataEnded(str(exc)) from None
 
-    previous_policy = keras.config.dtype_policy()
-    try:
-        keras.config.set_dtype_policy(get_precision(settings.precision).keras_policy)
-        with settings.strategy.scope():
-            model = build_model(settings.graph, seed=settings.seed)
-            if settings.initial_weights is not None:
-                set_layer_weights(model, settings.initial_weights)
-            if profile.bn_momentum is not None:
-                for layer in model.layers:
-                    if isinstance(layer, keras.layers.BatchNormalization):
-                        layer.momentum = profile.bn_momentum
-            schedule = keras.optimizers.schedules.PolynomialDecay(
-                profile.learning_rate, decay_steps=max(1, settings.epochs * settings.steps_per_epoch),
-                end_learning_rate=0.0, power=1.0)
-            model.compile(optimizer=keras.optimizers.SGD(schedule, momentum=profile.momentum),
-                          loss="categorical_crossentropy", jit_compile=bool(settings.xla))
-            model.optimizer.build(model.trainable_variables)
-    finally:
-        keras.config.set_dtype_policy(previous_policy)
-    return model
-
-
-def set_layer_weights(model: Any, weights: Mapping[str, Sequence[Any]]) -> None:
-    """Give each layer named in `weights` its arrays (ValueError: an unknown layer or a shape mismatch)."""
-    for layer_id, arrays in weights.items():
-        model.get_layer(layer_id).set_weights(list(arrays))
-
-
-def layer_weights(model: Any) -> dict[str, list[Any]]:
-    """{layer id: its arrays} of every layer that has weights (the form weight transfer reads)."""
-    return {layer.name: layer.get_weights() for layer in model.layers if layer.weights}
+    return step
 
 
 def _train_function(model: Any, strategy: Any, xla: bool) -> Any:
@@ -321,16 +296,3 @@ def _gradient_registry() -> dict[str, Any] | None:
         log.warning("TensorFlow's gradient registry was not found: each traced training step stays in memory")
         return None
     return registry
-
-
-class _Clock:
-    """Seconds between laps, recorded under the lap's name."""
-
-    def __init__(self, timings: dict[str, float]) -> None:
-        self.timings = timings
-        self.last = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        self.timings[name] = self.timings.get(name, 0.0) + now - self.last
-        self.last = now

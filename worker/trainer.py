@@ -1,11 +1,11 @@
 """Training of one round: a graph, its hyperparameters, a dataset -> a `TrainResult`.
 
-Keras 3 on TensorFlow, following SPEC section 3:
+Keras 3 on the process's backend (TensorFlow or JAX: `worker.backend`, which
+passes to the backend's round module), following SPEC section 3:
 
-- Data parallelism: `tf.distribute.MirroredStrategy` over all local GPUs
-  (synchronous all-reduce). Without a GPU the same strategy runs on the single
-  device ``/cpu:0``, so one code path is used and tested everywhere.
-  The hyperparameter ``batch_size`` is per accelerator: the global batch is
+- Data parallelism: synchronous all-reduce over all local GPUs (TensorFlow's
+  MirroredStrategy, a JAX device mesh); without a GPU the same code runs on the
+  CPU, so one path is used and tested everywhere. The hyperparameter ``batch_size`` is per accelerator: the global batch is
   ``batch_size × replicas``.
 - SGD with momentum (profile, 0.9), learning rate from the profile (0.1) with
   linear decay to 0 over the round's steps, categorical cross-entropy.
@@ -13,10 +13,10 @@ Keras 3 on TensorFlow, following SPEC section 3:
   `aiperf.precision`), which names the Keras dtype policy. The policy is set while
   the model is built and restored afterwards; Keras wraps the optimizer in a
   loss-scale optimizer for ``mixed_float16``.
-- Optional XLA (``jit_compile``).
+- Optional XLA (``jit_compile``) on TensorFlow; JAX always compiles with XLA.
 
 A round has two halves. `prepare_round` checks the settings and builds, traces
-and warms up the model and its steps (`worker.steps`); it touches no state
+and warms up the model and its steps (the backend's `compile_round`); it touches no state
 outside the round, so it may run on another thread while the previous round
 trains (`worker.lookahead`). `run_round` trains the prepared round: a loop of
 single-step calls (one iterator for the whole round, no Keras callbacks), so
@@ -52,7 +52,6 @@ off the training thread).
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import time
@@ -65,7 +64,8 @@ from aiperf.hyperparameters import Hyperparameters
 from aiperf.learning_curve import predict_final_accuracy
 from aiperf.precision import get_precision
 from aiperf.profiles import Profile
-from worker.steps import CompiledRound, StepSettings, compile_round, layer_weights
+from worker.backend import compile_round, is_out_of_memory, local_distribution
+from worker.rounds import CompiledRound, DataEnded, StepSettings
 
 log = logging.getLogger(__name__)
 
@@ -109,19 +109,6 @@ class TrainResult:
     timings: Mapping[str, float] = field(default_factory=dict)
 
 
-@functools.lru_cache(maxsize=1)
-def local_strategy() -> Any:
-    """MirroredStrategy over all local GPUs, or over ``/cpu:0`` when there is none.
-
-    Created once per process and reused by every round.
-    """
-    import tensorflow as tf
-
-    gpus = tf.config.list_logical_devices("GPU")
-    devices = [d.name for d in gpus] if gpus else ["/cpu:0"]
-    return tf.distribute.MirroredStrategy(devices=devices)
-
-
 def train_model(graph: Graph, hyper: Hyperparameters | Mapping[str, int], dataset: Any, profile: Profile,
                 round_index: int, *, on_progress: Callable[[Progress], None],
                 should_stop: Callable[[], bool] = lambda: False, precision: str = "fp32",
@@ -139,7 +126,7 @@ def train_model(graph: Graph, hyper: Hyperparameters | Mapping[str, int], datase
     `hyper` is a `Hyperparameters` (or its dict form; batch size per accelerator);
     `dataset` offers ``train(batch_size, seed=)``, ``validation(batch_size)``,
     ``train_steps(batch_size)``, ``num_classes``, ``image_size`` and the split sizes
-    (`worker.data.Dataset`). `strategy` defaults to `local_strategy()`.
+    (`worker.data.Dataset`). `strategy` defaults to the backend's `local_distribution()`.
     `epochs` overrides the profile's epochs for this round (a run's cap on round
     length); the learning rate decays to 0 over the epochs actually planned.
     ``should_stop`` is asked once before anything is built, then after every step.
@@ -243,7 +230,7 @@ def _plan_round(graph: Graph, hyper: Hyperparameters | Mapping[str, int], datase
     epochs = int(epochs) if epochs is not None else profile.epochs_for_round(round_index)
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
-    strategy = strategy or local_strategy()
+    strategy = strategy or local_distribution()
     replicas = int(strategy.num_replicas_in_sync)
     global_batch = batch_size * replicas
     return _RoundPlan(graph=graph, flop_count=flop_count, batch_size=batch_size, precision=precision,
@@ -256,8 +243,6 @@ def _plan_round(graph: Graph, hyper: Hyperparameters | Mapping[str, int], datase
 def _prepare(plan: _RoundPlan, dataset: Any, profile: Profile, round_index: int, *, xla: bool,
              seed: int, initial_weights: Mapping[str, Any] | None = None) -> PreparedRound:
     """Compile the round's steps; out of memory gives a round prepared as failed, other errors propagate."""
-    import tensorflow as tf
-
     settings = StepSettings(graph=plan.graph, precision=plan.precision, strategy=plan.strategy,
                             global_batch=plan.global_batch, epochs=plan.epochs,
                             steps_per_epoch=plan.steps_per_epoch, xla=xla, seed=seed,
@@ -266,7 +251,7 @@ def _prepare(plan: _RoundPlan, dataset: Any, profile: Profile, round_index: int,
     try:
         compiled = compile_round(settings, dataset, profile)
     except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
-        if not _is_out_of_memory(exc, tf):
+        if not is_out_of_memory(exc):
             raise
         failure = _oom_reason(plan, exc)
         log.warning("round %d: %s (while preparing)", round_index, failure)
@@ -280,8 +265,6 @@ def _run(prepared: PreparedRound, on_progress: Callable[[Progress], None], shoul
          progress_interval_s: float, phase_reports: bool, release: bool = True,
          on_weights: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     """Train the prepared round to its end, its early stop or a stop request."""
-    import tensorflow as tf
-
     plan, profile = prepared.plan, prepared.profile
     tracker = _Tracker(plan.flop_count, on_progress, should_stop, profile.patience(prepared.round_index),
                        progress_interval_s)
@@ -296,7 +279,7 @@ def _run(prepared: PreparedRound, on_progress: Callable[[Progress], None], shoul
                 # the best epoch's weights: the ones its best_accuracy, the claim an audit checks, was measured on
                 on_weights(tracker.best_weights)
     except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
-        if not _is_out_of_memory(exc, tf):
+        if not is_out_of_memory(exc):
             raise
         state, reason = FAILED, _oom_reason(plan, exc)
         log.warning("round %d: %s", prepared.round_index, reason)
@@ -325,7 +308,7 @@ def _epochs(compiled: CompiledRound, plan: _RoundPlan, tracker: "_Tracker", phas
             break
         tracker._end_epoch(accuracy)
         if keep_best and tracker.since_best == 0:
-            tracker.best_weights = layer_weights(compiled.model)
+            tracker.best_weights = compiled.weights()
         if tracker.early_stopped:
             break
     return tracker.outcome()
@@ -333,15 +316,13 @@ def _epochs(compiled: CompiledRound, plan: _RoundPlan, tracker: "_Tracker", phas
 
 def _train_epoch(compiled: CompiledRound, steps: int, tracker: "_Tracker", phase_reports: bool) -> None:
     """Up to `steps` training steps; each step's figures are taken after the next one is launched."""
-    import tensorflow as tf
-
     begin = time.monotonic()
     pending = None
     try:
         for _ in range(steps):
             try:
                 launched = compiled.train_step(compiled.train_iterator)
-            except tf.errors.OutOfRangeError:
+            except DataEnded:
                 log.warning("the training data ended before the %d steps of epoch %d", steps, tracker.epoch)
                 break
             if pending is not None:
@@ -453,16 +434,20 @@ class _Tracker:
         return DONE, ""
 
     def add_training(self, loss: Any, images: Any) -> None:
-        """A training step's figures (tensors); a NaN loss ends the round."""
+        """A training step's figures (tensors); a NaN loss ends the round. The loss is read first:
+        it waits for the step (JAX returns before it ran), so a step that failed counts no image."""
+        value = float(loss)
         self.trained.add(int(images))
-        if math.isnan(float(loss)) and not self.nan_epoch:
+        if math.isnan(value) and not self.nan_epoch:
             self.nan_epoch = max(self.epoch, 1)
 
     def add_validation(self, correct: Any, images: Any) -> tuple[int, int]:
-        """A validation step's figures (tensors), as ints: correct predictions and images."""
+        """A validation step's figures (tensors), as ints: correct predictions and images (the
+        correct count first: it waits for the step)."""
+        hits = int(correct)
         n = int(images)
         self.validated.add(n)
-        return int(correct), n
+        return hits, n
 
     def _check_stop(self) -> bool:
         if not self.stopped and self.should_stop():
@@ -522,15 +507,6 @@ def _train_steps(dataset: Any, global_batch: int) -> int:
     if hasattr(dataset, "train_steps"):
         return int(dataset.train_steps(global_batch))
     return math.ceil(int(dataset.train_size) / global_batch)
-
-
-def _is_out_of_memory(exc: BaseException, tf: Any) -> bool:
-    if isinstance(exc, tf.errors.ResourceExhaustedError):
-        return True
-    text = str(exc)
-    # XLA and some allocators report OOM through other error types.
-    return isinstance(exc, (tf.errors.InternalError, tf.errors.UnknownError)) and (
-        "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
 
 
 def _first_line(exc: BaseException) -> str:

@@ -53,6 +53,12 @@ class Precision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PRECISION_FP8: _ClassVar[Precision]
     PRECISION_INT8: _ClassVar[Precision]
 
+class Backend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BACKEND_UNSPECIFIED: _ClassVar[Backend]
+    BACKEND_TENSORFLOW: _ClassVar[Backend]
+    BACKEND_JAX: _ClassVar[Backend]
+
 class Toggle(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TOGGLE_UNSPECIFIED: _ClassVar[Toggle]
@@ -86,6 +92,9 @@ PRECISION_FP16: Precision
 PRECISION_BF16: Precision
 PRECISION_FP8: Precision
 PRECISION_INT8: Precision
+BACKEND_UNSPECIFIED: Backend
+BACKEND_TENSORFLOW: Backend
+BACKEND_JAX: Backend
 TOGGLE_UNSPECIFIED: Toggle
 TOGGLE_ON: Toggle
 TOGGLE_OFF: Toggle
@@ -216,7 +225,7 @@ class SoftwareVersion(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "state", "registered_at", "last_heartbeat", "current_model_id", "current_run_id", "cpu_peak_flops_by_dtype", "dataset", "has_dataset", "implausible_reports", "cpu_model")
+    __slots__ = ("worker_id", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "state", "registered_at", "last_heartbeat", "current_model_id", "current_run_id", "cpu_peak_flops_by_dtype", "dataset", "has_dataset", "implausible_reports", "cpu_model", "backend")
     class CpuPeakFlopsByDtypeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -241,6 +250,7 @@ class WorkerInfo(_message.Message):
     HAS_DATASET_FIELD_NUMBER: _ClassVar[int]
     IMPLAUSIBLE_REPORTS_FIELD_NUMBER: _ClassVar[int]
     CPU_MODEL_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     name: str
     host: str
@@ -258,7 +268,8 @@ class WorkerInfo(_message.Message):
     has_dataset: bool
     implausible_reports: int
     cpu_model: str
-    def __init__(self, worker_id: _Optional[int] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., state: _Optional[_Union[WorkerState, str]] = ..., registered_at: _Optional[float] = ..., last_heartbeat: _Optional[float] = ..., current_model_id: _Optional[int] = ..., current_run_id: _Optional[int] = ..., cpu_peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ..., dataset: _Optional[_Union[DatasetInfo, _Mapping]] = ..., has_dataset: _Optional[bool] = ..., implausible_reports: _Optional[int] = ..., cpu_model: _Optional[str] = ...) -> None: ...
+    backend: Backend
+    def __init__(self, worker_id: _Optional[int] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., state: _Optional[_Union[WorkerState, str]] = ..., registered_at: _Optional[float] = ..., last_heartbeat: _Optional[float] = ..., current_model_id: _Optional[int] = ..., current_run_id: _Optional[int] = ..., cpu_peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ..., dataset: _Optional[_Union[DatasetInfo, _Mapping]] = ..., has_dataset: _Optional[bool] = ..., implausible_reports: _Optional[int] = ..., cpu_model: _Optional[str] = ..., backend: _Optional[_Union[Backend, str]] = ...) -> None: ...
 
 class Model(_message.Message):
     __slots__ = ("model_id", "run_id", "parent_id", "worker_id", "round", "graph_json", "graph_hash", "hyperparameters", "state", "best_accuracy", "predicted_accuracy", "has_accuracy", "created_at", "finished_at", "reason", "flops_per_train_image", "flops_per_eval_image", "images_trained", "images_validated", "epochs", "checkpoint_uri", "checkpoint_sha256", "inherited_from", "checkpoint_deleted", "checkpoint_delete_error")
@@ -315,7 +326,7 @@ class Model(_message.Message):
     def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., parent_id: _Optional[int] = ..., worker_id: _Optional[int] = ..., round: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., created_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., reason: _Optional[str] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., epochs: _Optional[int] = ..., checkpoint_uri: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ..., inherited_from: _Optional[int] = ..., checkpoint_deleted: _Optional[bool] = ..., checkpoint_delete_error: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("api_version", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "credential", "cpu_peak_flops_by_dtype", "cpu_model")
+    __slots__ = ("api_version", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "credential", "cpu_peak_flops_by_dtype", "cpu_model", "backend")
     class CpuPeakFlopsByDtypeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -333,6 +344,7 @@ class RegisterRequest(_message.Message):
     CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     CPU_PEAK_FLOPS_BY_DTYPE_FIELD_NUMBER: _ClassVar[int]
     CPU_MODEL_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
     api_version: ApiVersion
     name: str
     host: str
@@ -343,7 +355,8 @@ class RegisterRequest(_message.Message):
     credential: str
     cpu_peak_flops_by_dtype: _containers.ScalarMap[str, float]
     cpu_model: str
-    def __init__(self, api_version: _Optional[_Union[ApiVersion, str]] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., credential: _Optional[str] = ..., cpu_peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ..., cpu_model: _Optional[str] = ...) -> None: ...
+    backend: Backend
+    def __init__(self, api_version: _Optional[_Union[ApiVersion, str]] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., credential: _Optional[str] = ..., cpu_peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ..., cpu_model: _Optional[str] = ..., backend: _Optional[_Union[Backend, str]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("worker_id", "heartbeat_interval_s", "has_run", "run", "master_time", "api_version", "abandoned_model_ids", "credential")

@@ -304,6 +304,7 @@ RULES: dict[Any, dict[str, Rule]] = {
         "cpu_peak_flops_by_dtype": Mapping(MAX_DTYPES_PER_ACCELERATOR, Text(16),
                                            Real(0.0, MAX_OPS_PER_S_PER_ACCELERATOR)),
         "cpu_model": Text(MAX_MODEL_NAME_CHARS),
+        "backend": Enum(pb.Backend),  # UNSPECIFIED: a worker from before the field (TensorFlow)
     },
     pb.HeartbeatRequest: {"worker_id": _ID, "model_id": _ID_OR_0},
     pb.ProgressReport: {

@@ -77,7 +77,7 @@ from aiperf.api.bounds import clip_text
 from aiperf.limits import MAX_REASON_CHARS
 from aiperf.api.calls import CREDENTIAL_METADATA, DEFAULT_TIMEOUT_S, ApiError, api_error, with_retries
 from aiperf.api.enums import (
-    API_VERSION, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES, WORKER_STATE_VALUES,
+    API_VERSION, BACKEND_VALUES, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES, WORKER_STATE_VALUES,
 )
 from aiperf.api.stream import WorkerStream
 from aiperf.hyperparameters import Hyperparameters
@@ -244,6 +244,7 @@ class WorkerClient(_Client):
         credential: str = "",
         cpu_peak_flops_by_dtype: Mapping[str, float] | None = None,
         cpu_model: str = "",
+        backend: str = "",
     ) -> pb.RegisterResponse:
         """Register (idempotent on `name` for the worker that holds its credential:
         a restarted worker gets its id back and its unfinished models are abandoned,
@@ -251,7 +252,8 @@ class WorkerClient(_Client):
         this name returned (default: the one this client got for the name, if any).
         The reply's credential is kept and sent with every later call for the worker.
         `cpu_peak_flops_by_dtype`, `cpu_model`: a worker without accelerators, its CPU's GEMM
-        rates and model name."""
+        rates and model name. `backend`: the framework it trains with ("tensorflow", "jax"; "":
+        unsaid, which the master takes as TensorFlow)."""
         with self._lock:
             presented = credential or self._by_name.get(name, "")
         req = pb.RegisterRequest(
@@ -269,6 +271,7 @@ class WorkerClient(_Client):
             credential=presented,
             cpu_peak_flops_by_dtype={k: float(v) for k, v in (cpu_peak_flops_by_dtype or {}).items()},
             cpu_model=cpu_model,
+            backend=BACKEND_VALUES[backend] if backend else pb.BACKEND_UNSPECIFIED,
         )
         reply = self._call("Register", self._stub.Register, req, retry=True)
         with self._lock:

@@ -11,8 +11,8 @@ from typing import Any
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.enums import (
-    API_VERSION, MODEL_STATE_VALUES, MODEL_STATES, PRECISION_VALUES, PRECISIONS, PROFILE_VALUES,
-    PROFILES, RUN_STATE_VALUES, WORKER_STATE_VALUES, WORKER_STATES,
+    API_VERSION, BACKEND_VALUES, BACKENDS, MODEL_STATE_VALUES, MODEL_STATES, PRECISION_VALUES, PRECISIONS,
+    PROFILE_VALUES, PROFILES, RUN_STATE_VALUES, WORKER_STATE_VALUES, WORKER_STATES,
 )
 from aiperf.states import ModelState
 from master.core.replies import (
@@ -64,6 +64,8 @@ def worker_input(req: pb.RegisterRequest) -> WorkerInput:
         memory_bytes=int(req.memory_bytes),
         software={s.name: s.version for s in req.software},
         cpu=_cpu_inventory(req),
+        # a worker from before the field trained on TensorFlow, the only backend then
+        backend=BACKENDS.get(req.backend, "tensorflow"),
     )
 
 
@@ -226,11 +228,12 @@ def worker_message(w: WorkerRecord, inventory: dict[str, Any] | None = None) -> 
     """The worker, with its hardware as in `inventory` (when it joined a run) or as registered."""
     inv = inventory or {
         "host": w.host, "accelerators": w.accelerators, "cpus": w.cpus,
-        "memory_bytes": w.memory_bytes, "software": w.software, "cpu": w.cpu,
+        "memory_bytes": w.memory_bytes, "software": w.software, "cpu": w.cpu, "backend": w.backend,
     }
     return pb.WorkerInfo(
         cpu_peak_flops_by_dtype=inv.get("cpu", {}).get("peak_flops_by_dtype", {}),
         cpu_model=inv.get("cpu", {}).get("model", ""),
+        backend=BACKEND_VALUES.get(inv.get("backend") or "tensorflow", pb.BACKEND_UNSPECIFIED),
         worker_id=w.id, name=w.name, host=inv.get("host", w.host),
         accelerators=[
             pb.Accelerator(model=a.get("model", ""), memory_bytes=int(a.get("memory_bytes", 0)),

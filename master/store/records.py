@@ -72,6 +72,7 @@ class WorkerInput:
     # A worker without accelerators: its CPU's measured GEMM rates and their checks
     # ({"peak_flops_by_dtype": {...}, "peak_checks": {...}}); {} when none was measured.
     cpu: dict[str, Any] = field(default_factory=dict, kw_only=True)
+    backend: str = field(default="tensorflow", kw_only=True)  # the framework it trains with (aiperf.api.enums)
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ def _worker(w: WorkerRow) -> WorkerRecord:
         id=w.id, name=w.name, host=w.host, accelerators=list(w.accelerators), cpus=w.cpus,
         memory_bytes=w.memory_bytes, software=dict(w.software), state=WorkerState(w.state),
         registered_at=w.registered_at, last_heartbeat=w.last_heartbeat, cpu=dict(w.cpu or {}),
+        backend=w.backend or "tensorflow",
     )
 
 
@@ -287,6 +288,7 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
             row.memory_bytes = info.memory_bytes
             row.software = dict(info.software)
             row.cpu = dict(info.cpu) or None
+            row.backend = info.backend
             row.state = WorkerState.ALIVE
             row.last_heartbeat = now
             if credential_hash is not None:
@@ -365,6 +367,7 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
         inventory = {
             "host": w.host, "accelerators": list(w.accelerators), "cpus": w.cpus,
             "memory_bytes": w.memory_bytes, "software": dict(w.software), "cpu": dict(w.cpu or {}),
+            "backend": w.backend or "tensorflow",
         }
         row = RunWorkerRow(run_id=run_id, worker_id=worker_id, joined_at=now, inventory=inventory,
                            implausible_reports=0)

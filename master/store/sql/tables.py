@@ -66,6 +66,8 @@ class WorkerRow(Base):
     # A worker without accelerators: its CPU's measured GEMM rates and their checks
     # (migration 0004; NULL: none measured).
     cpu: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # The framework it trains with (migration 0009; NULL: registered before, on TensorFlow).
+    backend: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class RunWorkerRow(Base):

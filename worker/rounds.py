@@ -1,0 +1,190 @@
+"""What every backend's compiled round is made of: settings, the round, its release.
+
+A backend module (`worker.steps` for TensorFlow, `worker.jax_steps` for JAX;
+`worker.backend` picks one) turns `StepSettings` into a `CompiledRound`: the
+Keras model built under the round's precision, one training and one evaluation
+step, and the iterators over the round's data. Everything above the round
+layer (trainer, look-ahead, audit, inheritance) sees only these types and the
+functions of `worker.backend`.
+
+One step per call: ``train_step(train_iterator)`` returns the step's loss (for
+the NaN check; read it after the next step was launched, so the device is not
+left waiting) and the images it trained (exact, summed over replicas; the
+partial last batch counts what it holds); ``eval_step(validation_iterator)``
+returns the correct top-1 predictions and the images. A training iterator that
+ends early raises `DataEnded`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from aiperf.graph import Graph
+from aiperf.precision import get_precision
+from aiperf.profiles import Profile
+
+
+class DataEnded(Exception):
+    """The round's training data ended before the steps the round planned."""
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """What a backend's `compile_round` needs to know about the round."""
+
+    graph: Graph              # with the kernel size inserted
+    precision: str
+    strategy: Any             # the backend's distribution over local devices (`worker.backend.local_distribution`)
+    global_batch: int
+    epochs: int
+    steps_per_epoch: int
+    xla: bool = False
+    seed: int = 0
+    # {layer id: arrays in get_weights() order} to start from (weight inheritance); None: He init
+    initial_weights: Mapping[str, Sequence[Any]] | None = None
+
+
+@dataclass
+class CompiledRound:
+    """A built model with its compiled steps and iterators; `release` drops them.
+
+    `weights` and `load_weights` read and replace the trained weights by layer id (the form
+    weight transfer and checkpoints use); a backend that keeps the model's state outside the
+    Keras variables overrides them."""
+
+    model: Any
+    strategy: Any
+    train_step: Callable[[Any], tuple[Any, Any]]  # (iterator) -> (loss, images)
+    eval_step: Callable[[Any], tuple[Any, Any]] | None  # (iterator) -> (correct predictions, images)
+    train_iterator: Any                           # every training epoch of the round, in order
+    validation_iterator: Any                      # one validation pass per epoch, in order (None: no evaluation)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per preparation phase
+
+    def weights(self) -> dict[str, list[Any]]:
+        """{layer id: arrays} of the model as trained so far."""
+        return layer_weights(self.model)
+
+    def load_weights(self, weights: Mapping[str, Sequence[Any]]) -> None:
+        """Start from `weights` instead (before the first step; ValueError: unknown layer, shape mismatch)."""
+        set_layer_weights(self.model, weights)
+
+    def release(self) -> None:
+        """Drop the model and functions (the memory goes with the next garbage collection) and hand
+        the iterators to the reaper, which deletes them on a thread of its own."""
+        self.model = self.train_step = self.eval_step = None  # type: ignore[assignment]
+        iterators = [it for it in (self.train_iterator, self.validation_iterator) if it is not None]
+        self.train_iterator = self.validation_iterator = None
+        if iterators:
+            _reaper.drop(iterators)
+
+
+def set_layer_weights(model: Any, weights: Mapping[str, Sequence[Any]]) -> None:
+    """Give each layer named in `weights` its arrays (ValueError: an unknown layer or a shape mismatch)."""
+    for layer_id, arrays in weights.items():
+        model.get_layer(layer_id).set_weights(list(arrays))
+
+
+def layer_weights(model: Any) -> dict[str, list[Any]]:
+    """{layer id: its arrays} of every layer that has weights (the form weight transfer reads)."""
+    return {layer.name: layer.get_weights() for layer in model.layers if layer.weights}
+
+
+def compiled_model(settings: StepSettings, profile: Profile) -> Any:
+    """The Keras model of the graph, built under the round's precision and compiled for SGD with
+    momentum and the learning rate's linear decay to 0 over the round's steps (Keras wraps the
+    optimizer in a loss-scale optimizer for ``mixed_float16``); the optimizer's variables built."""
+    import keras
+
+    from aiperf.keras_builder import build_model
+
+    previous_policy = keras.config.dtype_policy()
+    try:
+        keras.config.set_dtype_policy(get_precision(settings.precision).keras_policy)
+        with settings.strategy.scope():
+            model = build_model(settings.graph, seed=settings.seed)
+            if settings.initial_weights is not None:
+                set_layer_weights(model, settings.initial_weights)
+            if profile.bn_momentum is not None:
+                for layer in model.layers:
+                    if isinstance(layer, keras.layers.BatchNormalization):
+                        layer.momentum = profile.bn_momentum
+            schedule = keras.optimizers.schedules.PolynomialDecay(
+                profile.learning_rate, decay_steps=max(1, settings.epochs * settings.steps_per_epoch),
+                end_learning_rate=0.0, power=1.0)
+            model.compile(optimizer=keras.optimizers.SGD(schedule, momentum=profile.momentum),
+                          loss="categorical_crossentropy", jit_compile=bool(settings.xla))
+            model.optimizer.build(model.trainable_variables)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+    return model
+
+
+class _Reaper:
+    """Deletes objects on a thread of its own, in the order given.
+
+    Deleting a tf.data iterator whose pipeline autotunes waits for the pipeline's autotuning
+    thread to end, and that thread was seen to end only at its next wake-up: up to its
+    optimisation period, which doubles while the iterator lives (about 4 s after a 10-second
+    smoke round; 14 s once in a 5-minute demo, holding up that hand-over). The wait does not
+    hold the interpreter, so on this thread it costs the rounds nothing."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[list[Any] | threading.Event] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def drop(self, objects: list[Any]) -> None:
+        """Delete `objects` (their last references, as the list's owner gives it up) on the reaper thread."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="iterator-reaper", daemon=True)
+                self._thread.start()
+                # a deletion still under way when the interpreter shuts down could end the
+                # daemon thread inside a framework's C++ frames: let it finish, within bounds
+                atexit.register(self.drain, EXIT_WAIT_S)
+        self._queue.put(objects)
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until what was dropped so far is deleted; False when `timeout_s` passed first."""
+        with self._lock:
+            if self._thread is None:
+                return True
+        reached = threading.Event()
+        self._queue.put(reached)
+        return reached.wait(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            item.clear()  # the deletions happen here
+            del item
+
+
+EXIT_WAIT_S = 20.0  # at most, at interpreter exit, for deletions under way
+_reaper = _Reaper()
+
+
+def wait_for_released(timeout_s: float) -> bool:
+    """Wait until the iterators of the rounds released so far are deleted; False after `timeout_s`."""
+    return _reaper.drain(timeout_s)
+
+
+class Clock:
+    """Seconds between laps, recorded under the lap's name."""
+
+    def __init__(self, timings: dict[str, float]) -> None:
+        self.timings = timings
+        self.last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = self.timings.get(name, 0.0) + now - self.last
+        self.last = now
