@@ -94,6 +94,17 @@ def test_datasheet_efficiency_over_mixes_of_accelerators_and_precisions(workers,
         assert r.efficiency == pytest.approx(r.score / sheets.total)
 
 
+def test_a_reason_names_a_bounded_number_of_models():
+    """Workers name their accelerators freely: the reason names the first few, sorted, and counts the rest."""
+    from aiperf.limits import MAX_NAMED_WITHOUT_DATASHEET
+
+    names = [f"Acme {i:02d}" for i in range(MAX_NAMED_WITHOUT_DATASHEET + 4)]
+    sheets = datasheet_peaks(_run("fp32"), _joined([[n] for n in reversed(names)] + [[H100]]))
+    assert sheets.total is None
+    assert sheets.unknown_reason == ("no datasheet entry for " + ", ".join(names[:MAX_NAMED_WITHOUT_DATASHEET])
+                                     + " and 4 more")
+
+
 # ----------------------------------------------------------------- through a real master and the CLI
 
 H100 = "NVIDIA H100 80GB HBM3"

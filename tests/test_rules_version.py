@@ -32,7 +32,7 @@ RECORDED_DIGESTS = {
     "official workload": "b923f3a7b4caddcb",
     "flop count": "db2d4e91190f5091",
     "limits": "2e1aaaa6b9110740",
-    "master rules": "746b5c0a80f452d6",
+    "master rules": "f6c8ad6e28c97692",
 }
 VERSION_FORMAT = re.compile(r"aiperf-rules (\d+)\.(\d+)")
 

@@ -130,7 +130,10 @@ def datasheet_peaks(run: RunRecord, joined: list[RunWorker]) -> DatasheetPeaks:
                 missing.add(model or "an unnamed accelerator")
             figures.append(figure)
     if missing:
-        return DatasheetPeaks(tuple(figures), "no datasheet entry for " + ", ".join(sorted(missing)))
+        named = sorted(missing)[:limits.MAX_NAMED_WITHOUT_DATASHEET]
+        more = len(missing) - len(named)
+        return DatasheetPeaks(tuple(figures), "no datasheet entry for " + ", ".join(named)
+                              + (f" and {more} more" if more else ""))
     return DatasheetPeaks(tuple(figures), "" if figures else "no accelerator took part")
 
 
