@@ -200,6 +200,8 @@ def test_every_export_and_the_report_carry_both_efficiencies_and_the_rules_versi
     assert errors == []
     value = {ll.key: ll.value["value"] for ll in lines}
     assert value["aiperf_rules_version"] == RULES_VERSION
+    keys = [ll.key for ll in lines]
+    assert keys.index("aiperf_rules_version") < keys.index("run_start")  # the run's record, logged at init
     assert value["aiperf_efficiency"] == pytest.approx(board["efficiency"])
     assert value["aiperf_efficiency_vs_measured"] == pytest.approx(board["efficiency_vs_measured"])
     compared = json.loads(cli(capsys, "compare", "1", "1", "--json"))["runs"][0]
