@@ -77,6 +77,7 @@ MAX_VERDICT_CHARS = 32          # an audit's verdict (aiperf.audit.VERDICTS; col
 MAX_AUDIT_IMAGES = 10**9        # images one audit evaluated (ImageNet's validation split: 50,000)
 MAX_AUDIT_IMAGES_PER_S = 10**7  # an audit's timed training rate on one device (ResNet-50 on an H100: ~3,000)
 MAX_HARDWARE_CHARS = 300        # an auditor's hardware: an accelerator model, or a CPU model and count (column: 300)
+MAX_NAMED_WITHOUT_DATASHEET = 8  # accelerator models a scoreboard names as having no datasheet entry
 
 LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_REQUEST_BYTES", "a serialized request; gRPC refuses a larger one with RESOURCE_EXHAUSTED"),
@@ -129,6 +130,7 @@ LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_AUDIT_IMAGES", "validation images of one audit"),
     ("MAX_AUDIT_IMAGES_PER_S", "an audit's timed training images per second on one device"),
     ("MAX_HARDWARE_CHARS", "an auditor's hardware (accelerator model, or CPU model and count), printable"),
+    ("MAX_NAMED_WITHOUT_DATASHEET", "models named in a scoreboard's efficiency_unknown_reason; the rest counted"),
 )
 
 

@@ -1,11 +1,13 @@
 """Checked peaks: a worker's measured GEMM rate against the vendor's datasheet (SPEC section 7).
 
-A worker measures each accelerator's dense GEMM rate per compute type
+A run's efficiency is its score over the sum of the datasheet figures of its
+accelerators at the run's compute type (`datasheet_peak`: HPL's Rmax/Rpeak).
+A worker also measures each accelerator's dense GEMM rate per compute type
 (`worker.gemm`); the sum of these peaks is the denominator of a run's
-efficiency and, per worker, the bound on the operations the master accepts
-from it. A measured rate is a claim, so it is checked here against the
-vendor's *dense* datasheet figure (never the "with sparsity" one: our GEMMs
-are dense) and capped at that figure + `TOLERANCE`:
+efficiency against the measured peak and, per worker, the bound on the
+operations the master accepts from it. A measured rate is a claim, so it is
+checked here against the vendor's *dense* datasheet figure (never the "with
+sparsity" one: our GEMMs are dense) and capped at that figure + `TOLERANCE`:
 
 - "checked": the accelerator is in the table and the rate is within the bound;
 - "capped": above the bound: the bound is accepted instead, and the record says so;
@@ -163,6 +165,15 @@ def datasheet_of(model: str) -> Datasheet | None:
     """The table entry for an accelerator model string; None when it is not in the table."""
     name = normalise(_check_model(model))
     return next((d for d in TABLE if re.search(d.pattern, name)), None)
+
+
+def datasheet_peak(model: str, dtype: str) -> float | None:
+    """The datasheet's dense figure of an accelerator for a GEMM compute type (the
+    figure a measured rate is checked against, without the tolerance): its Rpeak.
+    None when the accelerator is not in the table. ValueError as `check_peak`."""
+    column = _dtype(dtype)
+    sheet = datasheet_of(model)
+    return None if sheet is None else _figure(sheet, column)[0]
 
 
 def check_peak(model: str, dtype: str, measured_flops: float) -> PeakCheck:

@@ -24,12 +24,17 @@ reported by workers, never a predicted accuracy):
   reports that arrive later are kept in the database but are not scored.
 - Error (the field) = 1 - the best accuracy over the whole scored time line:
   the validity rule's error.
-- Efficiency = Score / peak, peak = sum of the accepted GEMM peaks of the
-  workers that took part (`aiperf.peaks`); None when any peak is unknown.
+- Efficiency = Score / Rpeak, Rpeak = sum of the datasheet peaks of the
+  accelerators that took part at the run's compute type (HPL's Rmax/Rpeak,
+  `aiperf.peaks.datasheet_peak`); None unless every one has a datasheet entry.
+- Efficiency vs measured = Score / the sum of the accepted measured GEMM peaks
+  of the workers that took part (`aiperf.peaks`); None when any peak is unknown.
 - Valid when: ran at least the minimum running time, error <= the profile's
-  maximum (0.30), precision FP16 or wider (`aiperf.precision`), and the
+  maximum (0.30), precision FP16 or wider (`aiperf.precision`), the
   workers' own FLOP count agrees with the master's within 1% over the scored
-  reports (sums compared, see `flops_agree`).
+  reports (sums compared, see `flops_agree`), and the score is not above the sum
+  of the accepted peaks, nor of the datasheet peaks (more work than the hardware
+  can do; see `score_run`).
 
 The best models of a run are listed in one order, `model_rank_key`.
 """
@@ -105,7 +110,7 @@ class ScoreResult:
     error: float                 # 1 - best accuracy of the whole scored time line
     regulated_score: float       # max R(t) in the window (R(now) while provisional)
     valid_flops: float           # max V(t) in the window (V(now) while provisional)
-    efficiency: float | None
+    efficiency: float | None     # score / the sum of the datasheet peaks (None: not every one known)
     total_ops: int
     worker_ops: int
     reports: int
@@ -113,6 +118,7 @@ class ScoreResult:
     invalid_reasons: tuple[str, ...] = field(default_factory=tuple)
     regulated_score_time_s: float = 0.0  # t - t0 of the regulated score
     valid_flops_time_s: float = 0.0      # t - t0 of the valid FLOPS
+    efficiency_vs_measured: float | None = None  # score / the sum of the accepted measured peaks
 
     @property
     def invalid_reason(self) -> str:
@@ -227,6 +233,7 @@ def valid_flops(flops: float, accuracy: float | None, target_accuracy: float) ->
 
 
 def efficiency(score: float, peaks: Iterable[float]) -> float | None:
+    """score / the sum of `peaks`; None when there is none or any is unknown (<= 0)."""
     values = list(peaks)
     if not values or any(v <= 0 for v in values):
         return None
@@ -275,13 +282,16 @@ def score_run(
     end: float | None = None,
     peaks: Iterable[float] = (),
     peak_slack_s: float = 0.0,
+    datasheet_peaks: Iterable[float] = (),
 ) -> ScoreResult:
     """Score a run from its time line.
 
     t0: start; now: the master's current time; end: when the run left RUNNING
-    (None while running). Points after `end` are ignored. A score above the sum of
-    `peaks` (plus the clock slack its reports were allowed, `peak_slack_s`, over the
-    minimum running time) makes the run invalid: more work than the hardware does.
+    (None while running). Points after `end` are ignored. `peaks`: the accepted
+    measured peaks, `datasheet_peaks`: the datasheet's, one per accelerator (0:
+    unknown). A score above either sum (plus the clock slack its reports were
+    allowed, `peak_slack_s`, over the minimum running time) makes the run
+    invalid: more work than the hardware does.
     """
     stop = now if end is None else min(now, end)
     scored = [p for p in points if p.t <= stop]
@@ -293,10 +303,13 @@ def score_run(
     best_acc = max(accuracies) if accuracies else None
     err = error_of(best_acc)
     reasons = _invalid_reasons(elapsed, err, precision, total, worker_total, rules)
-    eff = efficiency(best.flops.value, peaks)
-    if eff is not None and eff > 1.0 + peak_slack_s / max(rules.min_running_time_s, 1.0):
-        reasons += (f"the score is {eff:.3g} x the sum of the accepted peaks: more work than the "
-                    f"hardware can do",)
+    measured = efficiency(best.flops.value, peaks)
+    eff = efficiency(best.flops.value, datasheet_peaks)
+    allowed = 1.0 + peak_slack_s / max(rules.min_running_time_s, 1.0)
+    for ratio, which in ((measured, "accepted"), (eff, "datasheet")):
+        if ratio is not None and ratio > allowed:
+            reasons += (f"the score is {ratio:.3g} x the sum of the {which} peaks: more work than the "
+                        f"hardware can do",)
     return ScoreResult(
         elapsed_s=elapsed,
         flops=total / elapsed if elapsed > 0 else 0.0,
@@ -315,6 +328,7 @@ def score_run(
         invalid_reasons=reasons,
         regulated_score_time_s=max(0.0, best.regulated.t - t0),
         valid_flops_time_s=max(0.0, best.valid.t - t0),
+        efficiency_vs_measured=measured,
     )
 
 

@@ -40,8 +40,9 @@ MAX_COMPARE = 16
 # The scoreboard's figures in `compare` and in the scoreboard CSV row, in order.
 BOARD_FIELDS = ("run_id", "state", "profile", "precision", "seed", "duration_s", "elapsed_s", "score",
                 "provisional", "regulated_score", "valid_flops", "flops", "error", "best_accuracy", "valid",
-                "invalid_reason", "efficiency", "workers", "accelerators", "models_done", "images_trained",
-                "images_validated", "total_ops", "backends")
+                "invalid_reason", "efficiency", "efficiency_unknown_reason", "efficiency_vs_measured", "workers",
+                "accelerators", "models_done", "images_trained", "images_validated", "total_ops", "backends",
+                "rules_version")
 MODEL_FIELDS = ("model_id", "parent_id", "worker_id", "round", "state", "best_accuracy", "predicted_accuracy",
                 "batch_size", "kernel_size", "epochs", "images_trained", "images_validated",
                 "flops_per_train_image", "flops_per_eval_image", "created_at", "finished_at", "graph_hash", "reason",

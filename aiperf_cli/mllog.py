@@ -65,7 +65,9 @@ NOT_MLPERF = frozenset({
 TOKEN = ":::MLLOG"
 # The scoreboard's figures logged before run_stop.
 BOARD_KEYS = ("score", "regulated_score", "valid_flops", "error", "valid", "invalid_reason", "provisional",
-              "total_ops", "efficiency")
+              "total_ops", "efficiency", "efficiency_unknown_reason", "efficiency_vs_measured")
+# The run's record logged at init: what it is and the rules it is scored under.
+RUN_KEYS = ("run_id", "profile", "precision", "duration_s", "rules_version")
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,7 @@ def header_events(data: dict[str, Any], sub: Submission) -> list[Event]:
         Event(t, mc.SUBMISSION_ORG, sub.org), Event(t, mc.SUBMISSION_PLATFORM, platform),
         Event(t, mc.SUBMISSION_STATUS, sub.status), Event(t, mc.SEED, board["seed"]),
     ]
-    head += [Event(t, f"aiperf_{key}", board[key]) for key in ("run_id", "profile", "precision", "duration_s")]
+    head += [Event(t, f"aiperf_{key}", board[key]) for key in RUN_KEYS]
     if board.get("backends"):  # the frameworks the run's workers trained with
         head.append(Event(t, "aiperf_backends", board["backends"]))
     try:

@@ -41,6 +41,7 @@ def run_info_to_dict(run: pb.RunInfo) -> dict[str, Any]:
         "stopped_at": run.stopped_at or None,
         "finished_at": run.finished_at or None,
         "stop_reason": run.stop_reason,
+        "rules_version": run.rules_version or None,  # recorded at its start; None: before versions
         **downtime_of(run),
     }
 
@@ -136,7 +137,11 @@ def scoreboard_to_dict(sb: pb.Scoreboard) -> dict[str, Any]:
         "target_accuracy": sb.target_accuracy,
         "valid": sb.valid,
         "invalid_reason": sb.invalid_reason or None,
-        "efficiency": sb.efficiency or None,
+        # score / the datasheet peaks (HPL's Rmax/Rpeak), and / the accepted measured peaks
+        "efficiency": sb.efficiency if sb.datasheet_peak_flops else None,
+        "efficiency_unknown_reason": sb.efficiency_unknown_reason or None,
+        "datasheet_peak_flops": sb.datasheet_peak_flops or None,
+        "efficiency_vs_measured": sb.efficiency_vs_measured if sb.peak_flops else None,
         "peak_flops": sb.peak_flops or None,
         "peak_verdict": sb.peak_verdict or None,
         "total_ops": sb.total_ops,
@@ -157,6 +162,7 @@ def scoreboard_to_dict(sb: pb.Scoreboard) -> dict[str, Any]:
         # the frameworks the run's workers trained with (one run may mix them)
         "backends": ", ".join(sorted({BACKENDS.get(w.backend, "tensorflow") for w in sb.inventory})) or None,
         "software": {s.name: s.version for s in sb.master_software},
+        "scoring_rules_version": sb.scoring_rules_version or None,  # the master's now (rules_version: at start)
         # the audit of the model behind the regulated score (docs/spec.md, "Audit")
         "audit_status": sb.audit_status or None,
         "audit_model_id": sb.audit_model_id or None,

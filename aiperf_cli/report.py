@@ -22,7 +22,8 @@ from aiperf.states import ModelState
 from aiperf_cli.format import format_flops
 from aiperf_cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
 from aiperf_cli.tables import (
-    accuracy_text, audit_text, downtime_text, efficiency_text, elapsed_text, run_title, score_label, stop_text,
+    accuracy_text, audit_text, downtime_text, efficiency_text, elapsed_text, measured_efficiency_text, rules_text,
+    run_title, score_label, stop_text,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -150,6 +151,8 @@ def _summary(b: dict[str, Any]) -> list[tuple[str, str]]:
         ("Error", f"{b['error']:.4f}"),
         ("Audit", audit_text(b)),
         ("Efficiency", efficiency_text(b)),
+        ("Efficiency vs measured", measured_efficiency_text(b)),
+        ("Rules", rules_text(b)),
         ("Elapsed", elapsed_text(b)),
         ("Master downtime", downtime_text(b)),
         ("Total operations", f"{b['total_ops']:.4g} (workers' own count: {b['worker_ops']:.4g}; "

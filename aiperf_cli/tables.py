@@ -49,11 +49,26 @@ def stop_text(d: dict[str, Any]) -> str | None:
 
 
 def efficiency_text(d: dict[str, Any]) -> str:
-    """The score as a share of the accelerators' measured peak."""
-    if not d["efficiency"]:
-        return "peak unknown"
+    """The score as a share of the accelerators' datasheet peak (HPL's Rmax/Rpeak), or why there is none."""
+    if d["efficiency"] is None:
+        return f"n/a ({d['efficiency_unknown_reason'] or 'no datasheet peak'})"
+    return f"{d['efficiency']:.2%} of {format_flops(d['datasheet_peak_flops'])} (datasheet)"
+
+
+def measured_efficiency_text(d: dict[str, Any]) -> str:
+    """The score as a share of the accelerators' accepted measured GEMM peak."""
+    if d["efficiency_vs_measured"] is None:
+        return "n/a (no measured peak for every accelerator)"
     verdict = d.get("peak_verdict")
-    return f"{d['efficiency']:.2%} of {format_flops(d['peak_flops'])}" + (f" ({verdict})" if verdict else "")
+    return (f"{d['efficiency_vs_measured']:.2%} of {format_flops(d['peak_flops'])} (measured"
+            + (f", {verdict})" if verdict else ")"))
+
+
+def rules_text(d: dict[str, Any]) -> str:
+    """The rules version the run was started under, and the master's when it scores by others."""
+    recorded = d["rules_version"] or "not recorded (the run predates rules versions)"
+    now = d.get("scoring_rules_version")
+    return recorded + (f"; this master scores by {now}" if now and now != d["rules_version"] else "")
 
 
 def elapsed_text(d: dict[str, Any]) -> str:
@@ -106,6 +121,8 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
         ("Official", official_text(d)),
         ("Audit", audit_text(d)),
         ("Efficiency", efficiency_text(d)),
+        ("Efficiency vs measured", measured_efficiency_text(d)),
+        ("Rules", rules_text(d)),
         ("Elapsed", elapsed_text(d)),
         ("Master downtime", downtime_text(d)),
         ("Workers", f"{d['workers']} ({d['workers_alive']} alive)"),

@@ -130,7 +130,7 @@ def worker_cmd(
                                           help="CPUs kept for the input pipeline."),
     exit_when_done: bool = typer.Option(False, help="Exit when the run ends instead of waiting for the next."),
     measure_peak: bool = typer.Option(True, help="Measure each accelerator's dense GEMM rate at start (a few "
-                                      "seconds each), so the scoreboard can show efficiency."),
+                                      "seconds each), so the scoreboard can show the efficiency vs measured."),
     tls_ca: Optional[Path] = typer.Option(None, envvar="AIPERF_TLS_CA", help="CA certificate of the master's TLS."),
     tls: bool = typer.Option(False, help="Use TLS with the system's root certificates."),
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, envvar="AIPERF_WORKER_STATE_DIR",

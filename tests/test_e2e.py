@@ -260,7 +260,10 @@ def test_smoke_run_end_to_end(smoke_run):
                            if s.accelerator_index == -1)
     # A worker without accelerators measured its CPU at start: the run shows an efficiency
     # (SPEC section 7), and no honest report was refused; its dataset report is recorded.
-    assert board["efficiency"] and board["peak_verdict"] == "unverified peak" and sb.implausible_reports == 0
+    assert board["efficiency_vs_measured"] and board["peak_verdict"] == "unverified peak"
+    assert sb.implausible_reports == 0
+    # CPUs have no datasheet entry: no datasheet efficiency, and the scoreboard says why
+    assert board["efficiency"] is None and board["efficiency_unknown_reason"].startswith("no datasheet entry for CPU")
     (node,) = board["hardware"]
     assert node["cpu_peak_flops"]["float32"] == pytest.approx(board["peak_flops"])
     assert node["dataset"]["kind"] == "digits" and len(node["dataset"]["fingerprint"]) == 64

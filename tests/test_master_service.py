@@ -207,7 +207,11 @@ def test_scores_on_the_master_clock(master_server):
     acc_at = {3600: 0.60, 4500: 0.60, 5400: 0.75}
     assert sb.regulated_score == pytest.approx(max(-math.log(1 - acc_at[t]) * v for t, v in candidates.items()))
     assert sb.valid_flops == pytest.approx(max(v * (acc_at[t] / 0.763) ** 5 for t, v in candidates.items()))
-    assert sb.efficiency == pytest.approx(candidates[best_t] / (2 * 5e10))
+    assert sb.efficiency_vs_measured == pytest.approx(candidates[best_t] / (2 * 5e10))
+    # Rmax/Rpeak: two V100s of no named variant are rated at the fastest one's float16 figure, the
+    # V100S's "tensor performance" of 130 TFLOPS (NVIDIA V100 datasheet)
+    assert sb.datasheet_peak_flops == pytest.approx(2 * 130e12) and not sb.efficiency_unknown_reason
+    assert sb.efficiency == pytest.approx(candidates[best_t] / (2 * 130e12))
     # every other rule holds; an official run also needs its regulated-score model audited (it is still training)
     assert not sb.valid and sb.audit_status == "not audited" and sb.audit_model_id == mid
     assert sb.invalid_reason == f"the model behind the regulated score (model {mid}) is not audited"
@@ -660,7 +664,10 @@ def test_efficiency_uses_the_gemm_peak_of_the_runs_compute_type(master_server, s
     sb = c.scoreboard()
     peak = 2 * 4e10 + 2e10  # float16 for the mixed_fp16 run
     assert sb.score > 0 and sb.peak_flops == pytest.approx(peak)
-    assert sb.efficiency == pytest.approx(sb.score / peak)
+    assert sb.efficiency_vs_measured == pytest.approx(sb.score / peak)
+    # the datasheet's float16 figures: H100 SXM 1,979 TFLOPS with sparsity (989.5 dense), V100S 130 TFLOPS
+    assert sb.datasheet_peak_flops == pytest.approx(2 * 989.5e12 + 130e12)
+    assert sb.efficiency == pytest.approx(sb.score / (2 * 989.5e12 + 130e12))
     inv = {wi.name: wi for wi in c.scoreboard().inventory}
     assert dict(inv["a"].accelerators[0].peak_flops_by_dtype) == by_dtype
     assert sb.peak_verdict == "checked"  # every rate is within its datasheet (H100 SXM, V100)
@@ -689,7 +696,8 @@ def test_claimed_peaks_are_checked_against_the_datasheet(master_server, small_gr
     sb = c.scoreboard()
     capped = 989.5e12 * 1.05
     assert sb.peak_flops == pytest.approx(capped) and sb.peak_verdict == "capped"
-    assert sb.efficiency == pytest.approx(sb.score / capped)
+    assert sb.efficiency_vs_measured == pytest.approx(sb.score / capped)
+    assert sb.efficiency == pytest.approx(sb.score / 989.5e12)  # the claim does not move the datasheet
     # the claim itself stays on record, next to what was accepted
     assert dict(c.scoreboard().inventory[0].accelerators[0].peak_flops_by_dtype) == {"float16": 5e15}
 
@@ -700,6 +708,9 @@ def test_claimed_peaks_are_checked_against_the_datasheet(master_server, small_gr
     w.report_progress(other, mid, 1, 5000, 500, 1, fc.ops(5000, 500), val_accuracy=0.5)
     sb = c.scoreboard()
     assert sb.peak_flops == pytest.approx(capped + 5e14) and sb.peak_verdict == "unverified peak"
+    # an accelerator the table does not know: no datasheet efficiency for the run, and why
+    assert sb.efficiency == 0.0 and sb.datasheet_peak_flops == 0.0 and sb.efficiency_vs_measured > 0
+    assert sb.efficiency_unknown_reason == "no datasheet entry for Acme Tensor 9000"
 
 
 @pytest.mark.parametrize("by_dtype, message", [

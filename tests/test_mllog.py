@@ -38,7 +38,8 @@ def export(models: list[dict], hardware: list[dict] = None, state: str = "finish
              "created_at": T0 - 5, "started_at": None if started is None else T0 + started,
              "stopped_at": None if stopped is None else T0 + stopped, "finished_at": None,
              "elapsed_s": 100.0 if stopped is not None else 60.0, "valid": valid, "stop_reason": stop_reason,
-             "hardware": [node(1)] if hardware is None else hardware, "invalid_reason": None}
+             "hardware": [node(1)] if hardware is None else hardware, "invalid_reason": None,
+             "rules_version": "aiperf-rules 1.0"}
     board.update({key: 1.0 for key in mllog.BOARD_KEYS if key not in board})
     return {"scoreboard": board, "models": models,
             "timeline": {"points": [{"elapsed_s": 50.0, "ops": 1e12, "flops": 2e10, "best_accuracy": 0.6}]}}

@@ -54,7 +54,8 @@ def test_a_cpu_worker_registers_its_measured_peak_and_the_run_shows_an_efficienc
         w.report_progress(wid, mid, 3, too_many, 0, 1, fc.ops(too_many, 0))
     sb = c.scoreboard()
     assert sb.peak_flops == pytest.approx(rate) and sb.peak_verdict == "unverified peak"
-    assert sb.efficiency == pytest.approx(sb.score / rate) and 0 < sb.efficiency
+    assert sb.efficiency_vs_measured == pytest.approx(sb.score / rate) and 0 < sb.efficiency_vs_measured
+    assert sb.efficiency == 0.0 and sb.efficiency_unknown_reason == "no datasheet entry for CPU"  # no CPU table
     assert sb.implausible_reports == 1 and sb.inventory[0].implausible_reports == 1
     assert dict(sb.inventory[0].cpu_peak_flops_by_dtype) == {"float32": rate}
 

@@ -57,6 +57,11 @@ def test_run_gauges_are_computed_at_each_scrape(master_server, small_graph, tmp_
     assert now[f"aiperf_run_score{labels}"] == pytest.approx(board.score) and board.score > 0
     assert now[f"aiperf_run_regulated_score{labels}"] == pytest.approx(board.regulated_score)
     assert now[f"aiperf_run_valid_flops{labels}"] == pytest.approx(board.valid_flops)
+    # a V100 of no named variant: the datasheet's fastest V100 float32 figure (V100S, 16.4 TFLOPS)
+    # is its Rpeak; it measured no GEMM rate, so there is no efficiency against a measured peak
+    assert now[f"aiperf_run_efficiency{labels}"] == pytest.approx(board.score / 16.4e12)
+    assert now[f"aiperf_run_efficiency{labels}"] == pytest.approx(board.efficiency)
+    assert f"aiperf_run_efficiency_vs_measured{labels}" not in now and board.efficiency_vs_measured == 0.0
 
     # a stopped run keeps its final figures on the dashboard (the latest run is scraped)
     c.stop_run(run_id, abort=True, reason="done here")

@@ -148,8 +148,11 @@ def test_efficiency_needs_every_peak():
     assert efficiency(3.0e12, [1.0e12, 5.0e12]) == pytest.approx(0.5)
     assert efficiency(3.0e12, [1.0e12, 0.0]) is None
     assert efficiency(3.0e12, []) is None
-    r = score_run(T0, T0 + 7200, TIMELINE, OFFICIAL, "fp32", peaks=[1e13, 1e13])
-    assert r.efficiency == pytest.approx(13.7e15 / 4500 / 2e13)
+    r = score_run(T0, T0 + 7200, TIMELINE, OFFICIAL, "fp32", peaks=[1e13, 1e13], datasheet_peaks=[2e13, 2e13])
+    assert r.efficiency_vs_measured == pytest.approx(13.7e15 / 4500 / 2e13)
+    assert r.efficiency == pytest.approx(13.7e15 / 4500 / 4e13)
+    r = score_run(T0, T0 + 7200, TIMELINE, OFFICIAL, "fp32", peaks=[1e13, 1e13], datasheet_peaks=[2e13, 0.0])
+    assert r.efficiency is None and r.efficiency_vs_measured is not None
 
 
 def test_smoke_profile_counts_after_two_minutes():
@@ -275,11 +278,22 @@ def test_a_score_above_the_accepted_peaks_is_invalid():
     pts = [Point(T0 + 3600, ops=3600 * 10**12, worker_ops=3600 * 10**12, accuracy=0.8)]
     slack = 5.0
     ok = score_run(T0, T0 + 3600, pts, OFFICIAL, "mixed_fp16", peaks=[1e12], peak_slack_s=slack)
-    assert ok.efficiency == pytest.approx(1.0) and ok.valid, ok.invalid_reasons
+    assert ok.efficiency_vs_measured == pytest.approx(1.0) and ok.valid, ok.invalid_reasons
     edge = score_run(T0, T0 + 3600, pts, OFFICIAL, "mixed_fp16", peaks=[1e12 / (1 + slack / 3600)],
                      peak_slack_s=slack)
     assert edge.valid, edge.invalid_reasons
     over = score_run(T0, T0 + 3600, pts, OFFICIAL, "mixed_fp16", peaks=[1e12 / 1.02], peak_slack_s=slack)
     assert not over.valid and "1.02 x the sum of the accepted peaks" in over.invalid_reasons[0]
     unknown = score_run(T0, T0 + 3600, pts, OFFICIAL, "mixed_fp16", peaks=[1e12 / 2, 0.0])
-    assert unknown.efficiency is None and unknown.valid  # a peak unknown: no efficiency to judge
+    assert unknown.efficiency_vs_measured is None and unknown.valid  # a peak unknown: no efficiency to judge
+
+
+def test_a_score_above_the_datasheet_peaks_is_invalid_even_without_a_measured_peak():
+    """A worker that measured nothing has no accepted peak to hold its score to; the datasheet's
+    Rpeak still bounds it: the same 1e12 FLOPS is valid on 1e12 of datasheet peak, not on 1e12 / 1.02."""
+    pts = [Point(T0 + 3600, ops=3600 * 10**12, worker_ops=3600 * 10**12, accuracy=0.8)]
+    ok = score_run(T0, T0 + 3600, pts, OFFICIAL, "mixed_fp16", datasheet_peaks=[1e12], peak_slack_s=5.0)
+    assert ok.efficiency == pytest.approx(1.0) and ok.efficiency_vs_measured is None and ok.valid
+    over = score_run(T0, T0 + 3600, pts, OFFICIAL, "mixed_fp16", datasheet_peaks=[1e12 / 1.02], peak_slack_s=5.0)
+    assert over.invalid_reasons == ("the score is 1.02 x the sum of the datasheet peaks: more work than the "
+                                    "hardware can do",)

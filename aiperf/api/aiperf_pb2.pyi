@@ -152,7 +152,7 @@ class Outage(_message.Message):
     def __init__(self, start: _Optional[float] = ..., end: _Optional[float] = ...) -> None: ...
 
 class RunInfo(_message.Message):
-    __slots__ = ("config", "state", "created_at", "started_at", "deadline", "stopped_at", "finished_at", "stop_reason", "outages")
+    __slots__ = ("config", "state", "created_at", "started_at", "deadline", "stopped_at", "finished_at", "stop_reason", "outages", "rules_version")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -162,6 +162,7 @@ class RunInfo(_message.Message):
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     OUTAGES_FIELD_NUMBER: _ClassVar[int]
+    RULES_VERSION_FIELD_NUMBER: _ClassVar[int]
     config: RunConfig
     state: RunState
     created_at: float
@@ -171,7 +172,8 @@ class RunInfo(_message.Message):
     finished_at: float
     stop_reason: str
     outages: _containers.RepeatedCompositeFieldContainer[Outage]
-    def __init__(self, config: _Optional[_Union[RunConfig, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., created_at: _Optional[float] = ..., started_at: _Optional[float] = ..., deadline: _Optional[float] = ..., stopped_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., stop_reason: _Optional[str] = ..., outages: _Optional[_Iterable[_Union[Outage, _Mapping]]] = ...) -> None: ...
+    rules_version: str
+    def __init__(self, config: _Optional[_Union[RunConfig, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., created_at: _Optional[float] = ..., started_at: _Optional[float] = ..., deadline: _Optional[float] = ..., stopped_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., stop_reason: _Optional[str] = ..., outages: _Optional[_Iterable[_Union[Outage, _Mapping]]] = ..., rules_version: _Optional[str] = ...) -> None: ...
 
 class Hyperparameters(_message.Message):
     __slots__ = ("batch_size", "kernel_size")
@@ -735,7 +737,7 @@ class GetScoreboardRequest(_message.Message):
     def __init__(self, run_id: _Optional[int] = ...) -> None: ...
 
 class Scoreboard(_message.Message):
-    __slots__ = ("run", "elapsed_s", "flops", "score", "provisional", "regulated_score", "valid_flops", "error", "best_accuracy", "target_accuracy", "valid", "invalid_reason", "official", "efficiency", "peak_flops", "total_ops", "worker_ops", "flops_mismatch_reports", "reports", "workers", "workers_alive", "accelerators", "models", "models_done", "best_model_id", "inventory", "master_software", "min_running_time_s", "score_time_s", "images_trained", "images_validated", "peak_verdict", "implausible_reports", "unofficial_reasons", "regulated_score_time_s", "valid_flops_time_s", "audit_status", "audit_model_id", "audit")
+    __slots__ = ("run", "elapsed_s", "flops", "score", "provisional", "regulated_score", "valid_flops", "error", "best_accuracy", "target_accuracy", "valid", "invalid_reason", "official", "efficiency", "peak_flops", "total_ops", "worker_ops", "flops_mismatch_reports", "reports", "workers", "workers_alive", "accelerators", "models", "models_done", "best_model_id", "inventory", "master_software", "min_running_time_s", "score_time_s", "images_trained", "images_validated", "peak_verdict", "implausible_reports", "unofficial_reasons", "regulated_score_time_s", "valid_flops_time_s", "audit_status", "audit_model_id", "audit", "efficiency_vs_measured", "datasheet_peak_flops", "efficiency_unknown_reason", "scoring_rules_version")
     RUN_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
     FLOPS_FIELD_NUMBER: _ClassVar[int]
@@ -775,6 +777,10 @@ class Scoreboard(_message.Message):
     AUDIT_STATUS_FIELD_NUMBER: _ClassVar[int]
     AUDIT_MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     AUDIT_FIELD_NUMBER: _ClassVar[int]
+    EFFICIENCY_VS_MEASURED_FIELD_NUMBER: _ClassVar[int]
+    DATASHEET_PEAK_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    EFFICIENCY_UNKNOWN_REASON_FIELD_NUMBER: _ClassVar[int]
+    SCORING_RULES_VERSION_FIELD_NUMBER: _ClassVar[int]
     run: RunInfo
     elapsed_s: float
     flops: float
@@ -814,7 +820,11 @@ class Scoreboard(_message.Message):
     audit_status: str
     audit_model_id: int
     audit: Audit
-    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., flops: _Optional[float] = ..., score: _Optional[float] = ..., provisional: _Optional[bool] = ..., regulated_score: _Optional[float] = ..., valid_flops: _Optional[float] = ..., error: _Optional[float] = ..., best_accuracy: _Optional[float] = ..., target_accuracy: _Optional[float] = ..., valid: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., official: _Optional[bool] = ..., efficiency: _Optional[float] = ..., peak_flops: _Optional[float] = ..., total_ops: _Optional[float] = ..., worker_ops: _Optional[float] = ..., flops_mismatch_reports: _Optional[int] = ..., reports: _Optional[int] = ..., workers: _Optional[int] = ..., workers_alive: _Optional[int] = ..., accelerators: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelCount, _Mapping]]] = ..., models_done: _Optional[int] = ..., best_model_id: _Optional[int] = ..., inventory: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., master_software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., min_running_time_s: _Optional[float] = ..., score_time_s: _Optional[float] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., peak_verdict: _Optional[str] = ..., implausible_reports: _Optional[int] = ..., unofficial_reasons: _Optional[_Iterable[str]] = ..., regulated_score_time_s: _Optional[float] = ..., valid_flops_time_s: _Optional[float] = ..., audit_status: _Optional[str] = ..., audit_model_id: _Optional[int] = ..., audit: _Optional[_Union[Audit, _Mapping]] = ...) -> None: ...
+    efficiency_vs_measured: float
+    datasheet_peak_flops: float
+    efficiency_unknown_reason: str
+    scoring_rules_version: str
+    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., flops: _Optional[float] = ..., score: _Optional[float] = ..., provisional: _Optional[bool] = ..., regulated_score: _Optional[float] = ..., valid_flops: _Optional[float] = ..., error: _Optional[float] = ..., best_accuracy: _Optional[float] = ..., target_accuracy: _Optional[float] = ..., valid: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., official: _Optional[bool] = ..., efficiency: _Optional[float] = ..., peak_flops: _Optional[float] = ..., total_ops: _Optional[float] = ..., worker_ops: _Optional[float] = ..., flops_mismatch_reports: _Optional[int] = ..., reports: _Optional[int] = ..., workers: _Optional[int] = ..., workers_alive: _Optional[int] = ..., accelerators: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelCount, _Mapping]]] = ..., models_done: _Optional[int] = ..., best_model_id: _Optional[int] = ..., inventory: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., master_software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., min_running_time_s: _Optional[float] = ..., score_time_s: _Optional[float] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., peak_verdict: _Optional[str] = ..., implausible_reports: _Optional[int] = ..., unofficial_reasons: _Optional[_Iterable[str]] = ..., regulated_score_time_s: _Optional[float] = ..., valid_flops_time_s: _Optional[float] = ..., audit_status: _Optional[str] = ..., audit_model_id: _Optional[int] = ..., audit: _Optional[_Union[Audit, _Mapping]] = ..., efficiency_vs_measured: _Optional[float] = ..., datasheet_peak_flops: _Optional[float] = ..., efficiency_unknown_reason: _Optional[str] = ..., scoring_rules_version: _Optional[str] = ...) -> None: ...
 
 class Audit(_message.Message):
     __slots__ = ("model_id", "run_id", "claimed_accuracy", "has_audited_accuracy", "audited_accuracy", "architecture_ok", "verdict", "auditor_host", "validation_images", "audited_at", "detail", "tolerance", "throughput", "worker_hardware", "auditor_hardware", "claimed_images_per_second", "audited_images_per_second", "worker_flops", "audited_flops", "throughput_tolerance")

@@ -41,6 +41,7 @@ from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
 from aiperf.hyperparameters import HyperparameterError, Hyperparameters
 from aiperf.limits import CLOCK_SLACK_S, MAX_OPS_PER_REPORT, MAX_PAGE, MAX_TIMELINE_BUCKETS
+from aiperf.ruleset import RULES_VERSION
 from aiperf.states import FINISHED_MODEL_STATES, OPEN_MODEL_STATES, ModelState, RunState, WorkerState
 from master.core import retention
 from master.core.audits import Audits, with_audit_rule, with_throughput_rule
@@ -57,7 +58,7 @@ from master.core.replies import (
 from master.core.requests import ModelFinish, ModelSubmission, ProgressReport, ResourceSampleReport, RunSpec
 from master.core.roster import Roster
 from master.core.run_rules import (
-    accelerator_peaks, check_accelerators, check_graph_fits, parse_graph, peak_verdict, rules_of,
+    accelerator_peaks, check_accelerators, check_graph_fits, datasheet_peaks, parse_graph, peak_verdict, rules_of,
     with_checked_peaks, worker_budget,
 )
 from master.core.versions import software_versions
@@ -170,7 +171,8 @@ class Master:
 
     def start_run(self, spec: RunSpec) -> RunRecord:
         precision, config = run_config(spec)
-        new = NewRun(spec.profile, int(spec.seed), float(spec.duration_s), precision, config, software_versions())
+        new = NewRun(spec.profile, int(spec.seed), float(spec.duration_s), precision, config, software_versions(),
+                     rules_version=RULES_VERSION)
         now = self.clock()
         with self._tick_lock, self._lock:  # the tick would start the pending run between these two writes
             run = self.store.create_run(new, now, allow_concurrent=spec.allow_concurrent)
@@ -631,12 +633,12 @@ class Master:
         rules = rules_of(run)
         if run.started_at is None:
             return scoring.score_run(0.0, 0.0, [], rules, run.precision)
-        peaks = accelerator_peaks(run, joined if joined is not None else self.store.run_workers(run.id))
+        joined = joined if joined is not None else self.store.run_workers(run.id)
         # the window ends at the stop, or at the deadline even before the run is stopped
         return scoring.score_run(
             run.started_at, self.clock(), self.store.timeline(run.id), rules, run.precision,
-            end=run.stopped_at if run.stopped_at is not None else run.deadline, peaks=peaks,
-            peak_slack_s=CLOCK_SLACK_S,
+            end=run.stopped_at if run.stopped_at is not None else run.deadline, peaks=accelerator_peaks(run, joined),
+            peak_slack_s=CLOCK_SLACK_S, datasheet_peaks=datasheet_peaks(run, joined).for_scoring(),
         )
 
     def run_status(self, run_id: int) -> RunStatus:
@@ -659,9 +661,12 @@ class Master:
         result = with_throughput_rule(with_audit_rule(result, rules_of(run), audit), self.audits.of_run(run.id))
         ranked = self.store.ranked_done_ids(run.id, limit=1)
         images_trained, images_validated = self.store.run_images(run.id)
+        sheets = datasheet_peaks(run, joined)
         return Scoreboard(
             run=run, result=result, rules=rules_of(run),
-            peak_flops=sum(accelerator_peaks(run, joined)) if result.efficiency is not None else None,
+            peak_flops=sum(accelerator_peaks(run, joined)) if result.efficiency_vs_measured is not None else None,
+            datasheet_peak_flops=sheets.total, efficiency_unknown_reason=sheets.unknown_reason,
+            scoring_rules_version=RULES_VERSION,
             peak_verdict=peak_verdict(run, joined), implausible_reports=sum(rw.implausible_reports for rw in joined),
             unofficial_reasons=unofficial_reasons(run, joined),
             flops_mismatch_reports=self.store.flops_mismatch_count(run.id),

@@ -97,7 +97,7 @@ class Scoreboard:
     run: RunRecord
     result: scoring.ScoreResult
     rules: scoring.ProfileRules
-    peak_flops: float | None       # sum of the accelerators' accepted peaks; None when the efficiency is unknown
+    peak_flops: float | None       # sum of the accelerators' accepted peaks; None when that efficiency is unknown
     peak_verdict: str              # run_rules.peak_verdict: "checked", "capped", "unverified peak" or ""
     flops_mismatch_reports: int
     implausible_reports: int       # reports refused above the workers' accepted peaks in this run (stored)
@@ -109,6 +109,9 @@ class Scoreboard:
     images_validated: int
     unofficial_reasons: tuple[str, ...] = ()  # why the run is not official (master/core/officiality.py)
     audit: "RegulatedAudit | None" = None  # the audit of the model behind the regulated score
+    datasheet_peak_flops: float | None = None  # sum of the accelerators' datasheet peaks (Rpeak); None: unknown
+    efficiency_unknown_reason: str = ""  # why there is no datasheet efficiency (run_rules.datasheet_peaks)
+    scoring_rules_version: str = ""  # the rules this master scores by (run.rules_version: those at its start)
 
     @property
     def accelerators(self) -> int:

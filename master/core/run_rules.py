@@ -7,7 +7,7 @@ return plain values, so they are tested without a server.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from aiperf import limits
@@ -87,6 +87,54 @@ def accelerator_peaks(run: RunRecord, joined: list[RunWorker]) -> list[float]:
     dtype = _run_dtype(run)
     return [float(c["accepted_flops"]) if c is not None else 0.0 for rw in joined
             for c in _worker_checks(rw.inventory.get("accelerators", []), rw.inventory.get("cpu", {}), dtype)]
+
+
+@dataclass(frozen=True)
+class DatasheetPeaks:
+    """The datasheet peaks (Rpeak) of a run's accelerators at its compute type: the
+    efficiency's denominator, known only when every accelerator has an entry."""
+
+    figures: tuple[float | None, ...]  # one per accelerator (a worker without one: its CPU); None: no entry
+    unknown_reason: str  # why there is no total ("no datasheet entry for ..."); "" when there is
+
+    @property
+    def total(self) -> float | None:
+        return None if self.unknown_reason else sum(f for f in self.figures if f is not None)
+
+    def for_scoring(self) -> list[float]:
+        """The figures as `scoring.score_run` takes them (0: unknown, which leaves no efficiency)."""
+        return [f or 0.0 for f in self.figures]
+
+
+def datasheet_peaks(run: RunRecord, joined: list[RunWorker]) -> DatasheetPeaks:
+    """Every accelerator that took part, by its recorded model name, looked up in the
+    datasheet table (aiperf/peaks.py) at the run's compute type. A worker without
+    accelerators stands for its CPU, which has no datasheet entry. A run mixing
+    accelerators with and without an entry has no total: a sum over part of the
+    hardware would rate all the work against part of it."""
+    dtype = _run_dtype(run)
+    if dtype is None:
+        return DatasheetPeaks((), f"precision {run.precision} has no GEMM compute type to look up")
+    figures: list[float | None] = []
+    missing: set[str] = set()
+    for rw in joined:
+        accelerators = rw.inventory.get("accelerators", [])
+        if not accelerators:
+            cpu_model = str(rw.inventory.get("cpu", {}).get("model", ""))[:limits.MAX_MODEL_NAME_CHARS]
+            missing.add(f"CPU ({cpu_model})" if cpu_model else "CPU")
+            figures.append(None)
+        for a in accelerators:
+            model = str(a.get("model", ""))[:limits.MAX_MODEL_NAME_CHARS]
+            figure = peak_checks.datasheet_peak(model, dtype)
+            if figure is None:
+                missing.add(model or "an unnamed accelerator")
+            figures.append(figure)
+    if missing:
+        named = sorted(missing)[:limits.MAX_NAMED_WITHOUT_DATASHEET]
+        more = len(missing) - len(named)
+        return DatasheetPeaks(tuple(figures), "no datasheet entry for " + ", ".join(named)
+                              + (f" and {more} more" if more else ""))
+    return DatasheetPeaks(tuple(figures), "" if figures else "no accelerator took part")
 
 
 def worker_peak(run: RunRecord, accelerators: list[dict], cpu: dict | None = None) -> float:

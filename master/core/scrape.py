@@ -1,5 +1,5 @@
 """What the master's /metrics computes when Prometheus scrapes: each run's score,
-accuracy, elapsed time and validity (master/observability/metrics.py RunCollector).
+accuracy, elapsed time, validity and efficiencies (master/observability/metrics.py RunCollector).
 
 The runs scraped are the active ones, or the latest when none is active, so a
 dashboard keeps the final figures of the run that just ended.
@@ -25,6 +25,7 @@ def run_gauges(m: Master, runs: RunStore) -> list[RunGauges]:
             run_id=run.id, profile=run.profile, elapsed_s=m.elapsed_s(run), score=result.score,
             regulated_score=result.regulated_score, valid_flops=result.valid_flops,
             best_accuracy=result.best_accuracy, valid=result.valid, provisional=result.provisional,
+            efficiency=result.efficiency, efficiency_vs_measured=result.efficiency_vs_measured,
         ))
     return out
 

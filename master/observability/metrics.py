@@ -40,12 +40,15 @@ class RunGauges:
     best_accuracy: float | None
     valid: bool
     provisional: bool
+    efficiency: float | None = None              # score / the datasheet peaks; None: not every one known
+    efficiency_vs_measured: float | None = None  # score / the accepted measured peaks; None: unknown
 
 
 class RunCollector(Collector):
     """aiperf_run_score, _regulated_score, _valid_flops, _best_accuracy, _elapsed_seconds,
-    _valid, _provisional per run (labels run_id, profile), computed by `source` at each
-    scrape. A failing source (the database is down: aiperf_database_errors counts it)
+    _valid, _provisional, _efficiency, _efficiency_vs_measured per run (labels run_id,
+    profile), computed by `source` at each scrape; an efficiency that is not known has
+    no sample (never a made-up 0). A failing source (the database is down: aiperf_database_errors counts it)
     yields the families without samples: the scrape itself must still answer."""
 
     def __init__(self) -> None:
@@ -68,6 +71,11 @@ class RunCollector(Collector):
                                                               "at its stop)"),
             "valid": family("aiperf_run_valid", "1 while the run meets every validity rule, else 0"),
             "provisional": family("aiperf_run_provisional", "1 until the run has run its minimum time"),
+            "efficiency": family("aiperf_run_efficiency", "Score / the sum of the accelerators' datasheet peaks "
+                                                          "at the run's precision (HPL's Rmax/Rpeak); no sample "
+                                                          "unless every accelerator has a datasheet entry"),
+            "efficiency_vs_measured": family("aiperf_run_efficiency_vs_measured",
+                                             "Score / the sum of the accelerators' accepted measured GEMM peaks"),
         }
         try:
             runs = self.source()
@@ -78,8 +86,9 @@ class RunCollector(Collector):
             labels = [str(r.run_id), r.profile]
             for key in ("score", "regulated_score", "valid_flops", "elapsed_s"):
                 fams[key].add_metric(labels, getattr(r, key))
-            if r.best_accuracy is not None:
-                fams["best_accuracy"].add_metric(labels, r.best_accuracy)
+            for key in ("best_accuracy", "efficiency", "efficiency_vs_measured"):
+                if getattr(r, key) is not None:
+                    fams[key].add_metric(labels, getattr(r, key))
             fams["valid"].add_metric(labels, 1.0 if r.valid else 0.0)
             fams["provisional"].add_metric(labels, 1.0 if r.provisional else 0.0)
         yield from fams.values()

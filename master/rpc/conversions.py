@@ -187,6 +187,7 @@ def run_info(run: RunRecord) -> pb.RunInfo:
         finished_at=run.finished_at or 0.0,
         stop_reason=run.stop_reason,
         outages=[pb.Outage(start=o.start, end=o.end) for o in run.outages],
+        rules_version=run.rules_version,
     )
 
 
@@ -329,6 +330,10 @@ def scoreboard_message(sb: Scoreboard) -> pb.Scoreboard:
         invalid_reason=r.invalid_reason,
         official=sb.rules.official and not sb.unofficial_reasons,
         efficiency=r.efficiency or 0.0,
+        efficiency_vs_measured=r.efficiency_vs_measured or 0.0,
+        datasheet_peak_flops=sb.datasheet_peak_flops or 0.0,
+        efficiency_unknown_reason=sb.efficiency_unknown_reason,
+        scoring_rules_version=sb.scoring_rules_version,
         peak_flops=sb.peak_flops or 0.0,
         peak_verdict=sb.peak_verdict,
         implausible_reports=sb.implausible_reports,

@@ -44,6 +44,8 @@ class NewRun:
     precision: str
     config: dict[str, Any]  # limits, warmup_rounds, intervals, min_workers, min_running_time_s
     software: dict[str, str]
+    # the rules it is scored under (aiperf/ruleset.py), recorded at StartRun; "": a run from before
+    rules_version: str = field(default="", kw_only=True)
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,8 @@ def _run(r: RunRow, outages: Sequence[Outage] = ()) -> RunRecord:
     end = r.finished_at if r.finished_at is not None else float("inf")
     return RunRecord(
         id=r.id, state=RunState(r.state), profile=r.profile, seed=r.seed, duration_s=r.duration_s,
-        precision=r.precision, config=dict(r.config), software=dict(r.software), created_at=r.created_at,
+        precision=r.precision, config=dict(r.config), software=dict(r.software), rules_version=r.rules_version or "",
+        created_at=r.created_at,
         started_at=r.started_at, deadline=r.deadline, stopped_at=r.stopped_at, finished_at=r.finished_at,
         stop_reason=r.stop_reason,
         outages=tuple(o for o in outages if o.end > r.created_at and o.start < end),
@@ -167,7 +168,7 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
             row = RunRow(
                 state=RunState.PENDING, profile=spec.profile, seed=spec.seed, duration_s=spec.duration_s,
                 precision=spec.precision, config=dict(spec.config), software=dict(spec.software),
-                created_at=now, stop_reason="",
+                rules_version=spec.rules_version or None, created_at=now, stop_reason="",
             )
             s.add(row)
             s.flush()

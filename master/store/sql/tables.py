@@ -26,6 +26,7 @@ class RunRow(Base):
     precision: Mapped[str] = mapped_column(String(16))
     config: Mapped[dict[str, Any]] = mapped_column(JSON)  # limits, warm-up, intervals, min_workers
     software: Mapped[dict[str, str]] = mapped_column(JSON)  # the master's software versions
+    rules_version: Mapped[str | None] = mapped_column(String(64), nullable=True)  # aiperf/ruleset.py; NULL: before
     created_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
