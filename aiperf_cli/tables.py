@@ -142,11 +142,15 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
     for w in d["hardware"]:
         accs = ", ".join(a["model"] for a in w["accelerators"]) or "no accelerator"
         data = w["dataset"]
-        table.add_row(f"Worker {w['worker_id']}", f"{w['host']}: {accs}; {w['cpus']} CPUs, "
-                      f"{w['memory_bytes'] / 2**30:.0f} GiB; backend {w['backend']}"
-                      + (f"; dataset {data['kind']} {data['train_images']:,}/{data['validation_images']:,} "
-                         f"({data['fingerprint'][:12]})" if data and data["kind"] else "")
-                      + (f"; {w['implausible_reports']} reports refused" if w["implausible_reports"] else ""))
+        # One fact per line: a wrapped line could split "backend" from its name.
+        lines = [f"{w['host']}: {accs}", f"{w['cpus']} CPUs, {w['memory_bytes'] / 2**30:.0f} GiB",
+                 f"backend {w['backend']}"]
+        if data and data["kind"]:
+            lines.append(f"dataset {data['kind']} {data['train_images']:,}/{data['validation_images']:,} "
+                         f"({data['fingerprint'][:12]})")
+        if w["implausible_reports"]:
+            lines.append(f"{w['implausible_reports']} reports refused")
+        table.add_row(f"Worker {w['worker_id']}", "\n".join(lines))
     table.add_row("Master software", ", ".join(f"{k} {v}" for k, v in d["software"].items() if k != "platform"))
     return table
 
