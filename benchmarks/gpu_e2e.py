@@ -200,13 +200,13 @@ def training_figures(db: Path, run_id: int, rec: Recorder) -> tuple[int, str]:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
         rows = con.execute("SELECT model_id, worker_id, t, images_trained, images_validated FROM progress "
                            "WHERE run_id = ? ORDER BY model_id, seq", (run_id,)).fetchall()
-        models = con.execute("SELECT id, round, batch_size, state, epochs, parent_id, inherited_from FROM models "
+        models = con.execute("SELECT id, round, batch_size, state, epochs, parent_id, inherited_from, reason FROM models "
                              "WHERE run_id = ? ORDER BY id", (run_id,)).fetchall()
         samples = con.execute("SELECT t, accelerator_util FROM resource_samples WHERE run_id = ? AND "
                               "accelerator_index >= 0", (run_id,)).fetchall()
         (precision,) = con.execute("SELECT precision FROM runs WHERE id = ?", (run_id,)).fetchone()
-    rec.note("models", models=[dict(zip(("id", "round", "batch", "state", "epochs", "parent", "inherited_from"), m))
-                               for m in models])
+    rec.note("models", models=[dict(zip(("id", "round", "batch", "state", "epochs", "parent", "inherited_from",
+                                         "reason"), m)) for m in models])
     # in training steps: between two reports of one model, the later with trained images and no
     # validated ones (the rule of benchmarks/idle_bench.py's shares)
     spans: list[tuple[int, float, float]] = []
@@ -277,7 +277,10 @@ def baseline_figures(args: argparse.Namespace, cluster: Cluster, rec: Recorder, 
             "--gemm-types", "", "--xla", "on", "--seconds", str(args.bench_seconds), "--windows", "2",
             "--out", str(out)] + (["--allow-cpu"] if args.allow_cpu else [])
     with (cluster.out / "gpu_bench.log").open("w") as log:
-        subprocess.run(argv, env=cluster.env, stdout=log, stderr=subprocess.STDOUT, timeout=args.budget_s * 0.25)
+        try:
+            subprocess.run(argv, env=cluster.env, stdout=log, stderr=subprocess.STDOUT, timeout=args.budget_s * 0.25)
+        except subprocess.TimeoutExpired:  # what it measured is in its --out already
+            rec.note("baseline_timeout", seconds=args.budget_s * 0.25)
     rates = [e["images_per_s"] for e in map(json.loads, out.read_text().splitlines()) if e.get("train") == "keras"] \
         if out.exists() else []
     if not rates:
@@ -298,12 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", choices=("jax", "tensorflow"), default="jax")
     p.add_argument("--profile", choices=("official", "smoke"), default="official")
     p.add_argument("--rounds", type=int, default=3, help="rounds of the worker (>= 2: one child inherits)")
-    p.add_argument("--epochs", type=int, default=2, help="epochs per round at most")
+    p.add_argument("--epochs", type=int, default=3, help="epochs per round at most")
     p.add_argument("--warmup-rounds", type=int, default=2, help="so that the rounds after use TPE")
     p.add_argument("--duration-s", type=float, default=3600.0, help="the run's length; it is stopped earlier")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--train-images", type=int, default=16000)
-    p.add_argument("--val-images", type=int, default=2000)
+    p.add_argument("--train-images", type=int, default=16000, help="on a GPU: rounded to whole seed batches")
+    p.add_argument("--val-images", type=int, default=2000, help="on a GPU: rounded to whole seed batches")
     p.add_argument("--classes", type=int, default=1000)
     p.add_argument("--image-px", type=int, default=256, help="side of the JPEGs (cropped to the profile's input)")
     p.add_argument("--input-cpus", type=int, default=max(1, (os.cpu_count() or 2) * 3 // 4),
@@ -324,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
         print("SKIP no NVIDIA accelerator visible through NVML (--allow-cpu rehearses on the CPU)")
         return 2
     rec.note("machine", accelerators=accelerators, cpus=os.cpu_count(), backend=args.backend)
+    if accelerators:
+        _align_to_seed_batch(args, accelerators)
     made = write_dataset(args.data, args.classes, args.train_images, args.val_images, args.image_px)
     rec.note("dataset", **made)
     cluster = Cluster(args, args.out)
@@ -343,8 +348,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _accelerators() -> list[str]:
-    """The NVIDIA accelerators NVML sees (none: an empty list)."""
+def _align_to_seed_batch(args: argparse.Namespace, accelerators: list[tuple[str, int]]) -> None:
+    """Splits of whole global batches of the seed round. A partial last batch is another shape, whose
+    step JAX compiles while the epoch runs (worker/jax_steps.py): harmless in an ImageNet epoch of
+    minutes, but on a split of a few seconds the epoch would wait for that compilation."""
+    from aiperf.profiles import get_profile
+
+    per_device = get_profile(args.profile).for_accelerator_memory(min(m for _, m in accelerators)).batch_size
+    batch = per_device * len(accelerators)
+    args.train_images = max(1, round(args.train_images / batch)) * batch
+    args.val_images = max(1, round(args.val_images / batch)) * batch
+
+
+def _accelerators() -> list[tuple[str, int]]:
+    """The NVIDIA accelerators NVML sees, (name, memory bytes) each (none: an empty list)."""
     try:
         import pynvml
 
@@ -352,8 +369,8 @@ def _accelerators() -> list[str]:
     except Exception:  # no library, no driver: no NVIDIA accelerator here
         return []
     try:
-        return [str(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)))
-                for i in range(pynvml.nvmlDeviceGetCount())]
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        return [(str(pynvml.nvmlDeviceGetName(h)), int(pynvml.nvmlDeviceGetMemoryInfo(h).total)) for h in handles]
     finally:
         pynvml.nvmlShutdown()
 

@@ -7,6 +7,8 @@ import threading
 import grpc
 import pytest
 import tenacity
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiperf.api.client import ApiError
 from worker.agent import Outbox, call_until_done, resource_samples
@@ -397,3 +399,51 @@ def test_a_deterministic_run_turns_tensorflow_op_determinism_on_and_back_off():
         assert not is_op_determinism_enabled()
     finally:
         set_determinism(False)
+
+
+def test_a_round_out_of_memory_lowers_the_batch_sizes_of_the_rounds_after(caplog):
+    from aiperf.profiles import SMOKE
+    from worker.agent import RunContext, lower_batch_sizes
+    from worker.rounds import OOM_REASON_PREFIX
+
+    assert "out of memory at batch size 128 per accelerator".startswith(OOM_REASON_PREFIX)
+    ctx = RunContext(run_id=1, profile=SMOKE, seed=1, precision="fp32", warmup_rounds=1, report_interval_s=1.0,
+                     resource_interval_s=1.0, max_epochs_per_round=0, max_rounds=0)
+    with caplog.at_level("WARNING", logger="worker.agent"):
+        lower_batch_sizes(ctx, 128)  # the smoke sizes 16-128: at most 115 kept
+    assert ctx.profile.batch_sizes == (16, 32, 64) and ctx.profile.default_hyperparameters().batch_size == 64
+    assert "event=batch_sizes_lowered failed_batch=128 batch_size=64" in caplog.text
+    lower_batch_sizes(ctx, 64)
+    lower_batch_sizes(ctx, 32)
+    assert ctx.profile.batch_sizes == (16,)
+    with caplog.at_level("ERROR", logger="worker.agent"):
+        lower_batch_sizes(ctx, 16)  # nothing smaller: kept as it is, and said
+    assert ctx.profile.batch_sizes == (16,) and "event=no_batch_size_fits failed_batch=16" in caplog.text
+
+
+def test_after_out_of_memory_on_an_h200_the_batch_steps_a_tenth_down():
+    from aiperf.profiles import OFFICIAL
+    from worker.rounds import batch_sizes_after_out_of_memory as after
+
+    # 140 GiB: the original's 12-14 images per GiB give 1680-1960 in steps of 8
+    h200 = OFFICIAL.for_accelerator_memory(140 * 2**30)
+    assert (min(h200.batch_sizes), h200.batch_size) == (1680, 1960)
+    assert after(h200.batch_sizes, 1960) == tuple(range(1680, 1761, 8))
+    assert after(tuple(range(1680, 1761, 8)), 1760) == (1680,)  # nothing at most 1584: the smallest below
+    assert after((1680,), 1680) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(1, 4096), min_size=1, max_size=40, unique=True), failed=st.integers(1, 8192))
+def test_after_out_of_memory_only_smaller_batches_are_kept(sizes, failed):
+    from worker.rounds import batch_sizes_after_out_of_memory as after
+
+    kept = after(sizes, failed)
+    if kept is None:
+        assert min(sizes) >= failed
+        return
+    assert set(kept) <= set(sizes) and max(kept) < failed and list(kept) == sorted(kept)
+    if any(b * 10 <= failed * 9 for b in sizes):
+        assert set(kept) == {b for b in sizes if b * 10 <= failed * 9}
+    else:
+        assert kept == (min(b for b in sizes if b < failed),)

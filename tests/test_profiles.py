@@ -136,3 +136,4 @@ def test_official_batch_choices_stay_in_the_originals_range(memory: int) -> None
     assert 12 * gib <= min(p.batch_sizes) and max(p.batch_sizes) <= 14 * gib
     assert p.batch_size == max(p.batch_sizes) > 14 * gib - 8
     assert p.default_hyperparameters().batch_size in p.batch_sizes
+

@@ -28,6 +28,20 @@ from aiperf.graph import Graph
 from aiperf.precision import get_precision
 from aiperf.profiles import Profile
 
+# how a round that ran out of memory is reported (the agent lowers its batch sizes on it)
+OOM_REASON_PREFIX = "out of memory at batch size"
+
+
+def batch_sizes_after_out_of_memory(sizes: Sequence[int], failed: int) -> tuple[int, ...] | None:
+    """The batch sizes left to try on an accelerator on which `failed` (per accelerator) ran out of
+    memory: those at most 9/10 of it (memory grows about linearly with the batch, so the next size
+    down a fine-grained list would fail too), or the smallest size below it when none is that
+    small. None when no size is below it."""
+    below = sorted(b for b in sizes if b < failed)
+    if not below:
+        return None
+    return tuple(b for b in below if b * 10 <= failed * 9) or (below[0],)
+
 
 class DataEnded(Exception):
     """The round's training data ended before the steps the round planned."""

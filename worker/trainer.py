@@ -65,7 +65,7 @@ from aiperf.learning_curve import predict_final_accuracy
 from aiperf.precision import get_precision
 from aiperf.profiles import Profile
 from worker.backend import compile_round, is_out_of_memory, local_distribution
-from worker.rounds import CompiledRound, DataEnded, StepSettings
+from worker.rounds import OOM_REASON_PREFIX, CompiledRound, DataEnded, StepSettings
 
 log = logging.getLogger(__name__)
 
@@ -371,7 +371,7 @@ def _validate(compiled: CompiledRound, steps: int, tracker: "_Tracker") -> float
 
 
 def _oom_reason(plan: _RoundPlan, exc: BaseException) -> str:
-    return (f"out of memory at batch size {plan.batch_size} per accelerator "
+    return (f"{OOM_REASON_PREFIX} {plan.batch_size} per accelerator "
             f"(global {plan.global_batch}, {plan.precision}): {_first_line(exc)}")
 
 
