@@ -472,7 +472,11 @@ class Agent:
         from worker.lookahead import PlannedRound
         from worker.trainer import prepare_round
 
-        candidate = pool.child(basis.round_index, basis.entries, timeout=600)
+        from worker.lookahead import repeated_architecture
+
+        candidate = repeated_architecture(basis, self.worker_id, ctx.profile.trial(basis.round_index, ctx.warmup_rounds))
+        if candidate is None:
+            candidate = pool.child(basis.round_index, basis.entries, timeout=600)
         graph = candidate.graph
         parent_id = candidate.parent_model_id or _model_with_hash(basis.models, graph.meta.get("parent"))
         hyper, source = self._hyperparameters(ctx, basis.round_index, parent_id, basis.models)
