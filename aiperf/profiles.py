@@ -21,6 +21,13 @@ batch-norm moving-average momentum to 0.9 (Keras default 0.99): with only
 validation accuracy sits at chance while training accuracy is 0.8. The
 official profile keeps lr 0.1 and Keras's batch-norm defaults.
 
+Training recipe: the official profile trains as the original AIPerf did
+(docs/spec.md, "The training recipe", gives each field's source): label
+smoothing 0.1, weight decay 1e-4 on the kernels, early stopping on validation
+loss, two trainings per architecture after warm-up. Smoke keeps the recipe its
+target was measured with (no label smoothing or weight decay, one trial), as
+benchmarks/recipe_bench.py measured.
+
 Search space: the official profile searches the original AIPerf's (SPEC
 section 4): `wider` doubles a conv, `skip` may create a new add, batch sizes
 are 12-14 × GiB of the accelerator's memory, and warm-up rounds start from
@@ -37,6 +44,7 @@ from typing import Any, Mapping
 from aiperf.graph import Graph
 from aiperf.hyperparameters import HyperparameterError, Hyperparameters, check_batch_size, check_kernel_size
 from aiperf.morphism import MorphSpace
+from aiperf.limits import MAX_TRIALS_PER_ARCHITECTURE
 from aiperf.precision import PRECISIONS
 from aiperf.resnet import resnet50
 
@@ -49,7 +57,6 @@ LR_DECAYS = ("round", "max_epochs")
 # What early stopping watches: "val_loss" must fall by more than the minimum delta (the
 # original's Keras EarlyStopping), "val_accuracy" must rise (this project's earlier rule).
 EARLY_STOP_MONITORS = ("val_loss", "val_accuracy")
-MAX_TRIALS_PER_ARCHITECTURE = 10
 
 # The official rule: a valid run's best top-1 error is at most 30% (SPEC section 3).
 MAX_ERROR = 0.30
