@@ -37,6 +37,10 @@ look-ahead on or off, so turning it off changes no child):
   may have abandoned models), or the basis could not be fetched;
 - a preparation that ran out of memory while the previous round still held its
   memory, or that failed, is discarded and done again at the hand-over.
+- a round that is its architecture's second (or later) trial after warm-up
+  (`Profile.trial`) trains the architecture of the worker's previous round, as the
+  basis holds it (`repeated_architecture`): the previous round's model is in
+  every basis of the next round, submitted before it was fetched.
 
 In a deterministic run the global random seeds are set before the round is
 prepared (on the look-ahead thread); the trainer seeds its weights and data
