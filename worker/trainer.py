@@ -43,8 +43,10 @@ Stopping: early stopping with the profile's patience min(6+2r, 20) on the
 profile's `early_stop_monitor` (state ``done``): validation loss (the mean
 label-smoothed cross-entropy of the validation images) that has not fallen by
 more than `early_stop_min_delta` below its best for `patience` epochs, as Keras's
-EarlyStopping the original used; or validation accuracy that has not risen; ``should_stop()`` turning true stops the
-round within a step (training or validation; state ``stopped``; a partly
+EarlyStopping the original used; or validation accuracy that has not risen. The
+weights kept are the best validation accuracy's, whichever is watched.
+``should_stop()`` turning true stops the round within a step (training or
+validation; state ``stopped``; a partly
 validated epoch is not recorded as an epoch). Out of memory for the batch size
 (while preparing or training) gives state ``failed`` with the reason; a loss
 that becomes NaN too. The caller goes on with its next round either way.
