@@ -30,7 +30,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
@@ -56,7 +56,7 @@ from worker.undeleted import UndeletedFile
 from worker import outbox as retries
 from worker.outbox import TRANSIENT as _TRANSIENT
 from worker.outbox import Outbox, call_until_done
-from worker.rounds import OOM_REASON_PREFIX, batch_sizes_after_out_of_memory
+from worker.rounds import OOM_REASON_PREFIX, profile_after_out_of_memory
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from worker.lookahead import Basis, PlannedRound
@@ -102,16 +102,6 @@ class RunContext:
     xla: bool = False  # the run's setting: compile the training steps with XLA
     dataset: dict[str, Any] = field(default_factory=dict)  # what this worker reports of its dataset
     inherit: bool = False  # children start from their parent's weights (worker/inheritance.py)
-
-
-def lower_batch_sizes(ctx: RunContext, failed_batch: int) -> None:
-    """After a round ran out of memory, the rounds planned from now on choose among smaller batch sizes
-    (`batch_sizes_after_out_of_memory`); none smaller: they go on failing, and the log says why."""
-    kept = batch_sizes_after_out_of_memory(ctx.profile.batch_sizes, failed_batch)
-    if kept is None:
-        return log.error("event=no_batch_size_fits failed_batch=%d: each batch size runs out of memory", failed_batch)
-    ctx.profile = replace(ctx.profile, batch_sizes=kept, batch_size=max(kept))
-    log.warning("event=batch_sizes_lowered failed_batch=%d batch_size=%d smallest=%d", failed_batch, *kept[-1:], kept[0])
 
 
 # A model cut before its first validation (the worker or its run stopped) is closed as
@@ -475,7 +465,7 @@ class Agent:
         self._current_model = 0
         self._finish(outbox, model_id, round_index, result, saved[-1] if saved else None)
         if result.state == "failed" and result.reason.startswith(OOM_REASON_PREFIX):
-            lower_batch_sizes(ctx, hyper.batch_size)
+            ctx.profile = profile_after_out_of_memory(ctx.profile, hyper.batch_size)
         self.rounds_done += 1
         return following
 
@@ -485,7 +475,11 @@ class Agent:
         from worker.lookahead import PlannedRound
         from worker.trainer import prepare_round
 
-        candidate = pool.child(basis.round_index, basis.entries, timeout=600)
+        from worker.lookahead import repeated_architecture
+
+        candidate = repeated_architecture(basis, self.worker_id, ctx.profile.trial(basis.round_index, ctx.warmup_rounds))
+        if candidate is None:
+            candidate = pool.child(basis.round_index, basis.entries, timeout=600)
         graph = candidate.graph
         parent_id = candidate.parent_model_id or _model_with_hash(basis.models, graph.meta.get("parent"))
         hyper, source = self._hyperparameters(ctx, basis.round_index, parent_id, basis.models)
