@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 PROGRESS_CACHE_SIZE = 16384  # models whose state add_progress keeps in memory
 HEARTBEAT_CHUNK = 256  # workers per heartbeat-flush transaction
 HEARTBEAT_CHUNK_PAUSE_S = 0.002  # between them (SQLite): the progress writer's commits go first
+FINISH_SEQ = 0  # the seq of the row FinishModel adds for an accuracy no report carried
 
 
 def _run(r: RunRow, outages: Sequence[Outage] = ()) -> RunRecord:
@@ -504,10 +505,10 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
             if checkpoint_uri:
                 row.checkpoint_uri, row.checkpoint_sha256 = checkpoint_uri, checkpoint_sha256
             if best_accuracy is not None and (row.best_accuracy is None or best_accuracy > row.best_accuracy):
-                # an accuracy the time line has not seen yet: it enters it now
-                last_seq = s.scalar(select(func.max(ProgressRow.seq)).where(ProgressRow.model_id == model_id)) or 0
+                # an accuracy the time line has not seen yet: it enters it now, as the row of seq
+                # FINISH_SEQ (reports are 1..MAX_SEQ, so it is free even after a report at MAX_SEQ)
                 s.add(ProgressRow(
-                    run_id=row.run_id, model_id=model_id, worker_id=worker_id, seq=last_seq + 1, t=now,
+                    run_id=row.run_id, model_id=model_id, worker_id=worker_id, seq=FINISH_SEQ, t=now,
                     epoch=row.epochs, images_trained=0, images_validated=0, accuracy=best_accuracy,
                     worker_flops=0, master_flops=0, flops_mismatch=False,
                 ))
