@@ -80,6 +80,7 @@ from aiperf.api.enums import (
     API_VERSION, BACKEND_VALUES, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES, WORKER_STATE_VALUES,
 )
 from aiperf.api.stream import WorkerStream
+from aiperf.api.tokens import check_token
 from aiperf.hyperparameters import Hyperparameters
 from aiperf.states import FINISHED_MODEL_STATES, ModelState
 
@@ -165,7 +166,9 @@ class _Client:
         self.timeout_s = timeout_s
         self.retries = retries
         self._channel = channel or make_channel(address, root_certificates, tls)
-        self._metadata = (("authorization", f"Bearer {token}"),)
+        # gRPC would fail every call on this side with a message naming neither the token
+        # nor its source, which a worker would take for a transient failure and retry
+        self._metadata = (("authorization", f"Bearer {check_token(token, 'the client token argument')}"),)
 
     def close(self) -> None:
         self._channel.close()
