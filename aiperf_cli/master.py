@@ -21,7 +21,7 @@ from typing import Any, Optional
 import typer
 
 from aiperf_cli.database import check_db_url, database_failure
-from aiperf_cli.options import DEFAULT_DATA_DIR, fail, read_pem, require_command
+from aiperf_cli.options import DEFAULT_DATA_DIR, ExitCode, fail, read_pem, require_command
 from aiperf_cli.values import FRONTENDS, HEARTBEAT_S, PORT, STOP_GRACE_S, LogLevel, float_option, int_option
 
 master_app = typer.Typer(help="Run the master service.")
@@ -72,12 +72,15 @@ def _start(db: str, metrics_port: Optional[int], **options: Any) -> Any:
     from sqlalchemy.exc import SQLAlchemyError
 
     from master.server import MasterConfig, serve
-    from master.store.errors import SchemaError
+    from master.store.errors import SchemaError, StorageFull, Unavailable
+    from master.store.sql.urls import mask_url
 
     try:
         return serve(MasterConfig(db, metrics_port=metrics_port, **options))
     except SQLAlchemyError as exc:
         database_failure(exc, db)
+    except (Unavailable, StorageFull) as exc:  # while starting: the outage, which may pass
+        fail(f"database {mask_url(db)}: {exc}; try again later", ExitCode.UNAVAILABLE)
     except SchemaError as exc:
         fail(str(exc))
     except OSError as exc:

@@ -75,6 +75,9 @@ def fail_api(master: str, exc: Any, token: str = "token") -> NoReturn:
     """One line for a failed call to `master` (an aiperf.api ApiError), with its exit code."""
     name = exc.code.name
     details = " ".join(exc.details.split()) if exc.details else "no answer"
+    if details.startswith(("database unavailable", "database full")) and name in ("UNAVAILABLE",
+                                                                                  "RESOURCE_EXHAUSTED"):
+        fail(f"master {master} is up but its {details}; try again later", ExitCode.UNAVAILABLE)
     if name in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
         fail(f"master {master} unreachable, try again later ({details})", ExitCode.UNAVAILABLE)
     if name == "UNAUTHENTICATED":

@@ -11,7 +11,8 @@ No input gets UNKNOWN. Every request is checked against its bounds
 (aiperf/api/bounds.py) before anything reads it; an undecodable payload
 arrives as `Undecodable` (see `decoder`) and is refused. Store and validation
 errors become their gRPC status codes; OverflowError, RecursionError and
-ValueError from an extreme value INVALID_ARGUMENT; anything else INTERNAL,
+ValueError from an extreme value INVALID_ARGUMENT; the database's outage UNAVAILABLE (its
+disk full: RESOURCE_EXHAUSTED, details starting "database full"); anything else INTERNAL,
 with its traceback logged. On the Connect stream each refused message gets
 an error reply of its own and the stream lives on.
 """
@@ -34,7 +35,8 @@ from master.core.master import Master
 from master.rpc import conversions as cv
 from master.rpc.tokens import worker_credential
 from master.store.errors import (
-    AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, StoreError,
+    AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, StorageFull, StoreError,
+    Unavailable,
 )
 from master.store.records import RunRecord
 
@@ -48,7 +50,10 @@ _CODES: dict[type[StoreError], grpc.StatusCode] = {
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
+    StorageFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
+_OUTAGES = (Unavailable, StorageFull)  # the store logs an outage once, not each call it fails
 
 
 def _status(exc: StoreError) -> grpc.StatusCode:
@@ -116,6 +121,8 @@ def checked(request: Any) -> Any:
 
 def refusal(exc: Exception, method: str) -> tuple[grpc.StatusCode, str]:
     """The status code and message a failed call ends with (logged; a traceback for INTERNAL)."""
+    if isinstance(exc, _OUTAGES):
+        return _status(exc), str(exc)
     if isinstance(exc, StoreError):
         code, message = _status(exc), str(exc)
     elif isinstance(exc, bounds.BoundsError):

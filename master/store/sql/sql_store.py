@@ -34,6 +34,7 @@ from master.store.records import (
 )
 from master.store.sql.audits import AuditSql
 from master.store.sql.engine import make_engine, migrate
+from master.store.sql.outages import STORE_WRITES, OutageLog, guard
 from master.store.sql.progress import ProgressSql, combine_sums, exact_sums
 from master.store.sql.tables import (
     MasterLifeRow, ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow,
@@ -95,9 +96,11 @@ def _model(m: ModelRow) -> ModelRecord:
     )
 
 
+@guard(STORE_WRITES)  # an outage of the database is Unavailable or StorageFull, logged once (master/store/sql/outages.py)
 class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
     def __init__(self, url: str, engine: Engine | None = None) -> None:
         self.url = url
+        self.outage_log = OutageLog()
         self.engine = engine or make_engine(url)
         self.dialect = self.engine.dialect.name
         self.previous_revision = migrate(self.engine)
@@ -344,12 +347,16 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
             with self._heartbeat_lock, self.engine.begin() as conn:
                 self._sql.write_heartbeats(conn, items[k:k + HEARTBEAT_CHUNK])
 
-    def mark_workers_lost(self, worker_ids: Sequence[int], now: float) -> list[int]:
+    def set_credential_hash(self, worker_id: int, digest: str) -> None:
+        with self._write(changes_models=False) as s:
+            s.execute(update(WorkerRow).where(WorkerRow.id == worker_id).values(credential_hash=digest))
+
+    def mark_workers_lost(self, worker_ids: Sequence[int], now: float, reason: str = "worker lost") -> list[int]:
         if not worker_ids:
             return []
         with self._heartbeat_lock, self._write() as s:
             s.execute(update(WorkerRow).where(WorkerRow.id.in_(list(worker_ids))).values(state=WorkerState.LOST))
-            return self._abandon(s, ModelRow.worker_id.in_(list(worker_ids)), now, "worker lost")
+            return self._abandon(s, ModelRow.worker_id.in_(list(worker_ids)), now, reason)
 
     def join_run(self, run_id: int, worker_id: int, now: float) -> bool:
         # a run_workers row: every worker joins at a run's start, and their reports must not
