@@ -220,13 +220,168 @@ def restart_scenario(workdir: Path, outage_s: float, workers: int = 3, train_s: 
     }
 
 
+def _in_process_master(db_url: str, workdir: Path, **kwargs: Any) -> Any:
+    from master.server import MasterConfig, serve
+
+    return serve(MasterConfig(db_url, port=0, host="127.0.0.1", data_dir=workdir / "data", env={}, **TOKENS,
+                              **kwargs))
+
+
+def _load(h: Any, graph: Any, stop: threading.Event, codes: dict[str, int]) -> None:
+    """Calls of every kind, as fast as they are answered, until `stop`: their status codes counted."""
+    w = WorkerClient(h.address, h.worker_token, retries=0)
+    c = ControlClient(h.address, h.admin_token, retries=0)
+    fc = count_flops(graph)
+    wid = w.register(name="load", host="load", accelerators=[Accelerator("X", 1 << 30, 1e15)]).worker_id
+    mid = w.submit_model(wid, graph.to_json(), graph.hash(), 0, 1, HP).model_id
+    calls = [lambda seq: w.report_progress(wid, mid, seq, 1, 0, 1, fc.ops(1, 0)),
+             lambda seq: w.register(name=f"extra-{seq}", host="x"), lambda seq: c.run_status(),
+             lambda seq: c.list_models(), lambda seq: w.heartbeat(wid, mid)]
+    seq = 0
+    while not stop.is_set():
+        seq += 1
+        try:
+            calls[seq % len(calls)](seq)
+            name = "OK"
+        except ApiError as exc:
+            name = exc.code.name
+        codes[name] = codes.get(name, 0) + 1
+        time.sleep(0.01)
+    w.close()
+    c.close()
+
+
+def db_outage_scenario(workdir: Path, down_s: float = 10.0) -> dict[str, Any]:
+    """A throwaway PostgreSQL cluster stopped for down_s under load, and `aiperf status` during it."""
+    from benchmarks.throwaway_db import ThrowawayPostgres
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    pg = ThrowawayPostgres()
+    codes: dict[str, int] = {}
+    try:
+        pg.start()
+        h = _in_process_master(pg.url, workdir)
+        graph = resnet50(input_size=32, channels=3, classes=10, width=0.25)
+        ControlClient(h.address, h.admin_token).start_run(3600.0)
+        stop = threading.Event()
+        before: dict[str, int] = {}
+        loader = threading.Thread(target=_load, args=(h, graph, stop, before))
+        loader.start()
+        time.sleep(2.0)
+        snapshot = dict(before)
+        pg.stop("fast")
+        time.sleep(1.0)
+        cli = subprocess.run([sys.executable, "-m", "aiperf_cli", "status", "--master", h.address, "--admin-token",
+                              h.admin_token], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+        time.sleep(max(0.0, down_s - 1.0))
+        during = {k: v - snapshot.get(k, 0) for k, v in before.items()}
+        pg.start()
+        time.sleep(3.0)
+        stop.set()
+        loader.join(60)
+        after = {k: v - during.get(k, 0) - snapshot.get(k, 0) for k, v in before.items()}
+        h.stop(grace_s=0)
+    finally:
+        pg.close()
+    codes = during
+    return {"down_s": down_s, "codes_during": codes, "codes_after": after,
+            "internal": codes.get("INTERNAL", 0) + codes.get("UNKNOWN", 0),
+            "cli_exit": cli.returncode, "cli_line": cli.stderr.strip().splitlines()[-1:] or [""]}
+
+
+def credential_scenario(workdir: Path) -> dict[str, Any]:
+    """A copy of a live worker's credential presented to Register; and after its owner restarted."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    h = _in_process_master(f"sqlite:///{workdir / 'cred.db'}", workdir, heartbeat_interval_s=1.0)
+    accepted = 0
+    try:
+        owner = WorkerClient(h.address, h.worker_token, retries=0)
+        reg = owner.register(name="victim", host="victim")
+        copy = reg.credential
+        owner.heartbeat(reg.worker_id)
+        try:  # while the owner is active
+            WorkerClient(h.address, h.worker_token, retries=0).register(name="victim", host="thief", credential=copy)
+            accepted += 1
+        except ApiError:
+            pass
+        owner2 = WorkerClient(h.address, h.worker_token, retries=0)
+        deadline = time.monotonic() + 30
+        while True:  # the owner comes back once the name is free (marked lost)
+            try:
+                reg2 = owner2.register(name="victim", host="victim")
+                break
+            except ApiError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        time.sleep(1.1)  # silent, as a restarted process would be
+        try:  # the old copy after the owner's restart
+            WorkerClient(h.address, h.worker_token, retries=0).register(name="victim", host="thief", credential=copy)
+            accepted += 1
+        except ApiError:
+            pass
+        conflicts = h.master.metrics.credential_conflicts._value.get()
+    finally:
+        h.stop(grace_s=0)
+    return {"accepted": accepted, "conflicts_reported": conflicts, "owner_back_with_new": reg2.credential != copy}
+
+
+def bounds_scenario(workdir: Path) -> dict[str, Any]:
+    """Every bound at its maximum through the RPCs that store it (SQLite): answers counted."""
+    from aiperf import limits
+    from aiperf.api.client import ResourceSample
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    h = _in_process_master(f"sqlite:///{workdir / 'bounds.db'}", workdir)
+    codes: dict[str, int] = {}
+
+    def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            out = fn(*args, **kwargs)
+            codes["OK"] = codes.get("OK", 0) + 1
+            return out
+        except ApiError as exc:
+            codes[exc.code.name] = codes.get(exc.code.name, 0) + 1
+            return None
+
+    try:
+        w = WorkerClient(h.address, h.worker_token, retries=0)
+        c = ControlClient(h.address, h.admin_token, retries=0)
+        graph = resnet50(input_size=32, channels=3, classes=10, width=0.25)
+        fc = count_flops(graph)
+        accs = [Accelerator("A" * limits.MAX_MODEL_NAME_CHARS, limits.MAX_ACCELERATOR_MEMORY_BYTES,
+                            limits.MAX_OPS_PER_S_PER_ACCELERATOR)] * limits.MAX_ACCELERATORS_PER_WORKER
+        wid = call(w.register, name="n" * limits.MAX_NAME_CHARS, host="h", accelerators=accs, cpus=limits.MAX_CPUS,
+                   memory_bytes=limits.MAX_HOST_MEMORY_BYTES).worker_id
+        call(c.start_run, limits.MAX_RUN_DURATION_S, seed=limits.MAX_SEED, max_models=limits.MAX_MODELS,
+             max_rounds_per_worker=limits.MAX_ROUND, max_epochs_per_round=limits.MAX_EPOCH,
+             warmup_rounds=limits.MAX_ROUND, keep_checkpoints=limits.MAX_KEEP_CHECKPOINTS)
+        mid = call(w.submit_model, wid, graph.to_json(), graph.hash(), 0, limits.MAX_ROUND, HP).model_id
+        for seq in (limits.MAX_SEQ - 1, limits.MAX_SEQ):
+            call(w.report_progress, wid, mid, seq, limits.MAX_IMAGES_PER_REPORT, limits.MAX_IMAGES_PER_REPORT,
+                 limits.MAX_EPOCH, limits.MAX_OPS_PER_REPORT, val_accuracy=1.0)
+            call(w.report_progress, wid, mid, seq, 1000, 0, limits.MAX_EPOCH, fc.ops(1000, 0), val_accuracy=0.5)
+        call(w.send_resource_samples, wid, [ResourceSample(
+            age_s=limits.MAX_SAMPLE_AGE_S, accelerator_index=limits.MAX_ACCELERATORS_PER_WORKER - 1,
+            accelerator_util=1.0, accelerator_memory_used=limits.MAX_ACCELERATOR_MEMORY_BYTES, cpu_util=1.0,
+            memory_used=limits.MAX_HOST_MEMORY_BYTES)])
+        call(w.finish_model, wid, mid, "done", best_accuracy=1.0, predicted_accuracy=1.0)
+        for fn in (c.scoreboard, c.timeline, c.list_models, c.list_workers, c.run_status):
+            call(fn)
+    finally:
+        h.stop(grace_s=0)
+    return {"codes": codes, "internal": codes.get("INTERNAL", 0) + codes.get("UNKNOWN", 0)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--outages", default="45,90", help="outage lengths in seconds, comma-separated")
+    ap.add_argument("--outages", default="45,90", help="master outage lengths in seconds, comma-separated")
     ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--db-down", type=float, default=10.0, help="seconds the PostgreSQL cluster is down")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     results: dict[str, Any] = {"restart": []}
     with tempfile.TemporaryDirectory(prefix="fault-bench-") as tmp:
         for outage in (float(x) for x in args.outages.split(",") if x):
@@ -235,11 +390,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"restart outage_s={outage:g} models={r['models']} abandoned={r['abandoned']} "
                   f"acked_reports={r['acked_reports']} acked_images_lost={r['acked_images_lost']} "
                   f"back_after_s={','.join(f'{b:.1f}' for b in r['back_after_s'])}", flush=True)
+        db = results["db_outage"] = db_outage_scenario(Path(tmp) / "db", args.db_down)
+        print(f"db_outage down_s={db['down_s']:g} codes_during={db['codes_during']} codes_after={db['codes_after']} "
+              f"cli_exit={db['cli_exit']} cli={db['cli_line'][0]!r}", flush=True)
+        b = results["bounds"] = bounds_scenario(Path(tmp) / "bounds")
+        print(f"bounds codes={b['codes']}", flush=True)
+        cr = results["credentials"] = credential_scenario(Path(tmp) / "cred")
+        print(f"credentials accepted={cr['accepted']} conflicts_reported={cr['conflicts_reported']:g} "
+              f"owner_back_with_new={cr['owner_back_with_new']}", flush=True)
     if args.json:
         print(json.dumps(results, default=str))
     abandoned = sum(r["abandoned"] for r in results["restart"])
     lost = sum(r["acked_images_lost"] for r in results["restart"])
-    print(f"RESULT models_abandoned_after_restart={abandoned} acked_lost={lost}")
+    print(f"RESULT models_abandoned_after_restart={abandoned} acked_lost={lost} "
+          f"internal_during_db_outage={db['internal'] + b['internal']} cli_exit_during_db_outage={db['cli_exit']} "
+          f"stolen_credential_accepted={cr['accepted']}")
     return 0
 
 
