@@ -31,7 +31,7 @@ from master.core.restart import RESUME_OUTAGE_S
 from master.frontends.master_end import RelayServer, close_relay, relay_directory, remove_relay_directory, serve_relay
 from master.frontends.supervisor import FrontEndConfig, FrontEnds
 from master.observability.metrics import MasterMetrics
-from master.rpc.garbage_collector import settle_collector
+from master.rpc.garbage_collector import StreamMemory, settle_collector
 from master.rpc.listener import listen, server_credentials
 from master.rpc.servicers import ControlServicer, WorkerServicer, add_to_server
 from master.rpc.tokens import Tokens, load_tokens
@@ -41,6 +41,9 @@ from master.store.sql.sql_store import SqlStore
 from master.store.sql.urls import mask_url
 
 log = logging.getLogger(__name__)
+
+# The Connect streams closed in this process (every master in it): their memory is process-wide
+STREAM_MEMORY = StreamMemory()
 
 def default_db_url(data_dir: Path) -> str:
     return f"sqlite:///{(data_dir / 'master.db').resolve()}"
@@ -138,6 +141,7 @@ class MasterHandle:
 
 def _background(master: Master, stop: threading.Event, period_s: float) -> None:
     while not stop.wait(period_s):
+        STREAM_MEMORY.release_if_idle()
         try:
             master.tick(flush=False)
         except (Unavailable, StorageFull):
@@ -242,7 +246,7 @@ def _start_loop() -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
 def _start_relay(loop: asyncio.AbstractEventLoop, count: int, host: str, port: int, tokens: Tokens,
                  tls_cert: Path | None, tls_key: Path | None, master: Master, pool: futures.Executor) -> Relay:
     """The relay served on the loop and `count` front ends started on the port; OSError when they cannot listen."""
-    relay = RelayServer(WorkerServicer(master, pool), ControlServicer(master, pool))
+    relay = RelayServer(WorkerServicer(master, pool, STREAM_MEMORY), ControlServicer(master, pool))
     directory, path = relay_directory()
     server = None
     try:
@@ -260,7 +264,7 @@ async def _start_grpc(address: str, credentials: grpc.ServerCredentials | None, 
                       pool: futures.Executor) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """The started gRPC server (worker, control and health services) and its port; OSError when it cannot listen."""
     def add_services(server: grpc.aio.Server) -> None:
-        add_to_server(server, WorkerServicer(master, pool), "WorkerService")
+        add_to_server(server, WorkerServicer(master, pool, STREAM_MEMORY), "WorkerService")
         add_to_server(server, ControlServicer(master, pool), "ControlService")
 
     return await listen(address, credentials, tokens, add_services, shared_port=False)

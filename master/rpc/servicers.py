@@ -33,6 +33,7 @@ from aiperf.api import bounds
 from aiperf.api.enums import API_VERSION, MODEL_STATE_VALUES, RUN_STATE_VALUES, WORKER_STATE_VALUES
 from master.core.master import Master
 from master.rpc import conversions as cv
+from master.rpc.garbage_collector import StreamMemory
 from master.rpc.tokens import worker_credential
 from master.store.errors import (
     AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, StorageFull, StoreError,
@@ -207,9 +208,10 @@ def _error_message(exc: Exception) -> pb.MasterMessage:
 class WorkerServicer(pb_grpc.WorkerServiceServicer):
     SERVICE = "aiperf.v1.WorkerService"
 
-    def __init__(self, master: Master, pool: Executor) -> None:
+    def __init__(self, master: Master, pool: Executor, stream_memory: StreamMemory | None = None) -> None:
         self.m = master
         self.pool = pool
+        self.stream_memory = stream_memory or StreamMemory()  # the closed streams, whose memory is given back
         # (the run last asked, the interval, a heartbeat reply for it without master_time and
         # worker_state): every heartbeat carries the current run; copying a finished message
         # costs a third of building one (an attribute swap, atomic without a lock)
@@ -278,8 +280,11 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
         # The stream's credential comes with its metadata; every message must name
         # the worker it belongs to.
         credential = worker_credential(context.invocation_metadata())
-        async for message in request_iterator:
-            yield await self.answer(message, credential)
+        try:
+            async for message in request_iterator:
+                yield await self.answer(message, credential)
+        finally:
+            self.stream_memory.closed()
 
     async def answer(self, message: Any, credential: str) -> pb.MasterMessage:
         """The Connect reply to one message (decoded or `Undecodable`); never raises."""
