@@ -145,3 +145,31 @@ def test_sqlite_on_a_full_file_system(master_server: Any, small_graph: Any, capl
         line = proc.stderr.strip().splitlines()[-1]
         assert line.startswith("aiperf: error: database ") and "try again later" in line, proc.stderr
         drain(filler)
+
+
+def _wrapped(orig: BaseException) -> Exception:
+    from sqlalchemy.exc import DBAPIError
+
+    return DBAPIError.instance("SELECT 1", {}, orig, type(orig))
+
+
+@pytest.mark.parametrize("orig, kind", [
+    (__import__("sqlite3").OperationalError("database or disk is full"), "StorageFull"),
+    (__import__("sqlite3").OperationalError("database is locked"), "Unavailable"),
+    (__import__("sqlite3").OperationalError("disk I/O error"), "Unavailable"),
+    (__import__("sqlite3").OperationalError("no such table: runs"), None),  # a bug, not an outage
+    (__import__("sqlite3").OperationalError("unable to open database file"), None),  # a wrong path
+    (__import__("sqlite3").IntegrityError("UNIQUE constraint failed: workers.name"), None),
+    (__import__("psycopg").errors.DiskFull("could not extend file"), "StorageFull"),
+    (__import__("psycopg").errors.AdminShutdown("terminating connection"), "Unavailable"),
+    (__import__("psycopg").errors.CannotConnectNow("the database system is starting up"), "Unavailable"),
+    (__import__("psycopg").OperationalError("connection failed: Connection refused"), "Unavailable"),
+    (__import__("psycopg").errors.UniqueViolation("duplicate key"), None),
+    (__import__("psycopg").errors.NumericValueOutOfRange("bigint out of range"), None),
+])
+def test_what_is_an_outage_and_what_is_a_bug(orig: BaseException, kind: str | None) -> None:
+    from master.store.sql.outages import outage_error
+
+    error = outage_error(_wrapped(orig), "postgresql+psycopg://u:secret@h/db")
+    assert (type(error).__name__ if error is not None else None) == kind
+    assert error is None or "secret" not in str(error)

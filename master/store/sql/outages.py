@@ -116,6 +116,8 @@ def guarded(fn: Callable[..., Any], writes: bool) -> Callable[..., Any]:
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             out = fn(self, *args, **kwargs)
+        except (Unavailable, StorageFull):
+            raise  # already counted where it was raised
         except StoreError:
             self.outage_log.answered(writes)  # the database answered; a rule refused
             raise
