@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aiperf import limits
+from aiperf.audit import PASSED
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
 from aiperf.api.client import Accelerator, ControlClient, ResourceSample, WorkerClient
@@ -98,6 +99,18 @@ def test_every_bound_at_its_maximum_is_stored_and_read_back(master_server, db_ur
     assert tl.points and tl.points[-1].best_accuracy == 1.0
     status = c.run_status()
     assert status.run.config.seed == limits.MAX_SEED and status.run.config.limits.max_models == limits.MAX_MODELS
+    audit = c.record_audit(mid, verdict=PASSED, architecture_ok=True, audited_accuracy=1.0,
+                           validation_images=limits.MAX_AUDIT_IMAGES, auditor_host="a" * limits.MAX_NAME_CHARS,
+                           detail="d" * limits.MAX_REASON_CHARS, audited_images_per_second=limits.MAX_AUDIT_IMAGES_PER_S,
+                           auditor_hardware="x" * limits.MAX_HARDWARE_CHARS)
+    assert audit.validation_images == limits.MAX_AUDIT_IMAGES
+    [stored] = c.list_audits().audits
+    assert stored.audited_images_per_second == limits.MAX_AUDIT_IMAGES_PER_S
+    # the reads at their largest pages and offsets
+    assert len(c.timeline(max_points=limits.MAX_TIMELINE_POINTS, buckets=limits.MAX_TIMELINE_BUCKETS).points) >= 2
+    assert c.list_models(limit=limits.MAX_PAGE, offset=limits.MAX_OFFSET).total == 1
+    assert c.list_runs(limit=limits.MAX_PAGE, offset=limits.MAX_OFFSET).total == 1
+    assert c.list_workers(limit=limits.MAX_PAGE, offset=limits.MAX_OFFSET).total == 1
 
 
 def test_a_run_waiting_for_the_most_workers_is_stored_and_stopped(master_server, db_url):
