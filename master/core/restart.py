@@ -29,6 +29,7 @@ def resume(store: Store, heartbeats: Heartbeats, outage: Outage | None, now: flo
     """Grant the workers of before their grace from `now`, or end their models after a long
     outage; returns the ids of the models abandoned."""
     owners = [w for w in store.open_models_by_worker() if heartbeats.is_alive(w)]
+    heartbeats.grant_grace(heartbeats.alive_ids(), now, 0.0)  # lost LOST_AFTER_BEATS beats after serving
     if outage is not None and outage.duration_s > resume_outage_s and owners:
         reason = f"master down {outage.duration_s:.0f} s, longer than the {resume_outage_s:g} s models wait"
         abandoned = store.mark_workers_lost(owners, now, reason)
@@ -37,7 +38,6 @@ def resume(store: Store, heartbeats: Heartbeats, outage: Outage | None, now: flo
                     outage.duration_s)
         return abandoned
     grace_s = max(RESTART_GRACE_S, LOST_AFTER_BEATS * heartbeat_interval_s)
-    heartbeats.grant_grace(heartbeats.alive_ids(), now, 0.0)  # lost LOST_AFTER_BEATS beats after serving
     heartbeats.grant_grace(owners, now, grace_s)
     if owners:
         log.info("event=restart_grace workers=%d grace_s=%g", len(owners), grace_s)
