@@ -142,7 +142,7 @@ def test_edge_values_through_every_rpc_that_stores_them(master_server, small_gra
     """Each report at edge values, on a fresh model: stored and counted exactly, or refused
     with INVALID_ARGUMENT (the physical ceiling, an overflow), never a failed store."""
     key = id(master_server)  # one master for all of the examples of one run of the test
-    if key not in _MASTERS:
+    if key not in _MASTERS or _MASTERS[key][0]._stopped:  # a stopped one: an earlier test's fixture
         clock = FakeClock()
         _MASTERS.clear()
         _MASTERS[key] = (master_server(clock=clock), clock)
