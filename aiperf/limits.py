@@ -32,6 +32,7 @@ MAX_REASON_CHARS = 500          # a model's failure reason (column: 500); newlin
 MAX_STOP_REASON_CHARS = 200     # a run's stop reason (column: 200)
 MAX_GRAPH_HASH_CHARS = 64       # SHA-256 in hex (column: 64)
 MAX_CREDENTIAL_CHARS = 128      # a worker credential kept by a restarting worker (issued: 43 characters)
+MAX_TOKEN_CHARS = 1024          # a worker or admin token (generated: 43 characters); printable ASCII, no space
 MAX_CHECKPOINT_URI_CHARS = 1024  # a checkpoint's URI (column: 1024): a path or an object-store URL
 MAX_UNDELETED_PER_FINISH = 1000  # checkpoints a FinishModel reports it could not delete
 SHA256_HEX_CHARS = 64           # a checkpoint's SHA-256: 64 lowercase hex digits, or empty (none)
@@ -94,6 +95,7 @@ LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_STOP_REASON_CHARS", "a run's stop reason, printable"),
     ("MAX_GRAPH_HASH_CHARS", "graph hash"),
     ("MAX_CREDENTIAL_CHARS", "the worker credential a restarting worker presents to Register"),
+    ("MAX_TOKEN_CHARS", "a worker or admin token, printable ASCII without white space, checked where it is read"),
     ("MAX_CHECKPOINT_URI_CHARS", "a checkpoint's URI, printable (empty: none)"),
     ("MAX_UNDELETED_PER_FINISH", "checkpoints one FinishModel reports it could not delete"),
     ("MAX_KEEP_CHECKPOINTS", "a run's keep_checkpoints (0: the default)"),

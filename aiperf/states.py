@@ -45,7 +45,7 @@ class ModelState(StrEnum):
 
 
 class WorkerState(StrEnum):
-    """Alive while it beats; lost after LOST_AFTER_BEATS heartbeat intervals without one (master/core/master.py)."""
+    """Alive while it beats; lost after LOST_AFTER_BEATS heartbeat intervals without one (master/core/restart.py)."""
 
     ALIVE = "alive"
     LOST = "lost"

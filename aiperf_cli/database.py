@@ -56,14 +56,20 @@ def database_failure(exc: Exception, url: str) -> NoReturn:
     """One line for a database error raised while the master starts, password masked.
 
     Exit 3 when the database server did not answer (down, not yet up: try
-    again); 4 when it answered and refused (authentication, no such database or
-    role, which libpq reports as FATAL; any error with an SQLSTATE); 2 for an
-    SQLite file that cannot be opened (a wrong --db path)."""
+    again), its disk is full or an SQLite file is locked or on a full disk; 4 when
+    it answered and refused (authentication, no such database or role, which
+    libpq reports as FATAL; any error with an SQLSTATE); 2 for an SQLite file
+    that cannot be opened (a wrong --db path)."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import InterfaceError, OperationalError
 
+    from master.store.sql.outages import outage_error
     from master.store.sql.urls import mask_url, scrub
 
+    outage = outage_error(exc, url)
+    if outage is not None and (make_url(url).get_backend_name() == "sqlite" or str(outage).startswith("database full")):
+        # SQLite locked or on a full disk, PostgreSQL's disk full: it passes, unlike a wrong path
+        fail(f"database {mask_url(url)}: {outage}; try again later", ExitCode.UNAVAILABLE)
     orig = getattr(exc, "orig", None)
     lines = str(orig or exc).splitlines() or [type(exc).__name__]
     first = scrub(lines[0].strip(), url)

@@ -21,8 +21,10 @@ from typing import Any, Optional
 import typer
 
 from aiperf_cli.database import check_db_url, database_failure
-from aiperf_cli.options import DEFAULT_DATA_DIR, fail, read_pem, require_command
-from aiperf_cli.values import FRONTENDS, HEARTBEAT_S, PORT, STOP_GRACE_S, LogLevel, float_option, int_option
+from aiperf_cli.options import DEFAULT_DATA_DIR, ExitCode, fail, read_pem, require_command
+from aiperf_cli.values import (
+    FRONTENDS, HEARTBEAT_S, PORT, RESUME_OUTAGE_S, STOP_GRACE_S, LogLevel, float_option, int_option,
+)
 
 master_app = typer.Typer(help="Run the master service.")
 master_app.callback(invoke_without_command=True)(require_command)
@@ -72,12 +74,15 @@ def _start(db: str, metrics_port: Optional[int], **options: Any) -> Any:
     from sqlalchemy.exc import SQLAlchemyError
 
     from master.server import MasterConfig, serve
-    from master.store.errors import SchemaError
+    from master.store.errors import SchemaError, StorageFull, Unavailable
+    from master.store.sql.urls import mask_url
 
     try:
         return serve(MasterConfig(db, metrics_port=metrics_port, **options))
     except SQLAlchemyError as exc:
         database_failure(exc, db)
+    except (Unavailable, StorageFull) as exc:  # while starting: the outage, which may pass
+        fail(f"database {mask_url(db)}: {exc}; try again later", ExitCode.UNAVAILABLE)
     except SchemaError as exc:
         fail(str(exc))
     except OSError as exc:
@@ -112,6 +117,10 @@ def serve_cmd(
                                              help="Seconds between worker heartbeats."),
     stop_grace: float = float_option(300.0, "--stop-grace", span=STOP_GRACE_S,
                                      help="Seconds a stopping run waits for workers to finish."),
+    resume_outage: float = float_option(600.0, "--resume-outage", span=RESUME_OUTAGE_S,
+                                        help="After a master outage up to this many seconds, the models in "
+                                             "training go on (their workers reconnect); after a longer one "
+                                             "they end as abandoned."),
     tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="TLS certificate (PEM)."),
     tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="TLS private key (PEM, unencrypted)."),
     token_file: Optional[Path] = typer.Option(None, "--token-file", envvar="AIPERF_TOKEN_FILE",
@@ -136,7 +145,7 @@ def serve_cmd(
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)  # two lines of noise per start
     handle = _start(
         url, metrics_port, port=port, host=host, data_dir=data_dir, heartbeat_interval_s=heartbeat_interval,
-        stop_grace_s=stop_grace, tls_cert=tls_cert, tls_key=tls_key,
+        stop_grace_s=stop_grace, resume_outage_s=resume_outage, tls_cert=tls_cert, tls_key=tls_key,
         worker_token_file=token_file, admin_token_file=admin_token_file, frontends=frontends,
     )
     for kind, path in handle.tokens.generated.items():

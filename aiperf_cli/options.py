@@ -75,6 +75,9 @@ def fail_api(master: str, exc: Any, token: str = "token") -> NoReturn:
     """One line for a failed call to `master` (an aiperf.api ApiError), with its exit code."""
     name = exc.code.name
     details = " ".join(exc.details.split()) if exc.details else "no answer"
+    if details.startswith(("database unavailable", "database full")) and name in ("UNAVAILABLE",
+                                                                                  "RESOURCE_EXHAUSTED"):
+        fail(f"master {master} is up but its {details}; try again later", ExitCode.UNAVAILABLE)
     if name in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
         fail(f"master {master} unreachable, try again later ({details})", ExitCode.UNAVAILABLE)
     if name == "UNAUTHENTICATED":
@@ -138,7 +141,26 @@ def read_token_file(path: Path, kind: str) -> str:
         fail(f"{kind} token file {path} is not text")
     if not token:
         fail(f"{kind} token file {path} is empty")
+    return checked_token(token, f"{kind} token file {path}")
+
+
+def checked_token(token: str, source: str) -> str:
+    """`token` when it can be sent (aiperf.api.tokens: printable ASCII, no white space, a
+    length bound); else one line naming `source`, exit 2: gRPC itself would fail the call
+    on this side with "invalid metadata", and a worker would retry it forever."""
+    from aiperf.api.tokens import token_problem
+
+    problem = token_problem(token)
+    if problem:
+        fail(f"the token from {source} cannot be used: {problem}")
     return token
+
+
+def token_source(option: str, envvar: str, value: str) -> str:
+    """Where an option's value came from: the variable when it holds that value, else the option."""
+    import os
+
+    return f"variable {envvar}" if os.environ.get(envvar) == value else option
 
 
 def read_pem(path: Path, what: str, kinds: tuple[str, ...]) -> bytes:
@@ -188,7 +210,8 @@ class Control:
     def _token(self) -> str:
         """--admin-token, else --admin-token-file, else <data-dir>/admin.token."""
         if self.admin_token:
-            return self.admin_token
+            return checked_token(self.admin_token,
+                                 token_source("--admin-token", "AIPERF_ADMIN_TOKEN", self.admin_token))
         path = self.admin_token_file or self.data_dir / "admin.token"
         if self.admin_token_file is not None or path.exists():
             return read_token_file(path, "admin")

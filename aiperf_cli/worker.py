@@ -26,7 +26,9 @@ from typing import Any, Callable, Optional, TypeVar
 
 import typer
 
-from aiperf_cli.options import ExitCode, fail, fail_api, master_address, read_tls_ca, read_token_file
+from aiperf_cli.options import (
+    ExitCode, checked_token, fail, fail_api, master_address, read_tls_ca, read_token_file, token_source,
+)
 from aiperf_cli.values import CPUS, PORT, PROCESSES, Backend, DatasetFormat, LogLevel, int_option
 
 log = logging.getLogger(__name__)
@@ -76,11 +78,11 @@ def _token(token: Optional[str], token_file: Optional[Path]) -> str:
     """The worker token: --token / AIPERF_TOKEN, else the file of --token-file / AIPERF_TOKEN_FILE
     (the token first: the SLURM script exports both, and the file's path may not exist inside a
     worker's container); none: one line, exit 2."""
-    if not token and token_file is not None:
-        token = read_token_file(token_file, "worker")
-    if not token:
-        fail("no worker token: give --token or --token-file, or set AIPERF_TOKEN or AIPERF_TOKEN_FILE")
-    return token
+    if token:
+        return checked_token(token, token_source("--token", "AIPERF_TOKEN", token))
+    if token_file is not None:
+        return read_token_file(token_file, "worker")
+    fail("no worker token: give --token or --token-file, or set AIPERF_TOKEN or AIPERF_TOKEN_FILE")
 
 
 def _check_dataset(dataset: Optional[str], dataset_format: Optional[str], log_level: str) -> None:
@@ -88,6 +90,14 @@ def _check_dataset(dataset: Optional[str], dataset_format: Optional[str], log_le
     start-up output is held back while it is checked (see the module's docstring)."""
     if dataset is not None and dataset_format is None:
         fail("--dataset needs --dataset-format")
+    if dataset_format == "digits" and dataset is not None:  # before Register, which would hold the name
+        from worker.data import DatasetError
+        from worker.data.spec import DatasetSpec, normalise
+
+        try:
+            normalise(DatasetSpec(kind="digits", path=dataset))
+        except DatasetError as exc:
+            fail(str(exc))
     if dataset_format in (None, "digits"):
         return
     from worker.data import DatasetError, validate

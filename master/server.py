@@ -27,18 +27,23 @@ from grpc_health.v1 import health
 
 from master.core import scrape
 from master.core.master import Master
+from master.core.restart import RESUME_OUTAGE_S
 from master.frontends.master_end import RelayServer, close_relay, relay_directory, remove_relay_directory, serve_relay
 from master.frontends.supervisor import FrontEndConfig, FrontEnds
 from master.observability.metrics import MasterMetrics
-from master.rpc.garbage_collector import settle_collector
+from master.rpc.garbage_collector import StreamMemory, settle_collector
 from master.rpc.listener import listen, server_credentials
 from master.rpc.servicers import ControlServicer, WorkerServicer, add_to_server
 from master.rpc.tokens import Tokens, load_tokens
+from master.store.errors import StorageFull, Unavailable
 from master.store.sql.engine import count_errors
 from master.store.sql.sql_store import SqlStore
 from master.store.sql.urls import mask_url
 
 log = logging.getLogger(__name__)
+
+# The Connect streams closed in this process (every master in it): their memory is process-wide
+STREAM_MEMORY = StreamMemory()
 
 def default_db_url(data_dir: Path) -> str:
     return f"sqlite:///{(data_dir / 'master.db').resolve()}"
@@ -136,8 +141,11 @@ class MasterHandle:
 
 def _background(master: Master, stop: threading.Event, period_s: float) -> None:
     while not stop.wait(period_s):
+        STREAM_MEMORY.release_if_idle()
         try:
             master.tick(flush=False)
+        except (Unavailable, StorageFull):
+            pass  # the database's outage: the store logged its start and logs its end; the next tick retries
         except Exception:  # noqa: BLE001 - keep the loop alive; the next tick retries
             log.exception("event=tick_failed")
 
@@ -164,6 +172,7 @@ class MasterConfig:
     tick_s: float | None = None         # None: a quarter of the heartbeat interval, within 0.05-1 s
     clock: Callable[[], float] = time.time
     frontends: int = 0                  # processes serving gRPC and relaying to this one; 0: none
+    resume_outage_s: float = RESUME_OUTAGE_S  # after a longer outage, the models of before end
 
 
 def serve(config: MasterConfig) -> MasterHandle:
@@ -188,7 +197,7 @@ def serve(config: MasterConfig) -> MasterHandle:
     tokens = load_tokens(data_dir, c.worker_token, c.admin_token, c.worker_token_file, c.admin_token_file, c.env)
     store = SqlStore(c.db_url or default_db_url(data_dir))
     master = Master(store, heartbeat_interval_s=c.heartbeat_interval_s, stop_grace_s=c.stop_grace_s,
-                    clock=c.clock, metrics=MasterMetrics())
+                    clock=c.clock, metrics=MasterMetrics(), resume_outage_s=c.resume_outage_s)
     scrape.watch(master, store)  # run gauges at scrape time
     count_errors(store.engine, master.metrics.database_errors.inc)
     pool = futures.ThreadPoolExecutor(max_workers=c.max_workers, thread_name_prefix="aiperf-rpc")
@@ -211,6 +220,7 @@ def serve(config: MasterConfig) -> MasterHandle:
         store.close()
         pool.shutdown(wait=False)
         raise OSError(str(exc)) from None
+    master.serving()  # workers can reconnect from now: a restart's grace counts from here
     metrics_bound = master.metrics.serve(c.metrics_port) if c.metrics_port is not None else None
     period = c.tick_s if c.tick_s is not None else max(0.05, min(1.0, c.heartbeat_interval_s / 4))
     stop, thread = _start_background(master, period)
@@ -236,7 +246,7 @@ def _start_loop() -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
 def _start_relay(loop: asyncio.AbstractEventLoop, count: int, host: str, port: int, tokens: Tokens,
                  tls_cert: Path | None, tls_key: Path | None, master: Master, pool: futures.Executor) -> Relay:
     """The relay served on the loop and `count` front ends started on the port; OSError when they cannot listen."""
-    relay = RelayServer(WorkerServicer(master, pool), ControlServicer(master, pool))
+    relay = RelayServer(WorkerServicer(master, pool, STREAM_MEMORY), ControlServicer(master, pool))
     directory, path = relay_directory()
     server = None
     try:
@@ -254,7 +264,7 @@ async def _start_grpc(address: str, credentials: grpc.ServerCredentials | None, 
                       pool: futures.Executor) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """The started gRPC server (worker, control and health services) and its port; OSError when it cannot listen."""
     def add_services(server: grpc.aio.Server) -> None:
-        add_to_server(server, WorkerServicer(master, pool), "WorkerService")
+        add_to_server(server, WorkerServicer(master, pool, STREAM_MEMORY), "WorkerService")
         add_to_server(server, ControlServicer(master, pool), "ControlService")
 
     return await listen(address, credentials, tokens, add_services, shared_port=False)

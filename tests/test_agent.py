@@ -227,10 +227,15 @@ def test_the_agent_keeps_its_credential_and_gets_its_name_back(master_server, tm
         kept = json.loads(path.read_text())
         assert kept["credential"] == first.client.credential(first.worker_id) and kept["worker_id"] == first.worker_id
 
-        # restarted (a new process, the same state directory) while the old one still counts as alive
+        # restarted (a new process, the same state directory; silent for a heartbeat interval) while the
+        # old one still counts as alive: its id back, and a new credential that replaced the kept one
+        clock.t += 5.0
         agents.append(second := Agent(cfg))
         second._register()
-        assert second.worker_id == first.worker_id and json.loads(path.read_text()) == kept
+        rotated = json.loads(path.read_text())
+        assert second.worker_id == first.worker_id and rotated["worker_id"] == kept["worker_id"]
+        assert rotated["credential"] == second.client.credential(second.worker_id) != kept["credential"]
+        assert [p.name for p in state.iterdir()] == [path.name], "only the latest credential is kept"
 
         # a worker whose state directory was lost waits until the master marks the old one lost
         monkeypatch.setattr("worker.outbox.RETRY_WAIT", tenacity.wait_fixed(0.05))

@@ -12,6 +12,7 @@ from typing import Any, Callable, TypeVar
 import grpc
 import tenacity
 
+from aiperf.api.calls import is_transient
 from aiperf.api.client import ApiError
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,9 @@ def call_until_done(call: Callable[[], T], stopping: threading.Event,
     retryable = TRANSIENT | also
 
     def worth_retrying(exc: BaseException) -> bool:
-        return isinstance(exc, ApiError) and exc.code in retryable and not stopping.is_set()
+        # the database's full disk too: the reports stay here until the master has room
+        return (isinstance(exc, ApiError) and (exc.code in retryable or is_transient(exc))
+                and not stopping.is_set())
 
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception(worth_retrying), wait=RETRY_WAIT, sleep=stopping.wait, reraise=True,

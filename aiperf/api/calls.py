@@ -17,6 +17,9 @@ DEFAULT_TIMEOUT_S = 15.0
 # Metadata of every worker call after Register: the per-worker credential Register returned.
 CREDENTIAL_METADATA = "aiperf-worker-credential"
 TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# How the master's RESOURCE_EXHAUSTED for its database's full disk begins: unlike a message
+# too large (also RESOURCE_EXHAUSTED), it passes once there is room again.
+DATABASE_FULL = "database full"
 
 
 class ApiError(Exception):
@@ -36,6 +39,15 @@ def api_error(exc: grpc.RpcError, method: str) -> ApiError:
     return ApiError(code, details or "", method)
 
 
+def is_transient(exc: BaseException) -> bool:
+    """True for a failure that may pass by itself: the master or its database unavailable,
+    a deadline, the database's disk full."""
+    if not isinstance(exc, ApiError):
+        return False
+    return exc.code in TRANSIENT_CODES or (
+        exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED and exc.details.startswith(DATABASE_FULL))
+
+
 def with_retries(method: str, attempts: int, once: Callable[[], T], log: logging.Logger) -> T:
     """once(), again after transient failures (backoff 0.2 s doubling to 5 s), at most `attempts` times.
 
@@ -44,14 +56,11 @@ def with_retries(method: str, attempts: int, once: Callable[[], T], log: logging
     DEADLINE_EXCEEDED (the deadline bounds every attempt together), caps attempts at 5
     and retries silently, where each retry here is logged."""
 
-    def transient(exc: BaseException) -> bool:
-        return isinstance(exc, ApiError) and exc.code in TRANSIENT_CODES
-
     def logged(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception()  # an ApiError: `transient` let it through
         log.warning("event=retry method=%s code=%s attempt=%d", method, exc.code.name, state.attempt_number)
 
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_attempt(max(1, attempts)), wait=tenacity.wait_exponential(multiplier=0.2, max=5.0),
-        retry=tenacity.retry_if_exception(transient), before_sleep=logged, reraise=True)
+        retry=tenacity.retry_if_exception(is_transient), before_sleep=logged, reraise=True)
     return retrying(once)

@@ -36,6 +36,8 @@ class Heartbeats:
         self._unwritten: dict[int, float] = {}
         self._lost: set[int] = set()
         self._back: set[int] = set()  # lost workers that beat again, not written yet
+        self._grace: dict[int, float] = {}  # worker -> not lost before this time (a restart's grace)
+        self._heard: dict[int, float] = {}  # worker -> its last beat in this master's life
         # A restarted master gives every known alive worker a fresh grace period.
         for w in workers:
             self.learn(w, now)
@@ -50,6 +52,33 @@ class Heartbeats:
             if w.state == WorkerState.LOST:
                 self._lost.add(w.id)
 
+    def grant_grace(self, worker_ids: Iterable[int], since: float, grace_s: float) -> None:
+        """Alive workers among worker_ids are not lost for grace_s seconds from `since` (the
+        moment they could reconnect), then as usual: lost unless they beat within the limit."""
+        with self._lock:
+            for w in worker_ids:
+                if w in self._last and w not in self._lost:
+                    self._last[w] = max(self._last[w], since)
+                    self._grace[w] = since + grace_s
+
+    def lose(self, worker_ids: Iterable[int]) -> None:
+        """These workers are lost now (stored so by the caller), whatever their last beat."""
+        with self._lock:
+            for w in worker_ids:
+                self._lost.add(w)
+                self._grace.pop(w, None)
+
+    def heard_within(self, worker_id: int, now: float, window_s: float) -> bool:
+        """True when the worker beat in this master's life less than window_s ago (a grace period,
+        a stored beat or its Register do not count: only its own heartbeats)."""
+        with self._lock:
+            heard = self._heard.get(worker_id)
+        return heard is not None and now - heard < window_s
+
+    def alive_ids(self) -> list[int]:
+        with self._lock:
+            return [w for w in self._last if w not in self._lost]
+
     def knows(self, worker_id: int) -> bool:
         with self._lock:
             return worker_id in self._last
@@ -58,6 +87,8 @@ class Heartbeats:
         """A worker (re)registered: alive, its beat already written with it."""
         with self._lock:
             self._last[worker_id] = now
+            self._heard.pop(worker_id, None)  # a new life: not heard until it beats
+            self._grace.pop(worker_id, None)
             self._unwritten.pop(worker_id, None)
             self._lost.discard(worker_id)
 
@@ -66,8 +97,10 @@ class Heartbeats:
         with self._lock:
             was_lost = worker_id in self._lost
             self._last[worker_id] = now
+            self._heard[worker_id] = now
             self._unwritten[worker_id] = now
             self._lost.discard(worker_id)
+            self._grace.pop(worker_id, None)
             if was_lost:
                 self._back.add(worker_id)
         return was_lost
@@ -101,8 +134,11 @@ class Heartbeats:
     def mark_silent(self, now: float, limit_s: float) -> dict[int, float]:
         """Workers silent for more than limit_s become lost; returns them with their silence in seconds."""
         with self._lock:
-            lost = {w: now - t for w, t in self._last.items() if w not in self._lost and now - t > limit_s}
+            lost = {w: now - t for w, t in self._last.items()
+                    if w not in self._lost and now - t > limit_s and now >= self._grace.get(w, now)}
             self._lost.update(lost)
+            for w in lost:
+                self._grace.pop(w, None)
         return lost
 
     def not_lost(self, worker_ids: Iterable[int], beats: dict[int, float]) -> None:

@@ -9,23 +9,40 @@ place that decides whether the two belong together.
 
 The rule for names (`claim`): a name held by a live worker goes only to a
 caller presenting that worker's credential (a restart); otherwise the name is
-free once its worker is marked lost, and a new credential is issued.
+free once its worker is marked lost. Every Register issues a new credential and
+voids the one before (rotation), so a copy of a credential is worth nothing once
+its owner restarted (a Register whose reply was lost gets its name back once its
+worker is marked lost, as after a lost state directory). A copy presented while
+its owner is active (a heartbeat within the last
+heartbeat interval: a restarted worker has been silent longer) is a conflict:
+the credential is voided for both processes (`CredentialConflict`), the master
+reports it, and the name is free once its worker is marked lost.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 import threading
 from typing import Callable
 
 from aiperf.limits import MAX_CREDENTIAL_CHARS  # ours have 43: a longer one cannot match
+from master.core.heartbeats import Heartbeats
+from master.core.restart import LOST_AFTER_BEATS
 from master.store.errors import AlreadyExists, PermissionDenied
 from master.store.records import WorkerRecord
 
+log = logging.getLogger(__name__)
+
 CREDENTIAL_BYTES = 32  # 256 random bits (at least 128 are required)
 _UNKNOWN = object()  # a worker whose hash is not cached yet
+VOID_HASH = "void"  # the stored hash of a credential voided after a conflict: no credential hashes to it
+
+
+class CredentialConflict(PermissionDenied):
+    """A worker's current credential presented to Register while the worker is active."""
 
 
 def new_credential() -> str:
@@ -49,8 +66,11 @@ class WorkerCredentials:
     loaded from the store on a miss, so a restarted master knows them all.
     Thread-safe."""
 
-    def __init__(self, load: Callable[[int], str | None]) -> None:
+    def __init__(self, load: Callable[[int], str | None], store: Callable[[int, str], None] | None = None,
+                 on_conflict: Callable[[], object] | None = None) -> None:
         self._load = load  # worker id -> stored hash (None: none yet); NotFound when unknown
+        self._store = store  # (worker id, hash): a voided credential, kept across restarts
+        self._on_conflict = on_conflict  # counts a conflict (a metric)
         self._lock = threading.Lock()
         self._hashes: dict[int, str | None] = {}
         # worker id -> (the credential object last proven, the hash it matched): a Connect
@@ -64,6 +84,7 @@ class WorkerCredentials:
             return worker_id in self._hashes
 
     def set(self, worker_id: int, digest: str | None) -> None:
+        """The worker's credential hash is `digest` now (the one before is void)."""
         with self._lock:
             self._hashes[worker_id] = digest
             self._proven.pop(worker_id, None)
@@ -101,20 +122,47 @@ class WorkerCredentials:
         if not credential:
             raise PermissionDenied(f"worker {worker_id}: no worker credential: send the one Register returned as "
                                    "'aiperf-worker-credential' metadata")
-        if self._hash_of(worker_id) is None:
+        stored = self._hash_of(worker_id)
+        if stored is None:
             raise PermissionDenied(f"worker {worker_id} registered before worker credentials existed: register again")
+        if stored == VOID_HASH:
+            raise PermissionDenied(f"worker {worker_id}: its credential was voided: two processes presented it "
+                                   "(a copy in use); register again once the worker is marked lost")
         raise PermissionDenied(f"worker {worker_id}: the credential is not this worker's (a call naming another "
                                "worker's id, or a name taken over after this worker was marked lost)")
 
-    def claim(self, existing: WorkerRecord | None, credential: str, alive: bool, lost_after_s: float) -> str:
-        """The credential a Register of `existing`'s name gets: the presented one
-        when it is that worker's own (a restart), else a new one when the name is
-        new, its worker is lost, or it never had a credential. AlreadyExists when
-        a live worker holds the name and the caller cannot prove to be it."""
+    def _void(self, worker: WorkerRecord) -> None:
+        """Two processes hold the worker's credential: void it for both (stored, so a restart
+        keeps it void) and report it; the name is free once the worker is marked lost."""
+        if self._store is not None:
+            self._store(worker.id, VOID_HASH)
+        self.set(worker.id, VOID_HASH)
+        if self._on_conflict is not None:
+            self._on_conflict()
+        log.warning("event=credential_conflict worker_id=%d name=%s host=%s: a copy of its credential was "
+                    "presented while it is active; voided for both", worker.id, worker.name[:64], worker.host[:64])
+
+    def claim(self, existing: WorkerRecord | None, credential: str, heartbeats: Heartbeats, now: float,
+              interval_s: float) -> str:
+        """The new credential a Register of `existing`'s name gets (every Register gets a new
+        one). The name's worker must be lost, or the caller present its credential (a restart).
+        AlreadyExists when a live
+        worker holds the name and the caller cannot prove to be it; CredentialConflict when
+        the current credential comes while its worker beat within the last interval (two
+        processes hold it)."""
         if existing is None:
             return new_credential()
+        alive = heartbeats.is_alive(existing.id)
+        active = heartbeats.heard_within(existing.id, now, interval_s)  # a beat in the last interval
+        lost_after_s = LOST_AFTER_BEATS * interval_s
         if self.matches(existing.id, credential):
-            return credential
+            if active:
+                self._void(existing)
+                raise CredentialConflict(
+                    f"worker name {existing.name[:64]!r}: its credential was presented while the worker (id "
+                    f"{existing.id}) is active: two processes hold it. It is void now, for both; the name is "
+                    f"free once the worker is marked lost (silent for {lost_after_s:g} s)")
+            return new_credential()
         if alive and self._hash_of(existing.id) is not None:
             raise AlreadyExists(
                 f"worker name {existing.name[:64]!r} is in use by a live worker (id {existing.id}); it can be "

@@ -43,7 +43,8 @@ from aiperf.hyperparameters import HyperparameterError, Hyperparameters
 from aiperf.limits import CLOCK_SLACK_S, MAX_OPS_PER_REPORT, MAX_PAGE, MAX_TIMELINE_BUCKETS
 from aiperf.ruleset import RULES_VERSION
 from aiperf.states import FINISHED_MODEL_STATES, OPEN_MODEL_STATES, ModelState, RunState, WorkerState
-from master.core import retention
+from master.core import restart, retention
+from master.core.restart import LOST_AFTER_BEATS, RESUME_OUTAGE_S
 from master.core.audits import Audits, with_audit_rule, with_throughput_rule
 from master.core.budget import ImplausibleReport, WorkerBudgets
 from master.core.budget import ModelFlops as _ModelFlops
@@ -72,7 +73,6 @@ from master.store.records import (
 
 log = logging.getLogger(__name__)
 
-LOST_AFTER_BEATS = 3
 HEARTBEAT_FLUSH_MAX_S = 5.0
 # open models whose FLOPs and busy_until stay in memory: one per worker, for 10,000s of workers
 # (an evicted entry costs a database read on the report path and restarts its busy_until)
@@ -96,6 +96,7 @@ class Master:
         stop_grace_s: float = 300.0,
         clock: Callable[[], float] = time.time,
         metrics: MasterMetrics | None = None,
+        resume_outage_s: float = RESUME_OUTAGE_S,
     ) -> None:
         if heartbeat_interval_s <= 0:
             raise ValueError("heartbeat interval must be positive")
@@ -118,13 +119,15 @@ class Master:
         now = clock()
         self._life_started_at = now
         self._alive_stamped = self._metrics_at = time.monotonic()
-        outage = store.record_master_start(now)
+        self.resume_outage_s = resume_outage_s
+        outage = self._outage = store.record_master_start(now)
         if outage is not None:
             log.warning("event=master_outage start=%.3f end=%.3f downtime_s=%.3f",
                         outage.start, outage.end, outage.duration_s)
         self._heartbeats = Heartbeats(store.list_workers(), now)
         self.roster = Roster(store, self.live_worker, clock)  # ListRuns / ListWorkers call it directly
-        self._credentials = WorkerCredentials(store.worker_credential_hash)
+        self._credentials = WorkerCredentials(store.worker_credential_hash, store.set_credential_hash,
+                                              self.metrics.credential_conflicts.inc)
         self._register_lock = threading.Lock()  # one name decision at a time (read, decide, write)
         self._current: RunRecord | None = store.current_run()
         if self._current is not None:  # read before any commit can add to it (the writer starts below)
@@ -311,6 +314,11 @@ class Master:
             self.metrics.current_flops.set(ops / elapsed if elapsed > 0 else 0.0)
             self.metrics.observe_run(run.id, run.profile, elapsed, ops)
 
+    def serving(self) -> None:
+        """Once serving, the workers of before may reconnect: their grace, or their models' end (restart.py)."""
+        self._forget_models(restart.resume(self.store, self._heartbeats, self._outage, self.clock(),
+                                           self.heartbeat_interval_s, self.resume_outage_s))
+
     # ------------------------------------------------------------ workers
     def alive_count(self) -> int:
         return self._heartbeats.alive_count()
@@ -358,10 +366,9 @@ class Master:
         info = with_checked_peaks(info)
         with self._register_lock:
             existing = self.store.worker_by_name(info.name)
-            alive = existing is not None and self.is_alive(existing.id)
-            secret = self._credentials.claim(existing, credential, alive, LOST_AFTER_BEATS * self.heartbeat_interval_s)
-            digest = credential_hash(secret)
             now = self.clock()
+            secret = self._credentials.claim(existing, credential, self._heartbeats, now, self.heartbeat_interval_s)
+            digest = credential_hash(secret)
             worker, abandoned = self.store.register_worker(info, now, digest)
             self._credentials.set(worker.id, digest)
         self._forget_models(abandoned)
@@ -370,7 +377,7 @@ class Master:
         self._join(self.current_run(), worker.id)
         log.info("event=worker_registered worker_id=%d name=%s host=%s accelerators=%d abandoned=%s "
                  "credential=%s", worker.id, worker.name, worker.host, len(worker.accelerators), abandoned,
-                 "kept" if secret == credential else "new")
+                 "rotated" if credential else "new")
         return Registration(worker, abandoned, secret)
 
     def report_is_in_memory(self, worker_id: int, model_id: int) -> bool:

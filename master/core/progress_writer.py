@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Callable
 
-from master.store.errors import FailedPrecondition
+from master.store.errors import FailedPrecondition, StorageFull, Unavailable
 from master.store.protocol import ProgressStore
 from master.store.records import ProgressInput, ProgressResult
 
@@ -85,8 +85,9 @@ class ProgressWriter:
             try:
                 results = self._store.add_progress(items)
             except Exception as exc:  # noqa: BLE001 - retried one caller at a time
-                if len(jobs) == 1:
-                    jobs[0][1](None, exc)
+                if len(jobs) == 1 or isinstance(exc, (Unavailable, StorageFull)):
+                    for _inputs, done in jobs:  # the database's outage (logged by the store): every caller's
+                        done(None, exc)
                 else:
                     log.warning("event=progress_batch_failed reports=%d callers=%d error=%r; retrying one by one",
                                 len(items), len(jobs), exc)

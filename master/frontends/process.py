@@ -37,7 +37,7 @@ from aiperf.api.calls import CREDENTIAL_METADATA
 from master.frontends.wire import (
     MAX_REPLY_FRAME, METHODS, METHODS_DIGEST, PING, FrameConnection, FrameError, call_frame, parse_reply,
 )
-from master.rpc.garbage_collector import settle_collector
+from master.rpc.garbage_collector import StreamMemory, settle_collector
 from master.rpc.listener import listen, server_credentials, set_health
 from master.rpc.tokens import Tokens, worker_credential
 
@@ -49,6 +49,9 @@ PING_S = 5.0  # how often the master is pinged, and how long its answer may take
 
 class RelayLost(Exception):
     """The relay to the master closed."""
+
+
+STREAM_MEMORY = StreamMemory()  # the worker streams this front end held and closed
 
 
 class RelayClient(FrameConnection):
@@ -108,8 +111,11 @@ def _handler(relay: RelayClient, method: int, streaming: bool) -> grpc.RpcMethod
         return grpc.unary_unary_rpc_method_handler(unary)
 
     async def stream(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-        async for request in requests:  # one reply per message, in order (as the master's own Connect)
-            yield await _relayed(relay, method, request, context)
+        try:
+            async for request in requests:  # one reply per message, in order (as the master's own Connect)
+                yield await _relayed(relay, method, request, context)
+        finally:
+            STREAM_MEMORY.closed()
     return grpc.stream_stream_rpc_method_handler(stream)
 
 
@@ -164,6 +170,7 @@ async def _watch_master(relay: RelayClient, health_servicer: health.aio.HealthSe
     serving = True
     while True:
         await asyncio.sleep(ping_s)
+        STREAM_MEMORY.release_if_idle()  # a burst of closed worker streams: their memory given back
         try:
             await asyncio.wait_for(relay.call(PING, b"", b""), ping_s)
             answered = True

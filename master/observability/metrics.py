@@ -99,6 +99,9 @@ class MasterMetrics:
         self.registry = CollectorRegistry()
         self.workers_alive = Gauge("aiperf_workers_alive", "Workers that heartbeated recently", registry=self.registry)
         self.workers_lost = Counter("aiperf_workers_lost", "Workers marked lost", registry=self.registry)
+        self.credential_conflicts = Counter(
+            "aiperf_credential_conflicts", "Worker credentials presented by a second process while their worker "
+            "was active (voided for both)", registry=self.registry)
         self.models = Gauge("aiperf_models", "Models of the current run by state", ["state"], registry=self.registry)
         self.reports = Counter("aiperf_progress_reports", "Progress reports recorded", registry=self.registry)
         self.duplicate_reports = Counter(

@@ -11,7 +11,8 @@ No input gets UNKNOWN. Every request is checked against its bounds
 (aiperf/api/bounds.py) before anything reads it; an undecodable payload
 arrives as `Undecodable` (see `decoder`) and is refused. Store and validation
 errors become their gRPC status codes; OverflowError, RecursionError and
-ValueError from an extreme value INVALID_ARGUMENT; anything else INTERNAL,
+ValueError from an extreme value INVALID_ARGUMENT; the database's outage UNAVAILABLE (its
+disk full: RESOURCE_EXHAUSTED, details starting "database full"); anything else INTERNAL,
 with its traceback logged. On the Connect stream each refused message gets
 an error reply of its own and the stream lives on.
 """
@@ -32,9 +33,11 @@ from aiperf.api import bounds
 from aiperf.api.enums import API_VERSION, MODEL_STATE_VALUES, RUN_STATE_VALUES, WORKER_STATE_VALUES
 from master.core.master import Master
 from master.rpc import conversions as cv
+from master.rpc.garbage_collector import StreamMemory
 from master.rpc.tokens import worker_credential
 from master.store.errors import (
-    AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, StoreError,
+    AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, StorageFull, StoreError,
+    Unavailable,
 )
 from master.store.records import RunRecord
 
@@ -48,7 +51,10 @@ _CODES: dict[type[StoreError], grpc.StatusCode] = {
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
+    StorageFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
+_OUTAGES = (Unavailable, StorageFull)  # the store logs an outage once, not each call it fails
 
 
 def _status(exc: StoreError) -> grpc.StatusCode:
@@ -116,6 +122,8 @@ def checked(request: Any) -> Any:
 
 def refusal(exc: Exception, method: str) -> tuple[grpc.StatusCode, str]:
     """The status code and message a failed call ends with (logged; a traceback for INTERNAL)."""
+    if isinstance(exc, _OUTAGES):
+        return _status(exc), str(exc)
     if isinstance(exc, StoreError):
         code, message = _status(exc), str(exc)
     elif isinstance(exc, bounds.BoundsError):
@@ -200,9 +208,10 @@ def _error_message(exc: Exception) -> pb.MasterMessage:
 class WorkerServicer(pb_grpc.WorkerServiceServicer):
     SERVICE = "aiperf.v1.WorkerService"
 
-    def __init__(self, master: Master, pool: Executor) -> None:
+    def __init__(self, master: Master, pool: Executor, stream_memory: StreamMemory | None = None) -> None:
         self.m = master
         self.pool = pool
+        self.stream_memory = stream_memory or StreamMemory()  # the closed streams, whose memory is given back
         # (the run last asked, the interval, a heartbeat reply for it without master_time and
         # worker_state): every heartbeat carries the current run; copying a finished message
         # costs a third of building one (an attribute swap, atomic without a lock)
@@ -271,8 +280,11 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
         # The stream's credential comes with its metadata; every message must name
         # the worker it belongs to.
         credential = worker_credential(context.invocation_metadata())
-        async for message in request_iterator:
-            yield await self.answer(message, credential)
+        try:
+            async for message in request_iterator:
+                yield await self.answer(message, credential)
+        finally:
+            self.stream_memory.closed()
 
     async def answer(self, message: Any, credential: str) -> pb.MasterMessage:
         """The Connect reply to one message (decoded or `Undecodable`); never raises."""

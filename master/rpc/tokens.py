@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable, Mapping
 import grpc
 
 from aiperf.api.calls import CREDENTIAL_METADATA
+from aiperf.api.tokens import check_token
 
 log = logging.getLogger(__name__)
 
@@ -39,24 +40,27 @@ class Tokens:
 
 
 def read_token_file(path: Path) -> str:
-    token = path.read_text().strip()
-    if not token:
-        raise ValueError(f"token file {path} is empty")
-    return token
+    """The token in `path` (surrounding white space dropped); ValueError naming the file
+    when it is not a token (aiperf.api.tokens)."""
+    try:
+        token = path.read_bytes().decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ValueError(f"the token from file {path} cannot be used: it is not UTF-8 text") from None
+    return check_token(token, f"file {path}")
 
 
 def _resolve(
     kind: str,
     explicit: str | None,
-    env_value: str | None,
+    env: tuple[str, str | None],
     file: Path | None,
     default_file: Path,
     generated: dict[str, Path],
 ) -> str:
     if explicit:
-        return explicit
-    if env_value:
-        return env_value
+        return check_token(explicit, f"the {kind} token argument")
+    if env[1]:
+        return check_token(env[1], f"variable {env[0]}")
     for path in (file, default_file):
         if path is not None and path.exists():
             return read_token_file(path)
@@ -79,12 +83,18 @@ def load_tokens(
     admin_token_file: Path | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Tokens:
-    """Resolve both tokens: argument > environment > file > generated."""
+    """Resolve both tokens: argument > environment > file > generated; ValueError naming the
+    source of one that is not a token (aiperf.api.tokens)."""
     env = os.environ if env is None else env
+    for kind, given, var in (("worker", worker_token, "AIPERF_TOKEN"), ("admin", admin_token, "AIPERF_ADMIN_TOKEN")):
+        if given:  # both checked before a token file is generated for either
+            check_token(given, f"the {kind} token argument")
+        elif env.get(var):
+            check_token(env[var], f"variable {var}")
     generated: dict[str, Path] = {}
-    worker = _resolve("worker", worker_token, env.get("AIPERF_TOKEN"), worker_token_file,
+    worker = _resolve("worker", worker_token, ("AIPERF_TOKEN", env.get("AIPERF_TOKEN")), worker_token_file,
                       data_dir / WORKER_TOKEN_FILE, generated)
-    admin = _resolve("admin", admin_token, env.get("AIPERF_ADMIN_TOKEN"), admin_token_file,
+    admin = _resolve("admin", admin_token, ("AIPERF_ADMIN_TOKEN", env.get("AIPERF_ADMIN_TOKEN")), admin_token_file,
                      data_dir / ADMIN_TOKEN_FILE, generated)
     if hmac.compare_digest(worker, admin):
         raise ValueError("the worker and admin tokens must differ")

@@ -31,5 +31,13 @@ class AlreadyExists(StoreError):
     """A name held by a live worker, asked for without that worker's credential."""
 
 
+class Unavailable(StoreError):
+    """The database did not answer (down, restarting, connection lost, locked): try again."""
+
+
+class StorageFull(StoreError):
+    """The database cannot grow (its disk is full): nothing was written; try again once there is room."""
+
+
 class SchemaError(StoreError):
     """The database's schema revision is unknown to this version (newer)."""

@@ -132,8 +132,12 @@ class WorkerStore(Protocol):
         """Store last-heartbeat times (worker id -> time); a lost worker becomes alive."""
 
     @abc.abstractmethod
-    def mark_workers_lost(self, worker_ids: Sequence[int], now: float) -> list[int]:
-        """Workers -> lost, their open models -> abandoned; returns those model ids."""
+    def set_credential_hash(self, worker_id: int, digest: str) -> None:
+        """Replace the worker's credential hash (a credential voided after a conflict)."""
+
+    @abc.abstractmethod
+    def mark_workers_lost(self, worker_ids: Sequence[int], now: float, reason: str = "worker lost") -> list[int]:
+        """Workers -> lost, their open models -> abandoned (with `reason`); returns those model ids."""
 
 
 class RunWorkerStore(Protocol):

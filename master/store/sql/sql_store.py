@@ -34,6 +34,7 @@ from master.store.records import (
 )
 from master.store.sql.audits import AuditSql
 from master.store.sql.engine import make_engine, migrate
+from master.store.sql.outages import STORE_WRITES, OutageLog, guard
 from master.store.sql.progress import ProgressSql, combine_sums, exact_sums
 from master.store.sql.tables import (
     MasterLifeRow, ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow,
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 PROGRESS_CACHE_SIZE = 16384  # models whose state add_progress keeps in memory
 HEARTBEAT_CHUNK = 256  # workers per heartbeat-flush transaction
 HEARTBEAT_CHUNK_PAUSE_S = 0.002  # between them (SQLite): the progress writer's commits go first
+FINISH_SEQ = 0  # the seq of the row FinishModel adds for an accuracy no report carried
 
 
 def _run(r: RunRow, outages: Sequence[Outage] = ()) -> RunRecord:
@@ -94,9 +96,11 @@ def _model(m: ModelRow) -> ModelRecord:
     )
 
 
+@guard(STORE_WRITES)  # an outage of the database is Unavailable or StorageFull, logged once (master/store/sql/outages.py)
 class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
     def __init__(self, url: str, engine: Engine | None = None) -> None:
         self.url = url
+        self.outage_log = OutageLog()
         self.engine = engine or make_engine(url)
         self.dialect = self.engine.dialect.name
         self.previous_revision = migrate(self.engine)
@@ -343,12 +347,16 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
             with self._heartbeat_lock, self.engine.begin() as conn:
                 self._sql.write_heartbeats(conn, items[k:k + HEARTBEAT_CHUNK])
 
-    def mark_workers_lost(self, worker_ids: Sequence[int], now: float) -> list[int]:
+    def set_credential_hash(self, worker_id: int, digest: str) -> None:
+        with self._write(changes_models=False) as s:
+            s.execute(update(WorkerRow).where(WorkerRow.id == worker_id).values(credential_hash=digest))
+
+    def mark_workers_lost(self, worker_ids: Sequence[int], now: float, reason: str = "worker lost") -> list[int]:
         if not worker_ids:
             return []
         with self._heartbeat_lock, self._write() as s:
             s.execute(update(WorkerRow).where(WorkerRow.id.in_(list(worker_ids))).values(state=WorkerState.LOST))
-            return self._abandon(s, ModelRow.worker_id.in_(list(worker_ids)), now, "worker lost")
+            return self._abandon(s, ModelRow.worker_id.in_(list(worker_ids)), now, reason)
 
     def join_run(self, run_id: int, worker_id: int, now: float) -> bool:
         # a run_workers row: every worker joins at a run's start, and their reports must not
@@ -504,10 +512,10 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
             if checkpoint_uri:
                 row.checkpoint_uri, row.checkpoint_sha256 = checkpoint_uri, checkpoint_sha256
             if best_accuracy is not None and (row.best_accuracy is None or best_accuracy > row.best_accuracy):
-                # an accuracy the time line has not seen yet: it enters it now
-                last_seq = s.scalar(select(func.max(ProgressRow.seq)).where(ProgressRow.model_id == model_id)) or 0
+                # an accuracy the time line has not seen yet: it enters it now, as the row of seq
+                # FINISH_SEQ (reports are 1..MAX_SEQ, so it is free even after a report at MAX_SEQ)
                 s.add(ProgressRow(
-                    run_id=row.run_id, model_id=model_id, worker_id=worker_id, seq=last_seq + 1, t=now,
+                    run_id=row.run_id, model_id=model_id, worker_id=worker_id, seq=FINISH_SEQ, t=now,
                     epoch=row.epochs, images_trained=0, images_validated=0, accuracy=best_accuracy,
                     worker_flops=0, master_flops=0, flops_mismatch=False,
                 ))
