@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import math
 import threading
 import time
 from concurrent.futures import Executor
@@ -52,6 +51,7 @@ from master.core.identity import WorkerCredentials, credential_hash
 from master.core.officiality import run_config, unofficial_reasons
 from master.core.operations import RunOperations
 from master.core.progress_writer import ProgressWriter
+from master.core.resends import ResentReports
 from master.core.replies import (
     History, HyperparameterObservation, ModelPage, Registration, RunStatus, RunTimeline, Scoreboard,
 )
@@ -63,7 +63,7 @@ from master.core.run_rules import (
 )
 from master.core.versions import software_versions
 from master.observability.metrics import MasterMetrics
-from master.store.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from master.store.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResendNotRecorded
 from master.store.protocol import Store
 from master.store.records import (
     ModelRecord, NewModel, NewRun, ProgressInput, ProgressResult, ResourceSampleInput, RunRecord, RunWorker,
@@ -130,6 +130,7 @@ class Master:
         if self._current is not None:  # read before any commit can add to it (the writer starts below)
             self.operations.total(self._current.id)
         self.records = retention.AccuracyRecords(store)  # each run's accuracy record holders, for retention
+        self.resends = ResentReports(store.progress_seq)
         self._writer = ProgressWriter(store, on_commit=self._committed)
         self._advance_runs(now)  # a deadline passed while the master was down: closed before serving
 
@@ -373,10 +374,13 @@ class Master:
                  "kept" if secret == credential else "new")
         return Registration(worker, abandoned, secret)
 
-    def report_is_in_memory(self, worker_id: int, model_id: int) -> bool:
+    def report_is_in_memory(self, worker_id: int, model_id: int, seq: int) -> bool:
         """True when report_progress's checks will not touch the database (the worker,
-        its credential, the model's FLOPs and the worker's ceiling are cached)."""
+        its credential, the model's FLOPs and the worker's ceiling are cached, and the
+        report is not one to look up as a possible resend)."""
         if not self._heartbeats.knows(worker_id) or not self._credentials.cached(worker_id):
+            return False
+        if self.resends.needs_store(model_id, seq):
             return False
         with self._lock:
             entry = self._flops.get(model_id)
@@ -419,12 +423,7 @@ class Master:
         now = self.clock()
         items = []
         for s in samples:
-            if not math.isfinite(s.age_s) or s.age_s < 0:
-                raise InvalidArgument("age_s must be >= 0")
-            for name in ("accelerator_util", "cpu_util"):
-                v = getattr(s, name)
-                if not (0.0 <= v <= 1.0):
-                    raise InvalidArgument(f"{name} must be in [0, 1], got {v}")
+            s.check_figures()
             items.append(ResourceSampleInput(
                 worker_id=worker_id, t=now - s.age_s, accelerator_index=s.accelerator_index,
                 accelerator_util=s.accelerator_util, accelerator_memory_used=int(s.accelerator_memory_used),
@@ -463,6 +462,7 @@ class Master:
         with self._lock:
             for mid in model_ids:
                 self._flops.pop(mid, None)
+                self.resends.forget(mid)
 
     def submit_model(self, sub: ModelSubmission, *, credential: str) -> ModelRecord:
         """Check the graph, count its FLOPs with the inserted kernel and record the model."""
@@ -496,6 +496,7 @@ class Master:
         model = self.store.add_model(new, self.clock(), max_models=int(limits.get("max_models", 0)))
         self._remember(model.id, _ModelFlops(run.id, sub.worker_id, model.flops_per_train_image,
                                              model.flops_per_eval_image, model.created_at))
+        self.resends.new_model(model.id)
         self._join(run, sub.worker_id)
         self._record_dataset(run.id, sub.worker_id, sub.dataset or {})
         log.info("event=model_submitted model_id=%d run_id=%d worker_id=%d parent_id=%s round=%d hash=%s "
@@ -505,19 +506,11 @@ class Master:
         return model
 
     def _progress_input(self, r: ProgressReport, credential: str) -> ProgressInput:
-        """Validate one report and count its FLOPs.
-        Whether the model is the worker's is the store's check (add_progress)."""
+        """Validate one report and count its FLOPs; its budget is claimed unless it is a resend
+        (master/core/resends.py: the caller ends it). Whether the model is the worker's is the
+        store's check (add_progress)."""
         self._authorize(r.worker_id, credential)
-        if r.seq < 1:
-            raise InvalidArgument("seq must be >= 1")
-        if r.images_trained < 0 or r.images_validated < 0:
-            raise InvalidArgument(
-                f"image counts must be >= 0, got trained={r.images_trained} validated={r.images_validated}"
-            )
-        if r.worker_flops < 0:
-            raise InvalidArgument("worker_flops must be >= 0")
-        if r.accuracy is not None and not (0.0 <= r.accuracy <= 1.0):
-            raise InvalidArgument(f"val_accuracy must be in [0, 1], got {r.accuracy}")
+        r.check_figures()
         entry = self._flop_count(r.model_id)
         if entry.worker_id != r.worker_id:  # the store's rule, before the model's time is spent
             raise PermissionDenied(f"model {r.model_id} belongs to worker {entry.worker_id}, not {r.worker_id}")
@@ -526,32 +519,43 @@ class Master:
             raise InvalidArgument(f"images_trained/images_validated: {master_flops:.3g} operations in one report "
                                   f"exceed the bound of {MAX_OPS_PER_REPORT:.3g}")
         now = self.clock()
+        resent = self.resends.begin(r.model_id, int(r.seq))  # before the claim: a resend spends nothing
         try:
-            self.budgets.get(r.worker_id, entry.run_id).claim(master_flops, now, since=entry.created_at)
+            if not resent:
+                self.budgets.get(r.worker_id, entry.run_id).claim(master_flops, now, since=entry.created_at)
         except ImplausibleReport:
+            self.resends.end(r.model_id, int(r.seq), resent)
             self.budgets.refused(r.worker_id, entry.run_id)
             self.metrics.implausible_reports.inc()
             raise
-        item = ProgressInput(
+        except BaseException:
+            self.resends.end(r.model_id, int(r.seq), resent)
+            raise
+        return ProgressInput(
             model_id=r.model_id, worker_id=r.worker_id, seq=int(r.seq), t=now, epoch=int(r.epoch),
             images_trained=int(r.images_trained), images_validated=int(r.images_validated),
             accuracy=r.accuracy, worker_flops=int(r.worker_flops), master_flops=int(master_flops),
-            flops_mismatch=not scoring.flops_agree(master_flops, int(r.worker_flops)),
+            flops_mismatch=not scoring.flops_agree(master_flops, int(r.worker_flops)), resent=resent,
         )
-        return item
 
     async def report_progress(self, report: ProgressReport, *, credential: str,
                               pool: Executor | None = None) -> ProgressResult:
         """Validate, count and record one report; awaits the progress writer's
         group commit without blocking the event loop. StoreError when refused;
-        a resent report (same seq) comes back as a duplicate, counted once.
-        Checks that need the database (nothing cached yet) run on `pool` when given."""
-        if pool is None or self.report_is_in_memory(report.worker_id, report.model_id):
-            item = self._progress_input(report, credential)
-        else:
-            item = await asyncio.get_running_loop().run_in_executor(
-                pool, self._progress_input, report, credential)
-        [result] = await self._writer.write_async([item])
+        a resent report (same seq) comes back as a duplicate, counted once, its budget
+        never spent. Checks that need the database (nothing cached yet) run on `pool` when given."""
+        for _ in range(2):  # a resend whose first copy was not recorded goes again as new
+            if pool is None or self.report_is_in_memory(report.worker_id, report.model_id, report.seq):
+                item = self._progress_input(report, credential)
+            else:
+                item = await asyncio.get_running_loop().run_in_executor(
+                    pool, self._progress_input, report, credential)
+            try:
+                [result] = await self._writer.write_async([item])
+            finally:
+                self.resends.end(item.model_id, item.seq, item.resent)
+            if not isinstance(result.error, ResendNotRecorded):
+                break
         if result.error is not None:
             raise result.error
         return result
@@ -564,6 +568,7 @@ class Master:
         for item, result in zip(items, results):
             if result.error is not None:
                 continue
+            self.resends.committed(item.model_id, item.seq)
             if result.duplicate:
                 self.metrics.duplicate_reports.inc()
                 continue

@@ -204,7 +204,8 @@ class ModelStore(Protocol):
     ) -> ModelRecord:
         """-> done or failed, with the checkpoint of a done model ("" none). PermissionDenied:
         another worker's model; FailedPrecondition: abandoned, already finished in another
-        state, or another checkpoint is recorded for it.
+        state, another checkpoint is recorded for it, or a checkpoint for a model no longer
+        open (a checkpoint comes once, with the finish of an open model).
         A best accuracy above every reported one is added to the time line as
         a zero-image report at `now`, so the time line holds every accuracy."""
 
@@ -247,6 +248,10 @@ class ProgressStore(Protocol):
         written for it; `duplicate` when (model_id, seq) was already recorded.
         A queued model becomes training at its first report. A report stamped
         after the run's deadline (or stop) is recorded but not scored."""
+
+    @abc.abstractmethod
+    def progress_seq(self, model_id: int, seq: int) -> tuple[int, bool]:
+        """The model's highest recorded seq (0: none) and whether `seq` is recorded."""
 
     @abc.abstractmethod
     def timeline(self, run_id: int) -> list[Point]:

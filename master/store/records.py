@@ -145,6 +145,7 @@ class ProgressInput:
     worker_flops: int
     master_flops: int
     flops_mismatch: bool
+    resent: bool = False  # no budget was spent on it: recorded only as a duplicate (master/core/resends.py)
 
 
 @dataclass(frozen=True)
