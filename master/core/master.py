@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import secrets
 import threading
 import time
 from concurrent.futures import Executor
@@ -42,10 +43,11 @@ from aiperf.hyperparameters import HyperparameterError, Hyperparameters
 from aiperf.limits import CLOCK_SLACK_S, MAX_OPS_PER_REPORT, MAX_PAGE, MAX_TIMELINE_BUCKETS
 from aiperf.ruleset import RULES_VERSION
 from aiperf.states import FINISHED_MODEL_STATES, OPEN_MODEL_STATES, ModelState, RunState, WorkerState
-from master.core import retention
-from master.core.audits import Audits, with_audit_rule, with_throughput_rule
+from master.core import node_audits, retention
+from master.core.audits import Audits
 from master.core.budget import ImplausibleReport, WorkerBudgets
 from master.core.budget import ModelFlops as _ModelFlops
+from master.core.devices import DeviceOwners
 from master.core.heartbeats import Heartbeats
 from master.core.identity import WorkerCredentials, credential_hash
 from master.core.officiality import run_config, unofficial_reasons
@@ -57,8 +59,9 @@ from master.core.replies import (
 )
 from master.core.requests import ModelFinish, ModelSubmission, ProgressReport, ResourceSampleReport, RunSpec
 from master.core.roster import Roster
+from master.core.submission_rules import check_submission
 from master.core.run_rules import (
-    accelerator_peaks, check_accelerators, check_graph_fits, datasheet_peaks, parse_graph, peak_verdict, rules_of,
+    accelerator_peaks, check_accelerators, datasheet_peaks, parse_graph, peak_bounds, peak_verdict, rules_of,
     with_checked_peaks, worker_budget,
 )
 from master.core.versions import software_versions
@@ -122,7 +125,8 @@ class Master:
         if outage is not None:
             log.warning("event=master_outage start=%.3f end=%.3f downtime_s=%.3f",
                         outage.start, outage.end, outage.duration_s)
-        self._heartbeats = Heartbeats(store.list_workers(), now)
+        workers = store.list_workers()
+        self._heartbeats, self.devices = Heartbeats(workers, now), DeviceOwners(workers)
         self.roster = Roster(store, self.live_worker, clock)  # ListRuns / ListWorkers call it directly
         self._credentials = WorkerCredentials(store.worker_credential_hash)
         self._register_lock = threading.Lock()  # one name decision at a time (read, decide, write)
@@ -172,6 +176,7 @@ class Master:
 
     def start_run(self, spec: RunSpec) -> RunRecord:
         precision, config = run_config(spec)
+        config[node_audits.SECRET_KEY] = secrets.token_hex(16)  # draws the node audits' models; never sent out
         new = NewRun(spec.profile, int(spec.seed), float(spec.duration_s), precision, config, software_versions(),
                      rules_version=RULES_VERSION)
         now = self.clock()
@@ -359,11 +364,13 @@ class Master:
         info = with_checked_peaks(info)
         with self._register_lock:
             existing = self.store.worker_by_name(info.name)
+            self.devices.check(info, existing.id if existing is not None else None, self.is_alive)
             alive = existing is not None and self.is_alive(existing.id)
             secret = self._credentials.claim(existing, credential, alive, LOST_AFTER_BEATS * self.heartbeat_interval_s)
             digest = credential_hash(secret)
             now = self.clock()
             worker, abandoned = self.store.register_worker(info, now, digest)
+            self.devices.registered(worker.id, info)
             self._credentials.set(worker.id, digest)
         self._forget_models(abandoned)
         self.budgets.registered(worker.id)
@@ -485,7 +492,7 @@ class Master:
             raise InvalidArgument(f"graph hash mismatch: submitted {sub.graph_hash!r}, the graph hashes to {actual}")
         fc = count_flops(with_inserted_kernel(graph, sub.kernel_size))
         bounds.check_flops_per_image(int(fc.train), int(fc.eval))
-        check_graph_fits(run, graph, int(sub.kernel_size))
+        check_submission(self.store, run, sub, graph)  # profile, hyperparameters, descent from the parent
         new = NewModel(
             run_id=run.id, parent_id=sub.parent_id or None, worker_id=sub.worker_id, round=int(sub.round),
             graph_json=graph.to_json(), graph_hash=actual, batch_size=int(sub.batch_size),
@@ -615,14 +622,7 @@ class Master:
         """The run's id and its DONE models' hyperparameters with their accuracy, ascending id."""
         self._authorize(worker_id, credential)
         run = self.resolve_run(run_id)
-        return run.id, [
-            HyperparameterObservation(
-                model_id=m.id, round=m.round, worker_id=m.worker_id, batch_size=m.batch_size,
-                kernel_size=m.kernel_size,
-                accuracy=m.predicted_accuracy if m.predicted_accuracy is not None else (m.best_accuracy or 0.0),
-            )
-            for m in self.store.hyperparameter_history(run.id)
-        ]
+        return run.id, [HyperparameterObservation.of(m) for m in self.store.hyperparameter_history(run.id)]
 
     def list_models(self, run_id: int, state: str | None = None, limit: int = 0, offset: int = 0) -> ModelPage:
         """A page of the run's models (limit 0: LIST_LIMIT_DEFAULT; at most MAX_PAGE)."""
@@ -644,7 +644,7 @@ class Master:
             run.started_at, self.clock(), self.store.timeline(run.id), rules, run.precision,
             end=run.stopped_at if run.stopped_at is not None else run.deadline, peaks=accelerator_peaks(run, joined),
             peak_slack_s=CLOCK_SLACK_S, datasheet_peaks=datasheet_peaks(run, joined).for_scoring(),
-        )
+            bounds=peak_bounds(run, joined))
 
     def run_status(self, run_id: int) -> RunStatus:
         """The run (0: the current or latest one), its workers and model counts."""
@@ -663,7 +663,7 @@ class Master:
         joined = self.store.run_workers(run.id)
         result = self.score(run, joined)
         audit = self.audits.regulated(run, result)
-        result = with_throughput_rule(with_audit_rule(result, rules_of(run), audit), self.audits.of_run(run.id))
+        result = self.audits.validity(run, rules_of(run), result, audit, joined)
         ranked = self.store.ranked_done_ids(run.id, limit=1)
         images_trained, images_validated = self.store.run_images(run.id)
         sheets = datasheet_peaks(run, joined)

@@ -77,6 +77,10 @@ class AuditSubmission:
     detail: str = ""
     audited_images_per_second: float = 0.0  # the model's steps timed on one device of the auditor; 0: not timed
     auditor_hardware: str = ""              # that device's model (aiperf.audit.hardware_name)
+    node_audit: bool = False  # timing and inventory of a drawn model on its worker's node (weights not read)
+    node_accelerators: tuple[dict[str, Any], ...] = ()  # the node's accelerators (model, uuid) per NVML
+    node_cpu_model: str = ""
+    node_cpus: int = 0
 
 
 @dataclass(frozen=True)

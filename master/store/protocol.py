@@ -297,8 +297,12 @@ class AuditStore(Protocol):
         """Every audit of the run's models, oldest first."""
 
     @abc.abstractmethod
+    def model_owners(self, run_id: int) -> list[tuple[int, int]]:
+        """(model id, worker id) of every model of the run, ascending id: what node audits draw from."""
+
+    @abc.abstractmethod
     def latest_audit(self, model_id: int) -> AuditRecord | None:
-        """The model's most recent audit; None when it was never audited."""
+        """The model's most recent audit of its weights (node audits aside); None when there is none."""
 
 
 class Store(RunStore, MasterLifeStore, WorkerStore, RunWorkerStore, ModelStore, RetentionStore, ProgressStore,

@@ -201,6 +201,8 @@ class AuditInput:
     worker_flops: float = 0.0
     audited_flops: float = 0.0
     throughput_tolerance: float = 0.0
+    node_audit: bool = False  # timing and inventory on the worker's node of a model the master drew
+    inventory: str = ""       # a node audit's inventory check: "matches" or "differs: ..."
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ def _audit(r: AuditRow) -> AuditRecord:
         auditor_hardware=r.auditor_hardware or "", claimed_images_per_second=r.claimed_images_per_second or 0.0,
         audited_images_per_second=r.audited_images_per_second or 0.0, worker_flops=r.worker_flops or 0.0,
         audited_flops=r.audited_flops or 0.0, throughput_tolerance=r.throughput_tolerance or 0.0,
+        node_audit=bool(r.node_audit), inventory=r.inventory or "",
     )
 
 
@@ -47,6 +48,7 @@ class AuditSql:
                 auditor_hardware=audit.auditor_hardware, claimed_images_per_second=audit.claimed_images_per_second,
                 audited_images_per_second=audit.audited_images_per_second, worker_flops=audit.worker_flops,
                 audited_flops=audit.audited_flops, throughput_tolerance=audit.throughput_tolerance,
+                node_audit=audit.node_audit, inventory=audit.inventory[:300],
             )
             s.add(row)
             s.flush()
@@ -59,9 +61,14 @@ class AuditSql:
 
     def latest_audit(self, model_id: int) -> AuditRecord | None:
         with self._read() as s:
-            row = s.scalars(select(AuditRow).where(AuditRow.model_id == model_id)
+            row = s.scalars(select(AuditRow).where(AuditRow.model_id == model_id, ~AuditRow.node_audit)
                             .order_by(AuditRow.id.desc()).limit(1)).first()
             return _audit(row) if row is not None else None
+
+    def model_owners(self, run_id: int) -> list[tuple[int, int]]:
+        with self._read() as s:
+            return [(int(m), int(w)) for m, w in s.execute(
+                select(ModelRow.id, ModelRow.worker_id).where(ModelRow.run_id == run_id).order_by(ModelRow.id))]
 
     def accuracy_reports(self, run_id: int) -> list[tuple[int, float, float]]:
         with self._read() as s:
