@@ -145,3 +145,30 @@ def test_official_batch_sizes_follow_the_accelerator_memory(master_server):
     with pytest.raises(ApiError) as e:
         _submit(w, wid, base, hp={"batch_size": sizes[-1] + 1, "kernel_size": 3})
     assert e.value.code.name == "INVALID_ARGUMENT"
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 2**31))
+def test_the_searchs_own_choice_descends_from_the_model_it_names(seed):
+    """What the worker submits: `select_child` over a history with accuracies (the annealing's
+    several steps from a history model), through JSON, checked against that model's graph."""
+    from aiperf.search import HistoryEntry, select_child
+
+    base = SMOKE.base_graph()
+    first = _search_child(base, seed, 1)
+    second = _search_child(first, seed + 1, 2)
+    history = [HistoryEntry(1, base, 0.3), HistoryEntry(2, first, 0.5), HistoryEntry(3, second, 0.4)]
+    graphs = {1: base, 2: first, 3: second}
+    cand = select_child(history, seed, base=base, kernel_size=3, space=SPACE, max_candidates=24)
+    child = Graph.from_json(cand.graph.to_json())
+    parent = graphs[cand.parent_model_id] if cand.parent_model_id else base
+    check_descent(parent, child, SPACE, SMOKE.kernel_sizes)
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 2**31), steps=st.integers(1, 4))
+def test_official_children_descend_in_the_official_space(seed, steps):
+    base = OFFICIAL.base_graph()
+    space = OFFICIAL.morph_space()
+    child = Graph.from_json(random_morph(base, seed, steps=steps, kernel_size=3, space=space).to_json())
+    check_descent(base, child, space, OFFICIAL.kernel_sizes)
