@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
-from aiperf.api.client import Accelerator, ApiError, ControlClient, ResourceSample, WorkerClient
+from aiperf.api.client import Accelerator, ApiError, ControlClient, NodeInventory, ResourceSample, WorkerClient
 from aiperf.api.enums import MODEL_STATES
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
@@ -218,7 +218,8 @@ def test_scores_on_the_master_clock(master_server):
     assert sb.efficiency == pytest.approx(candidates[best_t] / (2 * 130e12))
     # every other rule holds; an official run also needs its regulated-score model audited (it is still training)
     assert not sb.valid and sb.audit_status == "not audited" and sb.audit_model_id == mid
-    assert sb.invalid_reason == f"the model behind the regulated score (model {mid}) is not audited"
+    assert sb.invalid_reason == (f"the model behind the regulated score (model {mid}) is not audited; "
+                                 f"node audits: worker {wid} (node-1): no node audit of its drawn model {mid}")
 
     # deadline: the background thread moves the run to stopping, then finished once the model ends
     clock.t = t0 + 3 * 3600 + 1
@@ -235,6 +236,11 @@ def test_scores_on_the_master_clock(master_server):
     assert final.total_ops == pytest.approx(cumulative[3])
     # an auditor on the workers' hardware timed the model's steps far above what the worker claimed
     c.record_audit(mid, verdict="passed", architecture_ok=True, audited_accuracy=0.75, validation_images=50_000,
+                   audited_images_per_second=1e6, auditor_hardware="Tesla V100")
+    # and on its node, the model drawn for it timed there, the node's two V100s as registered
+    assert list(c.list_audits().node_audit_model_ids) == [mid]
+    node = NodeInventory([Accelerator("Tesla V100", 32 << 30, uuid=f"GPU-{i}") for i in range(2)], "Xeon", 16)
+    c.record_audit(mid, verdict="no checkpoint", architecture_ok=False, node=node,
                    audited_images_per_second=1e6, auditor_hardware="Tesla V100")
     audited = c.scoreboard()
     assert audited.valid and audited.invalid_reason == "" and audited.audit_status == "passed"
