@@ -1,13 +1,13 @@
 """`aiperf audit`: re-evaluate a run's best models from their stored weights (docs/spec.md, "Audit").
 
     aiperf audit [--run ID] [--top N] [--json] [--dataset PATH --dataset-format F] [--scratch DIR]
-                 [--no-timing]
+                 [--no-timing] [--node NAME]
 
 Run where the validation split is (a worker pod, or any machine with the
 dataset) and where the checkpoint store is readable (the worker's --checkpoints
 URL: a shared directory or an object store). The top N DONE models of the run,
-ranked as the scoreboard ranks them (`aiperf.scoring.model_rank_key`), and the
-model behind the regulated score when it is not among them, are each read from
+ranked by the accuracy the master observed (`aiperf.scoring.model_rank_key` without the
+workers' predicted accuracies), and the model behind the regulated score when it is not among them, are each read from
 their checkpoint (SHA-256 checked), checked against their recorded graph at
 their kernel size, and re-evaluated on the validation split here; each finding
 is recorded in the master (RecordAudit, with the admin token), which checks the
@@ -15,7 +15,10 @@ verdict. Each model's training steps are also timed on one device here (the
 first GPU, else the CPU; `worker/throughput.py`) and the master compares the
 rate with its worker's claims: run it on the workers' hardware (docs/spec.md,
 "Audit"). `--no-timing` skips that, and the master records "not timed", which
-never passes. Exit code 0 when every model was audited and recorded, whatever the
+never passes. `--node NAME` is a node audit instead (docs/spec.md, "Node
+audits"): run on each worker node, it times the model the master drew for each worker
+whose host is NAME and sends this node's inventory (NVML; the CPU without accelerators).
+Exit code 0 when every model was audited and recorded, whatever the
 verdicts (the scoreboard shows them); 2 for a bad dataset; 3 and 4 as for the
 other control commands.
 """
@@ -96,7 +99,7 @@ def audit_cmd(
     no_timing: bool = typer.Option(False, "--no-timing", help="Do not time the models' training steps (the "
                                    "master then records 'not timed', which never passes)."),
     node: Optional[str] = typer.Option(None, "--node", help="A node audit: time the models the master drew for "
-                                       "the workers of this node (their host; default: this machine's name) "
+                                       "the workers whose host is NAME (\"\": this machine's host name) "
                                        "and send the node's inventory (docs/spec.md, \"Node audits\")."),
     log_level: LogLevel = typer.Option("warning", case_sensitive=False, help="Log level."),
     backend: Backend = typer.Option("tensorflow", "--backend", envvar="AIPERF_BACKEND", case_sensitive=False,
