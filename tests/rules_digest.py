@@ -152,7 +152,7 @@ PARTS: dict[str, Callable[[], str]] = {
         module_form(*_source("master.core.audits"), ("with_audit_rule", "with_throughput_rule")),
         module_form(*_source("master.core.officiality"), ("run_config", "unofficial_reasons",
                                                           "hardware_problems")),
-        module_form(*_source("master.core.submission_rules"), ("batch_sizes", "check_submission")),
+        module_form(*_source("master.core.submission_rules"), ("batch_sizes", "check_submission", "_from_a_twin")),
         module_form(*_source("master.core.devices"), ("DeviceOwners",)),
         module_form(*_source("master.core.node_audits"), ("draw", "plan", "_name", "inventory_check",
                                                           "node_audit_reasons")),

@@ -172,3 +172,22 @@ def test_official_children_descend_in_the_official_space(seed, steps):
     space = OFFICIAL.morph_space()
     child = Graph.from_json(random_morph(base, seed, steps=steps, kernel_size=3, space=space).to_json())
     check_descent(base, child, space, OFFICIAL.kernel_sizes)
+
+
+def test_a_child_of_a_twin_architecture_is_accepted(master_server):
+    """Two workers reach one architecture by operations in another order (layer names differ);
+    a child morphed from one twin, declared under the other, descends all the same."""
+    w, c, wid = _run(master_server)
+    base = SMOKE.base_graph()
+    relus = [l.id for l in base.layers if l.type == "relu"]
+    a, b = (f"deeper(after={relus[i]},k=3)" for i in (2, 5))
+    one = deeper_at(deeper_at(base, relus[2], 3), relus[5], 3).with_meta(operations=[a, b])
+    other = deeper_at(deeper_at(base, relus[5], 3), relus[2], 3).with_meta(operations=[b, a])
+    assert one.hash() == other.hash() and [l.id for l in one.layers] != [l.id for l in other.layers]
+    first = _submit(w, wid, one)
+    _submit(w, wid, other)
+    child = Graph.from_json(deeper_at(other, "m2_relu", 5).to_json())  # morphed from the second twin
+    with pytest.raises(LineageError):  # replayed on the first twin's names, it is another network
+        check_descent(one, child, SPACE, SMOKE.kernel_sizes)
+    _submit(w, wid, child, first)  # declared under the first: accepted through its twin
+    assert len(c.list_models().models) == 3

@@ -21,7 +21,9 @@ from master.core.requests import ModelSubmission
 from master.core.run_rules import check_graph_fits, parse_graph
 from master.store.errors import InvalidArgument, NotFound
 from master.store.protocol import ModelStore, WorkerStore
-from master.store.records import RunRecord
+from master.store.records import ModelRecord, RunRecord
+
+TWINS_CHECKED = 8  # models of the parent's architecture a refused descent is tried from (the failure path only)
 
 
 class SubmissionStore(ModelStore, WorkerStore):
@@ -60,5 +62,19 @@ def check_submission(store: SubmissionStore, run: RunRecord, sub: ModelSubmissio
     try:
         check_descent(parent, graph, profile.morph_space(), profile.kernel_sizes)
     except LineageError as exc:
-        of = f"model {sub.parent_id}" if sub.parent_id else f"the {run.profile} profile's ResNet-50"
-        raise InvalidArgument(f"graph does not descend from {of}: {exc}") from None
+        if not (sub.parent_id and _from_a_twin(store, run, parent_model, graph, profile)):
+            of = f"model {sub.parent_id}" if sub.parent_id else f"the {run.profile} profile's ResNet-50"
+            raise InvalidArgument(f"graph does not descend from {of}: {exc}") from None
+
+
+def _from_a_twin(store: SubmissionStore, run: RunRecord, parent: ModelRecord, graph: Graph, profile: Profile) -> bool:
+    """Whether the graph descends from another model of the parent's architecture: two workers can
+    reach one architecture by operations in another order, its layers then named differently, and
+    a worker's search morphs whichever of them it read first."""
+    for twin in store.graphs_with_hash(run.id, parent.graph_hash, TWINS_CHECKED):
+        try:
+            check_descent(parse_graph(twin), graph, profile.morph_space(), profile.kernel_sizes)
+            return True
+        except LineageError:
+            continue
+    return False

@@ -210,6 +210,10 @@ class ModelStore(Protocol):
         a zero-image report at `now`, so the time line holds every accuracy."""
 
     @abc.abstractmethod
+    def graphs_with_hash(self, run_id: int, graph_hash: str, limit: int) -> list[str]:
+        """The graph JSON of the run's first `limit` models of this architecture, ascending id."""
+
+    @abc.abstractmethod
     def hyperparameter_history(self, run_id: int) -> list[ModelRecord]:
         """DONE models of the run, ascending id."""
 

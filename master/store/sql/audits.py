@@ -70,6 +70,11 @@ class AuditSql:
             return [(int(m), int(w)) for m, w in s.execute(
                 select(ModelRow.id, ModelRow.worker_id).where(ModelRow.run_id == run_id).order_by(ModelRow.id))]
 
+    def graphs_with_hash(self, run_id: int, graph_hash: str, limit: int) -> list[str]:
+        with self._read() as s:
+            return list(s.scalars(select(ModelRow.graph_json).where(
+                ModelRow.run_id == run_id, ModelRow.graph_hash == graph_hash).order_by(ModelRow.id).limit(limit)))
+
     def accuracy_reports(self, run_id: int) -> list[tuple[int, float, float]]:
         with self._read() as s:
             rows = s.execute(select(ProgressRow.model_id, ProgressRow.accuracy, ProgressRow.t)
