@@ -1,4 +1,6 @@
-"""The audits table of `SqlStore` (master/store/sql/tables.py AuditRow; migration 0006).
+"""The audits table of `SqlStore` (master/store/sql/tables.py AuditRow; migrations 0006, 0013),
+and the look-ups of models that audits and submissions make (the owners node audits draw
+from, the models of one architecture a descent is tried from).
 
 A mixin, so that master/store/sql/sql_store.py keeps its size: `SqlStore` gets the audit
 methods of `master.store.protocol.Store` from here, on its own sessions.
