@@ -86,3 +86,17 @@ def test_no_second_finish_adds_a_checkpoint(master_server, small_graph, first, t
     [m] = c.list_models().models
     assert m.checkpoint_uri == ""
     h.stop(grace_s=0)
+
+
+def test_no_checkpoint_once_the_run_is_over(master_server, small_graph):
+    """An aborted run's open models are abandoned with it: their weights come too late."""
+    h = master_server()
+    w, c = clients(h)
+    wid = register(w)
+    c.start_run(600, profile="smoke")
+    mid = _model(w, wid, small_graph)
+    c.stop_run(abort=True, reason="operator")
+    with pytest.raises(ApiError) as e:
+        w.finish_model(wid, mid, "done", best_accuracy=0.9, checkpoint_uri=URI, checkpoint_sha256=SHA)
+    assert e.value.code.name == "FAILED_PRECONDITION"
+    assert c.list_models().models[0].checkpoint_uri == ""
