@@ -41,6 +41,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from aiperf import peaks
+from aiperf.limits import MAX_MODEL_NAME_CHARS
+
 ACCURACY_TOLERANCE = 0.005  # absolute top-1, see the module docstring
 THROUGHPUT_TOLERANCE = 0.25  # relative, see the module docstring
 
@@ -108,9 +111,18 @@ def hardware_name(accelerator_models: Sequence[str], cpu_model: str, cpus: int) 
 
 
 def same_hardware(worker: str, auditor: str) -> bool:
-    """Whether two hardware descriptions name the same model (case and spacing aside; "" never matches)."""
-    a, b = " ".join(worker.split()).casefold(), " ".join(auditor.split()).casefold()
-    return bool(a) and a == b
+    """Whether two hardware descriptions name the same model: the same datasheet table entry
+    when both have one ("NVIDIA H100-SXM5-80GB" and "NVIDIA H100 80GB HBM3" are one chip,
+    aiperf/peaks.py), else the same text (case, spacing and dashes aside; "" never matches)."""
+    a, b = peaks.normalise(worker), peaks.normalise(auditor)
+    if not a or not b:
+        return False
+    # a mixed node ("A + B") is no one device: its text never names a table entry
+    sheets = [peaks.datasheet_of(x) if x.isascii() and "+" not in x and len(x) <= MAX_MODEL_NAME_CHARS else None
+              for x in (a, b)]
+    if sheets[0] is not None and sheets[1] is not None:
+        return sheets[0].name == sheets[1].name
+    return a == b
 
 
 def throughput_verdict(t: Throughput) -> str:

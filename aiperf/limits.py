@@ -25,6 +25,8 @@ MAX_SEED = 2**63 - 1
 # text: PostgreSQL VARCHAR lengths of the columns they are stored in, or less
 MAX_NAME_CHARS = 253            # worker name and host: a DNS name / Kubernetes pod name (column: 255)
 MAX_MODEL_NAME_CHARS = 256      # accelerator model, e.g. "NVIDIA H100 80GB HBM3"
+MAX_ACCELERATOR_UUID_CHARS = 96  # NVML's UUID buffer (NVML_DEVICE_UUID_V2_BUFFER_SIZE), e.g. "GPU-8f1c..."
+MAX_PCI_BUS_ID_CHARS = 32       # NVML's PCI bus id buffer, e.g. "00000000:65:00.0"
 MAX_SOFTWARE_NAME_CHARS = 64
 MAX_SOFTWARE_VERSION_CHARS = 256
 MAX_SOFTWARE_ENTRIES = 64
@@ -53,6 +55,7 @@ MAX_DTYPES_PER_ACCELERATOR = len(GEMM_DTYPES)
 MAX_GRAPH_JSON_CHARS = 1 << 20  # ResNet-50's graph is 17 kB
 MAX_GRAPH_JSON_DEPTH = 16       # a graph nests 4 deep; checked before json.loads sees it
 MAX_GRAPH_LAYERS = 10_000       # ResNet-50 has 175
+MAX_LINEAGE_OPERATIONS = 256    # morphisms a child records from its parent (the search's deepest: about 90)
 MAX_FLOPS_PER_IMAGE = 10**13    # ResNet-50 at 224 px: 2.3e10 per trained image
 MAX_ROUND = 10**7
 MAX_BATCH_SIZE = 65536          # per accelerator; TPE's largest choice is 448
@@ -87,7 +90,9 @@ LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_SEQ", "a report's seq (1..)"),
     ("MAX_SEED", "a run's seed"),
     ("MAX_NAME_CHARS", "worker name and host, printable"),
-    ("MAX_MODEL_NAME_CHARS", "accelerator model, printable"),
+    ("MAX_MODEL_NAME_CHARS", "accelerator model, printable ASCII"),
+    ("MAX_ACCELERATOR_UUID_CHARS", "an accelerator's UUID, printable ASCII (empty: unknown)"),
+    ("MAX_PCI_BUS_ID_CHARS", "an accelerator's PCI bus id, printable ASCII (empty: unknown)"),
     ("MAX_SOFTWARE_NAME_CHARS", "software name, printable"),
     ("MAX_SOFTWARE_VERSION_CHARS", "software version, printable"),
     ("MAX_SOFTWARE_ENTRIES", "software versions per worker"),
@@ -112,6 +117,7 @@ LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_GRAPH_JSON_CHARS", "graph JSON size"),
     ("MAX_GRAPH_JSON_DEPTH", "graph JSON nesting, checked before parsing"),
     ("MAX_GRAPH_LAYERS", "layers of a graph"),
+    ("MAX_LINEAGE_OPERATIONS", "morphism operations a submitted graph records from its parent"),
     ("MAX_FLOPS_PER_IMAGE", "master-counted operations per trained image of a model"),
     ("MAX_ROUND", "a worker's round"),
     ("MAX_BATCH_SIZE", "batch size per accelerator"),

@@ -12,7 +12,8 @@ sparsity" one: our GEMMs are dense) and capped at that figure + `TOLERANCE`:
 - "checked": the accelerator is in the table and the rate is within the bound;
 - "capped": above the bound: the bound is accepted instead, and the record says so;
 - "unverified": an accelerator the table does not know; the rate is accepted as
-  measured and the scoreboard labels it "unverified peak";
+  measured up to the table's fastest bound for the compute type (`largest_bound`), and the
+  scoreboard labels it "unverified peak" (an official run does not accept it);
 - "unverified (CPU)": a worker without an accelerator measures its CPU the same
   way. CPUs have no table here (too many models and clock/turbo/AVX variants);
   the rate is only bounded by physics: `CPU_MAX_FLOPS_PER_CPU` per logical CPU
@@ -185,14 +186,22 @@ def check_peak(model: str, dtype: str, measured_flops: float) -> PeakCheck:
     column = _dtype(dtype)
     measured = _rate(measured_flops)
     sheet = datasheet_of(model)
-    if sheet is None:
-        return PeakCheck(model, column, measured, measured, None, None, None,
-                         "accelerator not in the datasheet table", UNVERIFIED)
+    if sheet is None:  # no figure of its own: no chip in the table is faster
+        ceiling = largest_bound(column)
+        return PeakCheck(model, column, measured, min(measured, ceiling), None, ceiling, None,
+                         "accelerator not in the datasheet table; bounded by the table's fastest", UNVERIFIED)
     figure, basis = _figure(sheet, column)
     bound = figure * (1.0 + TOLERANCE)
     verdict = CAPPED if measured > bound else CHECKED
     return PeakCheck(model, column, measured, min(measured, bound), figure, bound, sheet.name,
                      f"{basis}, {sheet.source}", verdict)
+
+
+def largest_bound(dtype: str) -> float:
+    """The largest bound (figure x (1 + TOLERANCE)) of any table entry for `dtype`: what an
+    accelerator without an entry, or without a measured rate, is bounded by."""
+    column = _dtype(dtype)
+    return max(_figure(sheet, column)[0] for sheet in TABLE) * (1.0 + TOLERANCE)
 
 
 def check_cpu_peak(cpus: int, dtype: str, measured_flops: float, model: str = "CPU") -> PeakCheck:

@@ -283,6 +283,7 @@ def score_run(
     peaks: Iterable[float] = (),
     peak_slack_s: float = 0.0,
     datasheet_peaks: Iterable[float] = (),
+    bounds: Iterable[float] = (),
 ) -> ScoreResult:
     """Score a run from its time line.
 
@@ -291,7 +292,10 @@ def score_run(
     measured peaks, `datasheet_peaks`: the datasheet's, one per accelerator (0:
     unknown). A score above either sum (plus the clock slack its reports were
     allowed, `peak_slack_s`, over the minimum running time) makes the run
-    invalid: more work than the hardware does.
+    invalid: more work than the hardware does. `bounds`: what bounds each accelerator
+    where its peak is unknown (the fastest chip of its kind); when the accepted peaks leave
+    no ratio, the score over their sum is checked the same way, so an unknown peak never
+    lifts the rule.
     """
     stop = now if end is None else min(now, end)
     scored = [p for p in points if p.t <= stop]
@@ -306,7 +310,8 @@ def score_run(
     measured = efficiency(best.flops.value, peaks)
     eff = efficiency(best.flops.value, datasheet_peaks)
     allowed = 1.0 + peak_slack_s / max(rules.min_running_time_s, 1.0)
-    for ratio, which in ((measured, "accepted"), (eff, "datasheet")):
+    bounded = efficiency(best.flops.value, bounds) if measured is None else None
+    for ratio, which in ((measured, "accepted"), (eff, "datasheet"), (bounded, "bounding")):
         if ratio is not None and ratio > allowed:
             reasons += (f"the score is {ratio:.3g} x the sum of the {which} peaks: more work than the "
                         f"hardware can do",)

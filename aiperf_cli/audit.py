@@ -1,13 +1,13 @@
 """`aiperf audit`: re-evaluate a run's best models from their stored weights (docs/spec.md, "Audit").
 
     aiperf audit [--run ID] [--top N] [--json] [--dataset PATH --dataset-format F] [--scratch DIR]
-                 [--no-timing]
+                 [--no-timing] [--node NAME]
 
 Run where the validation split is (a worker pod, or any machine with the
 dataset) and where the checkpoint store is readable (the worker's --checkpoints
 URL: a shared directory or an object store). The top N DONE models of the run,
-ranked as the scoreboard ranks them (`aiperf.scoring.model_rank_key`), and the
-model behind the regulated score when it is not among them, are each read from
+ranked by the accuracy the master observed (`aiperf.scoring.model_rank_key` without the
+workers' predicted accuracies), and the model behind the regulated score when it is not among them, are each read from
 their checkpoint (SHA-256 checked), checked against their recorded graph at
 their kernel size, and re-evaluated on the validation split here; each finding
 is recorded in the master (RecordAudit, with the admin token), which checks the
@@ -15,7 +15,10 @@ verdict. Each model's training steps are also timed on one device here (the
 first GPU, else the CPU; `worker/throughput.py`) and the master compares the
 rate with its worker's claims: run it on the workers' hardware (docs/spec.md,
 "Audit"). `--no-timing` skips that, and the master records "not timed", which
-never passes. Exit code 0 when every model was audited and recorded, whatever the
+never passes. `--node NAME` is a node audit instead (docs/spec.md, "Node
+audits"): run on each worker node, it times the model the master drew for each worker
+whose host is NAME and sends this node's inventory (NVML; the CPU without accelerators).
+Exit code 0 when every model was audited and recorded, whatever the
 verdicts (the scoreboard shows them); 2 for a bad dataset; 3 and 4 as for the
 other control commands.
 """
@@ -51,8 +54,8 @@ def ranked_done_models(client: Any, run_id: int) -> list[tuple[int, Any]]:
         if not page.models or len(models) >= page.total:
             break
     placed = list(enumerate(models))
-    placed.sort(key=lambda pm: model_rank_key(pm[1].model_id, pm[1].predicted_accuracy or None,
-                                              pm[1].best_accuracy if pm[1].has_accuracy else None))
+    # ranked by the accuracy the master observed, never by a worker's prediction
+    placed.sort(key=lambda pm: model_rank_key(pm[1].model_id, None, pm[1].best_accuracy if pm[1].has_accuracy else None))
     return placed
 
 
@@ -95,6 +98,9 @@ def audit_cmd(
                                            "(default: the system's temporary directory)."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Do not time the models' training steps (the "
                                    "master then records 'not timed', which never passes)."),
+    node: Optional[str] = typer.Option(None, "--node", help="A node audit: time the models the master drew for "
+                                       "the workers whose host is NAME (\"\": this machine's host name) "
+                                       "and send the node's inventory (docs/spec.md, \"Node audits\")."),
     log_level: LogLevel = typer.Option("warning", case_sensitive=False, help="Log level."),
     backend: Backend = typer.Option("tensorflow", "--backend", envvar="AIPERF_BACKEND", case_sensitive=False,
                                     help="The framework that evaluates and times the models (time on the "
@@ -113,8 +119,10 @@ def audit_cmd(
             fail(f"--scratch {scratch}: {exc.strerror or exc}")
     setup_logging(log_level.value)
     # TensorFlow's start-up lines (aiperf_cli/worker.py's docstring): shown on a crash or with --log-level debug
-    run_id, rows = held_stderr(lambda: ctl.call(audit_run, ctl.client(), run, top, kind, dataset, scratch,
-                                                not no_timing),
+    job = ((lambda: ctl.call(node_audit_run, ctl.client(), run, node or socket.gethostname(), kind, dataset,
+                             not no_timing)) if node is not None else
+           (lambda: ctl.call(audit_run, ctl.client(), run, top, kind, dataset, scratch, not no_timing)))
+    run_id, rows = held_stderr(job,
                                show=lambda exc: log_level.value == "debug" or not (
                                    exc is None or isinstance(exc, UsageError)))
     ctl.show({"run_id": run_id, "audits": rows}, lambda: audits_table(run_id, rows))
@@ -143,6 +151,57 @@ def audit_run(client: Any, run: int, top: int, kind: Optional[str], dataset: Opt
                         hardware=auditor_hardware(device)[:limits.MAX_HARDWARE_CHARS])
     return run_id, [_audit_one(client, run_id, position, model, precision, data, scratch, timing)
                     for position, model in picked]
+
+
+def node_audit_run(client: Any, run: int, node: str, kind: Optional[str], dataset: Optional[str],
+                   timed: bool = True) -> tuple[int, list[dict[str, Any]]]:
+    """Time, on this node, the model the master drew for each worker whose host is `node`, and
+    record each with the node's inventory (NVML; the CPU without accelerators): (run id, rows)."""
+    from aiperf.api.client import Accelerator, NodeInventory
+    from aiperf.api.enums import PRECISIONS, PROFILES
+    from aiperf.profiles import get_profile
+    from worker.inventory import inventory
+
+    listed = client.list_audits(run)
+    run_id, drawn = listed.run_id, set(listed.node_audit_model_ids)
+    here = {w.worker_id for w in client.list_workers(run_id=run_id, limit=PAGE).workers if node in (w.host, w.name)}
+    mine = [(pos, m) for pos, m in enumerate(_all_models(client, run_id)) if m.model_id in drawn and m.worker_id in here]
+    if not mine:
+        return run_id, []
+    board = client.scoreboard(run_id)
+    profile, precision = get_profile(PROFILES[board.run.config.profile]), PRECISIONS[board.run.config.precision]
+    inv = inventory()
+    found = NodeInventory(tuple(Accelerator(a.model, a.memory_bytes, uuid=a.uuid, pci_bus_id=a.pci_bus_id)
+                                for a in inv.accelerators), inv.cpu_model, inv.cpus)
+    data = _dataset(kind or profile.dataset, dataset, profile.input_size)
+    timing = None
+    if timed:
+        from worker.audit import Timing
+        from worker.throughput import auditor_hardware, one_device
+
+        device, strategy = one_device()
+        timing = Timing(xla=board.run.config.xla, profile=profile, strategy=strategy,
+                        hardware=auditor_hardware(device)[:limits.MAX_HARDWARE_CHARS])
+    rows = []
+    for pos, m in mine:
+        full = client.list_models(run_id, limit=1, offset=pos, include_graph=True).models[0]
+        rate = timing.rate(full, precision, data) if timing is not None else 0.0
+        rows.append(audit_to_dict(client.record_audit(
+            m.model_id, verdict="no checkpoint", architecture_ok=False, node=found,
+            auditor_host=socket.gethostname()[:limits.MAX_NAME_CHARS], audited_images_per_second=rate,
+            auditor_hardware=timing.hardware if timing is not None else "",
+            detail=f"node audit on {node[:100]}")))
+    return run_id, rows
+
+
+def _all_models(client: Any, run_id: int) -> list[Any]:
+    """Every model of the run, any state, without graphs, ascending id."""
+    models: list[Any] = []
+    while True:
+        page = client.list_models(run_id, limit=PAGE, offset=len(models))
+        models.extend(page.models)
+        if not page.models or len(models) >= page.total:
+            return models
 
 
 def _audit_one(client: Any, run_id: int, position: int, model: Any, precision: str, data: Any,

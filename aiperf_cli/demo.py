@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -116,8 +117,9 @@ def _run(console: "Console", control: "ControlClient", workdir: Path, minutes: f
 
 def _audit(console: "Console", control: "ControlClient", run_id: int, workdir: Path) -> None:
     """`aiperf audit` of the run's best models, here: their weights are in the worker's store under
-    `workdir` (docs/spec.md, "Audit"); the scoreboard and the report then show the verdict."""
-    from aiperf_cli.audit import DEFAULT_TOP, audit_run
+    `workdir` (docs/spec.md, "Audit"); then the node audit of this machine, the demo worker's node
+    (docs/spec.md, "Node audits"); the scoreboard and the report then show the verdicts."""
+    from aiperf_cli.audit import DEFAULT_TOP, audit_run, node_audit_run
     from aiperf_cli.tables import audits_table
     from aiperf_cli.worker import held_stderr
 
@@ -125,7 +127,10 @@ def _audit(console: "Console", control: "ControlClient", run_id: int, workdir: P
     # TensorFlow's start-up lines (it loads here for the first time) are shown only on a failure
     _, rows = held_stderr(lambda: audit_run(control, run_id, DEFAULT_TOP, "digits", None, scratch=workdir),
                           show=lambda exc: exc is not None)
-    console.print(audits_table(run_id, rows))
+    console.print("node audit of this machine: the model the master drew for its worker, timed here ...")
+    _, node_rows = held_stderr(lambda: node_audit_run(control, run_id, socket.gethostname(), "digits", None),
+                               show=lambda exc: exc is not None)
+    console.print(audits_table(run_id, rows + node_rows))
 
 
 def _watch(console: "Console", control: "ControlClient", run_id: int, worker: subprocess.Popen[Any]) -> None:

@@ -210,6 +210,8 @@ def audit_to_dict(a: pb.Audit) -> dict[str, Any]:
         "worker_flops": a.worker_flops,
         "audited_flops": a.audited_flops or None,
         "throughput_tolerance": a.throughput_tolerance,
+        "node_audit": a.node_audit,
+        "inventory": a.inventory or None,
     }
 
 

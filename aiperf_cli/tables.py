@@ -249,7 +249,9 @@ def audits_table(run_id: int, rows: list[dict[str, Any]]) -> "Table":
         timed = f"{r['audited_images_per_second']:.3g}" if r["audited_images_per_second"] else "-"
         table.add_row(str(r["model_id"]), accuracy_text(r["claimed_accuracy"]), accuracy_text(r["audited_accuracy"]),
                       "ok" if r["architecture_ok"] else "wrong" if r["verdict"] == "wrong architecture" else "-",
-                      f"{r['claimed_images_per_second']:.3g}/{timed}", r["verdict"], (r.get("detail") or "")[:120])
+                      f"{r['claimed_images_per_second']:.3g}/{timed}", r["verdict"],
+                      (f"node audit, inventory {r.get('inventory') or '-'}" if r.get("node_audit")
+                       else r.get("detail") or "")[:120])
     return table
 
 

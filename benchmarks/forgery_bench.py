@@ -288,16 +288,40 @@ def _over_peak(r: dict[str, Any]) -> float:
     return r["score"] / r["peak_flops"] if r["peak_flops"] else 0.0
 
 
+def _print_official(res: dict[str, Any]) -> None:
+    """The official run's lies: each one's ratio as a valid official result, after the defences."""
+    h = res["honest"]
+    print(f"official honest: score {h['score']:.4g} FLOPS, valid {h['valid']}, official {h['official']}")
+    lies = {k: v for k, v in res.items() if k not in ("honest", "honest_retry")}
+    for name, r in lies.items():
+        why = (r["refused"][:1] or [r["invalid_reason"]] or ["-"])[0]
+        print(f"official {name:24s} score ratio {r['ratio']:.4g}, as a valid official result {r['valid_ratio']:.4g}, "
+              f"valid-FLOPS ratio {r['valid_flops_ratio']:.3g}: {why[:110]}")
+    if lies:
+        print(f"RESULT max_valid_forgery_ratio={max(v['valid_ratio'] for v in lies.values()):.4g}")
+    for name, r in lies.items():
+        print(f"RESULT ratio_{name}={r['valid_ratio']:.4g} score_ratio_{name}={r['ratio']:.4g} "
+              f"valid_flops_ratio_{name}={r['valid_flops_ratio']:.4g}")
+    print(f"RESULT honest_retry_refused={res['honest_retry']['refused_count']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--only", nargs="*", help="run only these lies")
     p.add_argument("--audit", action="store_true", help="audit every model's stored weights (TensorFlow)")
+    p.add_argument("--no-official", action="store_true", help="skip the official run's lies (forgery_official.py)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)  # the liars' flops_mismatch warnings are expected
     res = run_all(tuple(args.only) if args.only else None, audit=args.audit)
+    official = None
+    if not args.no_official:
+        from benchmarks.forgery_official import run_official
+
+        with tempfile.TemporaryDirectory() as d:
+            official = run_official(Path(d), tuple(args.only) if args.only else None)
     if args.json:
-        print(json.dumps(res, indent=2))
+        print(json.dumps({"smoke": res, "official": official}, indent=2))
     h = res["honest"]
     print(f"honest: score {h['score']:.4g} FLOPS, valid FLOPS {h['valid_flops']:.4g}, peak {h['peak_flops']:.4g} "
           f"({h['peak_verdict']})")
@@ -311,12 +335,17 @@ def main(argv: list[str] | None = None) -> int:
               f"refused {len(r['refused'])}: {first[:100]}")
     lies = {k: v for k, v in res.items() if k != "honest"}
     covered = [v["ratio"] for k, v in lies.items() if k in COVERED]
-    print(f"RESULT max_forgery_ratio={max(v['ratio'] for v in lies.values()):.4g}")
-    print(f"RESULT max_valid_forgery_ratio={max(v['valid_ratio'] for v in lies.values()):.4g}")
-    print(f"RESULT max_score_over_accepted_peak={max(_over_peak(v) for v in lies.values()):.4g}")
+    if lies:
+        print(f"RESULT max_forgery_ratio={max(v['ratio'] for v in lies.values()):.4g}")
+        # a smoke run is never official and its validity needs no audit: these lies are bounded, not caught
+        print(f"RESULT max_valid_forgery_ratio_smoke={max(v['valid_ratio'] for v in lies.values()):.4g}")
+    if official is not None:
+        _print_official(official)
+    if lies:
+        print(f"RESULT max_score_over_accepted_peak={max(_over_peak(v) for v in lies.values()):.4g}")
     if covered:
         print(f"RESULT max_covered_forgery_ratio={max(covered):.4g}")
-    if args.audit:
+    if args.audit and lies:
         print(f"RESULT honest_audit={h['audit']}")
         print(f"RESULT max_after_audit_ratio={max(v['after_audit_ratio'] for v in lies.values()):.4g}")
     for k, v in lies.items():

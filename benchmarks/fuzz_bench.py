@@ -505,7 +505,7 @@ def setup(address: str) -> tuple[dict[str, int], str, str, int]:
     from aiperf.flops import count_flops
     from aiperf.resnet import resnet50
 
-    graph = resnet50(input_size=32, channels=3, classes=10, width=0.25)
+    graph = resnet50(input_size=32, channels=3, classes=10, width=0.125)  # the smoke seed: submitted without a parent
     w, c = WorkerClient(address, WORKER_TOKEN, retries=0), ControlClient(address, ADMIN_TOKEN, retries=0)
     acc = [Accelerator("NVIDIA H100 80GB HBM3", 80 << 30, peak_flops=4e14)]
     bad = w.register(name="bad-worker", host="bad", accelerators=acc).worker_id

@@ -369,7 +369,7 @@ async def _bench(address: str, steps: list[Step], window_s: float, warmup_s: flo
     from aiperf.flops import count_flops
     from aiperf.resnet import resnet50
 
-    graph = resnet50(input_size=32, channels=3, classes=10, width=0.25)
+    graph = resnet50(input_size=32, channels=3, classes=10, width=0.125)  # the smoke seed: submitted without a parent
     fc = count_flops(graph)
     ctl = pb_grpc.ControlServiceStub(grpc.aio.insecure_channel(address))
     md = (("authorization", f"Bearer {ADMIN_TOKEN}"),)

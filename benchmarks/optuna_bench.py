@@ -107,7 +107,7 @@ async def _our_writes(address: str, n: int) -> tuple[list[AsyncWrite], Fleet]:
     """n simulated workers (master_bench's fleet), each with a model in a running run."""
     from aiperf.resnet import resnet50
 
-    graph = resnet50(input_size=32, channels=3, classes=10, width=0.25)
+    graph = resnet50(input_size=32, channels=3, classes=10, width=0.125)  # the smoke seed: submitted without a parent
     async with grpc.aio.insecure_channel(address) as channel:
         await pb_grpc.ControlServiceStub(channel).StartRun(
             pb.StartRunRequest(duration_s=3600, profile=pb.PROFILE_SMOKE),

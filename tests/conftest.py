@@ -9,7 +9,7 @@
   and through two front-end processes (`--frontends 2`); AIPERF_TEST_FRONTENDS=N
   serves every other test's master through N front ends (a local check of the
   whole API through them; `make test` does not set it).
-- `small_graph`: a reduced ResNet-50 graph (32x32x3, 10 classes, width 1/4).
+- `small_graph`: the smoke profile's ResNet-50 (32x32x3, 10 classes, width 1/8), the seed of its runs.
 - every test leaves the root logger as it found it (`_root_logging`).
 """
 
@@ -79,9 +79,9 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def small_graph() -> Any:
-    from aiperf.resnet import resnet50
+    from aiperf.profiles import SMOKE
 
-    return resnet50(input_size=32, channels=3, classes=10, width=0.25)
+    return SMOKE.base_graph()  # the smoke profile's seed: a submission without a parent descends from it
 
 
 @pytest.fixture

@@ -137,6 +137,8 @@ PARTS: dict[str, Callable[[], str]] = {
     "audit": lambda: module_digest("aiperf.audit"),
     "official workload": lambda: module_digest("aiperf.official"),
     "flop count": lambda: digest(_flop_counts()),
+    "lineage": lambda: module_digest("aiperf.lineage", ("LineageError", "operations_of", "widen_amounts", "_step",
+                                                       "check_descent")),
     "limits": lambda: module_digest("aiperf.limits", ("CLOCK_SLACK_S", "MAX_OPS_PER_S_PER_ACCELERATOR")),
     # the master's rules read from a run's records: its scoring rules and peaks, the audit
     # and throughput rules of validity, officiality, the bound on a worker's reports
@@ -145,9 +147,15 @@ PARTS: dict[str, Callable[[], str]] = {
                                                         "DatasheetPeaks", "_check_of", "_worker_checks",
                                                         "_cpu_check", "checked_rates", "checked_cpu_rates",
                                                         "with_checked_peaks", "worker_peak", "worker_ceiling",
-                                                        "peak_verdict")),
+                                                        "peak_verdict", "accelerator_bounds", "peak_bounds",
+                                                        "cpu_bound", "check_graph_fits")),
         module_form(*_source("master.core.audits"), ("with_audit_rule", "with_throughput_rule")),
-        module_form(*_source("master.core.officiality"), ("run_config", "unofficial_reasons")),
+        module_form(*_source("master.core.officiality"), ("run_config", "unofficial_reasons",
+                                                          "hardware_problems")),
+        module_form(*_source("master.core.submission_rules"), ("batch_sizes", "check_submission", "_from_a_twin")),
+        module_form(*_source("master.core.devices"), ("DeviceOwners",)),
+        module_form(*_source("master.core.node_audits"), ("draw", "plan", "_name", "inventory_check",
+                                                          "node_audit_reasons")),
         module_form(*_source("master.core.budget"), ("ceiling_of", "WorkerBudget")),
     ]),
 }

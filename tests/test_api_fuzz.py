@@ -140,7 +140,7 @@ def master(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     d: Path = tmp_path_factory.mktemp("fuzz")
     h = serve(MasterConfig(database, port=0, host="127.0.0.1", data_dir=d, heartbeat_interval_s=3600.0,
                            worker_token=WORKER_TOKEN, admin_token=ADMIN_TOKEN, env={}))
-    graph = resnet50(input_size=32, channels=3, classes=10, width=0.25)
+    graph = resnet50(input_size=32, channels=3, classes=10, width=0.125)  # the smoke seed: submitted without a parent
     w, c = WorkerClient(h.address, WORKER_TOKEN, retries=0), ControlClient(h.address, ADMIN_TOKEN, retries=0)
     wid = w.register(name="seed", host="seed", accelerators=[Accelerator("X", 1 << 30)]).worker_id
     c.start_run(600, allow_concurrent=True)

@@ -28,14 +28,15 @@ from hypothesis import strategies as st
 from aiperf import audit as rule
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
-from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
+from aiperf.api.client import Accelerator, ApiError, ControlClient, NodeInventory, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.graph import Graph, with_inserted_kernel
 from aiperf.morphism import deeper_at, deeper_positions
+from aiperf.profiles import OFFICIAL
 from aiperf.resnet import resnet50
 from tests.fake_clock import FakeClock
 
-H100 = Accelerator("NVIDIA H100 80GB HBM3", 80 << 30, 0.0, {"float32": 4e14, "float16": 8e14})
+H100 = Accelerator("NVIDIA H100 80GB HBM3", 80 << 30, 0.0, {"float32": 4e14, "float16": 8e14}, uuid="GPU-audit-1")
 # what an official run's worker reports of its dataset: ImageNet-1k's split sizes (docs/spec.md)
 IMAGENET = {"kind": "imagenet-tfrecord", "train_images": 1_281_167, "validation_images": 50_000,
             "num_classes": 1000, "image_size": 224, "fingerprint": "ab" * 32}
@@ -341,7 +342,8 @@ def test_an_official_run_is_valid_only_when_its_regulated_model_passed(tmp_path)
         mids = []
         for n, accuracy in enumerate((0.74, 0.78)):
             mid = w.submit_model(wid, graph.to_json(), graph.hash(), 0, n + 1,
-                                 {"batch_size": 64, "kernel_size": 3}, dataset=IMAGENET).model_id
+                                 {"batch_size": OFFICIAL.for_accelerator_memory(H100.memory_bytes).batch_size,
+                                  "kernel_size": 3}, dataset=IMAGENET).model_id
             clock.t += 600
             images = int(0.2 * 8e14 * 600 / per_image.train)
             w.report_progress(wid, mid, 1, images, 0, 1, per_image.ops(images, 0), val_accuracy=accuracy)
@@ -357,6 +359,10 @@ def test_an_official_run_is_valid_only_when_its_regulated_model_passed(tmp_path)
         assert not c.scoreboard().valid  # the other model's audit does not count
         c.record_audit(mids[1], verdict=rule.PASSED, architecture_ok=True, audited_accuracy=0.776,
                        validation_images=50_000, **TIMED)  # 0.4 points below the claim: within the tolerance
+        assert "no node audit" in c.scoreboard().invalid_reason  # the worker's node audit is still missing
+        [drawn] = c.list_audits().node_audit_model_ids
+        c.record_audit(drawn, verdict=rule.NO_CHECKPOINT, architecture_ok=False, node=NodeInventory((H100,), "", 8),
+                       **TIMED)
         board = c.scoreboard()
         assert board.valid, board.invalid_reason
         assert board.audit_status == rule.STATUS_PASSED and board.audit.audited_accuracy == pytest.approx(0.776)

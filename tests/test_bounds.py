@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aiperf import peaks
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
 from aiperf import limits
@@ -89,7 +90,7 @@ def test_ids_fit_their_sql_keys_and_zero_only_where_it_means_none_or_current():
     assert bounds.MAX_ID == 2**31 - 1 and bounds.MAX_SEQ == 2**63 - 1  # INTEGER keys, BIGINT seq
     for message, rules in bounds.RULES.items():
         for name, rule in rules.items():
-            if name.endswith("_id") or name == "seq":
+            if (name.endswith("_id") and name != "pci_bus_id") or name == "seq":  # a PCI bus id is text
                 top = bounds.MAX_SEQ if name == "seq" else bounds.MAX_ID
                 assert isinstance(rule, bounds.Integer) and rule.hi == top, f"{message.DESCRIPTOR.name}.{name}"
                 zero_means_none = name in ("run_id", "parent_id", "since_model_id") or (
@@ -118,6 +119,9 @@ def _edges(rule: Any, field: Any) -> tuple[list[Any], list[Any]]:
                                     math.nan, math.inf, -math.inf, 1e308, -1e308]
     if isinstance(rule, bounds.Enum):
         return sorted(rule.values), [max(rule.values) + 1, -1]
+    if isinstance(rule, bounds.AsciiText):  # a device's name or identity: look-alike letters refused
+        return ["x" * rule.max_chars, " ~A-z_0/9"], ["x" * (rule.max_chars + 1), "a\x00b", "\x1b[31m", "a\rb",
+                                                     "\u041d100", "é"]
     if isinstance(rule, bounds.Text):
         return ["x" * rule.max_chars, "é ü 漢"], ["x" * (rule.max_chars + 1), "a\x00b", "\x1b[31m", "a\rb"]
     if isinstance(rule, bounds.HexDigest):
@@ -340,19 +344,20 @@ def test_images_per_report_are_bounded_by_physics(master_server, small_graph):
     wid = w.register(name="n", host="h", accelerators=[Accelerator("X", 1 << 30)] * 2).worker_id
     c.start_run(3600)
     fc = count_flops(small_graph)
-    rate = 2 * bounds.MAX_OPS_PER_S_PER_ACCELERATOR  # two accelerators
+    # two accelerators without a peak: each bounded by the datasheet table's fastest float32 entry
+    rate = 2 * peaks.largest_bound("float32")
     mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
     clock.t += 10.0  # 10 s after submission (+ the slack)
     fits = int(rate * (10.0 + limits.CLOCK_SLACK_S) / fc.train)
     e = refusal(w.report_progress, wid, mid, 1, fits + 1000, 0, 1, fc.ops(fits + 1000, 0))
-    assert e.code == grpc.StatusCode.INVALID_ARGUMENT and "physical ceiling" in e.details
+    assert e.code == grpc.StatusCode.FAILED_PRECONDITION and "above its accepted peak" in e.details
     w.report_progress(wid, mid, 1, fits // 2, 0, 1, fc.ops(fits // 2, 0))
     # what is left of the interval (+ slack) after the first half, and no more
     w.report_progress(wid, mid, 2, fits // 4, 0, 1, fc.ops(fits // 4, 0))
     clock.t += 1.0
     per_s = int(rate / fc.train)
     e = refusal(w.report_progress, wid, mid, 3, 7 * per_s, 0, 1, fc.ops(7 * per_s, 0))
-    assert "physical ceiling" in e.details
+    assert "above its accepted peak" in e.details
     w.report_progress(wid, mid, 3, per_s, 0, 1, fc.ops(per_s, 0))
     assert c.scoreboard().reports == 3
 
@@ -367,7 +372,7 @@ def test_after_a_restart_the_bound_counts_from_the_submission(master_server, sma
     fc = count_flops(small_graph)
     mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
     clock.t += 100.0
-    per_s = int(bounds.MAX_OPS_PER_S_PER_ACCELERATOR / fc.train)
+    per_s = int(peaks.CPU_MAX_FLOPS_PER_CPU / fc.train)  # no accelerator: one CPU's physical bound
     w.report_progress(wid, mid, 1, 60 * per_s, 0, 1, fc.ops(60 * per_s, 0))
     h.stop(grace_s=0)
     h2 = master_server(db, clock=clock, data_dir=tmp_path / "d", heartbeat_interval_s=3600.0)
@@ -375,7 +380,7 @@ def test_after_a_restart_the_bound_counts_from_the_submission(master_server, sma
     w2.set_credential(wid, w.credential(wid))  # kept across the restart, as the agent does
     # 100 s since submission, 60 of them taken by the first report: 40 s (+ slack) remain
     e = refusal(w2.report_progress, wid, mid, 2, 50 * per_s, 0, 1, fc.ops(50 * per_s, 0))
-    assert "physical ceiling" in e.details
+    assert "above its accepted peak" in e.details
     w2.report_progress(wid, mid, 2, 40 * per_s, 0, 1, fc.ops(40 * per_s, 0))
     assert c2.scoreboard().reports == 2
 

@@ -241,15 +241,24 @@ def _finish_stored(w: WorkerClient, wid: int, graph, rnd: int, acc: float,
                                checkpoint_sha256=hashlib.sha256(uri.encode()).hexdigest())
 
 
-def _children(graph, n: int) -> list:
+def _child(graph, k: int):
+    """A one-step child of `graph` by the smoke run's own operations (seeded by k)."""
     import random
 
     from aiperf.morphism import morph_step
+    from aiperf.profiles import SMOKE
 
-    rng, out, g = random.Random(3), [], graph
+    return morph_step(graph, random.Random(k), 3, space=SMOKE.morph_space())
+
+
+def _children(graph, n: int) -> list:
+    """n distinct one-step children of `graph`: each descends from it (what the master checks)."""
+    out, k = [], 3
     while len(out) < n:
-        g = morph_step(g, rng, 3)
-        out.append(g)
+        child = _child(graph, k)
+        k += 1
+        if all(child.hash() != c.hash() for c in out):
+            out.append(child)
     return out
 
 
@@ -311,7 +320,12 @@ def test_retention_hands_each_worker_its_own_checkpoints_to_delete(master_server
     assert run.config.keep_checkpoints == 2 and run.config.inherit
     w1, id1 = _worker(h, "node-1")
     w2, id2 = _worker(h, "node-2")
-    graphs = _children(small_graph, 7)
+    # each graph a child of the model it is submitted under (the master checks the descent)
+    graphs = [*_children(small_graph, 2), None, None, None, None, None]
+    graphs[2] = _child(graphs[0], 2)                            # under m2
+    graphs[3], graphs[4] = _children(graphs[2], 2)              # under m3
+    graphs[5] = _child(graphs[3], 5)                            # under m4
+    graphs[6] = _child(graphs[5], 6)                            # under m6
     u = [f"file:///s/run-1/model-{i}.weights.h5" for i in range(7)]
     m1, r = _done(w1, id1, small_graph, 0, 1, 0.30, u[0], reported=False)  # ranks: m1
     assert not r.delete_checkpoints

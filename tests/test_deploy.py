@@ -36,7 +36,7 @@ needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not insta
 
 # The deployments an operator applies (docs/deploy.md names each of them).
 DEPLOYMENTS = ["base", "overlays/external-db", "overlays/smoke", "overlays/monitoring"]
-JOBS = ["jobs/start-run", "jobs/scoreboard", "jobs/audit"]
+JOBS = ["jobs/start-run", "jobs/scoreboard", "jobs/audit", "jobs/node-audit"]
 GPU_DEPLOYMENTS = ["base", "overlays/external-db", "overlays/monitoring"]
 # Kustomize Components: not rendered alone, only through an overlay that uses them.
 COMPONENTS = ["components/monitoring"]
@@ -223,7 +223,7 @@ def test_nothing_but_workers_requests_gpus(target: str) -> None:
         for c in containers(obj):
             if obj["metadata"]["name"] == "aiperf-worker" and target in GPU_DEPLOYMENTS:
                 continue
-            if target == "jobs/audit":  # one GPU: the audit times training steps on the workers' hardware
+            if target in ("jobs/audit", "jobs/node-audit"):  # one GPU: the audits time training steps there
                 assert str(gpu_limit(c)) == "1", f"k8s/{target}: {gpu_limit(c)}"
                 continue
             assert gpu_limit(c) is None, f"k8s/{target}: {obj['metadata']['name']} requests GPUs"
@@ -528,6 +528,20 @@ def test_jobs_run_the_control_commands_once(target: str) -> None:
         (volume,) = [v for v in spec["volumes"] if v["name"] == "checkpoints"]
         assert volume["persistentVolumeClaim"]["claimName"] == "aiperf-checkpoints"
         assert spec["nodeSelector"] == pod_spec(worker)["nodeSelector"]
+    elif target == "jobs/node-audit":
+        # one pod per worker node, naming the node its worker registered under (the worker's name)
+        assert container["args"][:3] == ["audit", "--node", "$(AIPERF_NODE_NAME)"]
+        assert env["AIPERF_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+        worker = find(render("base"), "DaemonSet", "aiperf-worker")
+        (wc,) = pod_spec(worker)["containers"]
+        names = {e["name"]: e for e in wc["env"]}
+        assert names["AIPERF_WORKER_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+        assert spec["nodeSelector"] == pod_spec(worker)["nodeSelector"]
+        assert job["spec"]["completionMode"] == "Indexed"
+        assert job["spec"]["completions"] == job["spec"]["parallelism"]
+        (term,) = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == "kubernetes.io/hostname"
+        assert term["labelSelector"]["matchLabels"].items() <= spec_labels(job).items()
     else:
         assert container["args"] == ["scoreboard"]
     # By the CLI's exit codes: a master that is not up yet (3) is retried; bad input (2)
@@ -540,6 +554,10 @@ def test_jobs_run_the_control_commands_once(target: str) -> None:
     assert job["spec"]["backoffLimit"] >= 3
     drained = [r for r in job["spec"]["podFailurePolicy"]["rules"] if "onPodConditions" in r]
     assert drained == [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+
+
+def spec_labels(job: dict[str, Any]) -> dict[str, str]:
+    return job["spec"]["template"]["metadata"]["labels"]
 
 
 def failure_action(job: dict[str, Any], container: str, exit_code: int) -> str:

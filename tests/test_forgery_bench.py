@@ -61,3 +61,26 @@ def test_the_audit_catches_the_lies_physics_only_bounds():
         assert "throughput audit" in res[name]["invalid_reason"]
     for name in lies:
         assert res[name]["after_audit_ratio"] == 0.0, (name, res[name])
+
+
+def test_the_official_runs_lies_gain_nothing_as_valid_results_and_honest_retries_pass(tmp_path):
+    """Each named lie of an official run (device count, sybils, name variants and look-alikes,
+    unknown accelerators, a missing peak, unaudited and failed-model workers, a late checkpoint,
+    a graph outside the search, a batch outside the profile) scores at most the honest score as
+    a valid official result; the honest run is valid and official; an honest worker resending
+    every report is refused nothing."""
+    sys.path.insert(0, str(BENCH.parent.parent))
+    from benchmarks.forgery_official import SCENARIOS, run_official
+
+    res = run_official(tmp_path)
+    assert res["honest"]["valid"] and res["honest"]["official"], res["honest"]
+    assert res["honest_retry"]["refused_count"] == 0 and res["honest_retry"]["valid"]
+    assert set(SCENARIOS) <= set(res)
+    for name in SCENARIOS:
+        assert res[name]["valid_ratio"] <= 1.0, (name, res[name])
+    # the lies that would have scored more are caught by a rule, not by chance
+    for name in ("device_count_x8", "name_variant_x8", "missing_peak", "unaudited_worker", "failed_models_liar"):
+        assert res[name]["ratio"] > 1.0 and not res[name]["valid"], (name, res[name])
+    for name in ("lookalike_name", "non_descendant_graph", "batch_outside_profile", "late_checkpoint"):
+        assert res[name]["refused"], name
+    assert any("ALREADY_EXISTS" in r for r in res["sybil_x8"]["refused"])

@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
-from aiperf.api.client import Accelerator, ApiError, ControlClient, ResourceSample, WorkerClient
+from aiperf.api.client import Accelerator, ApiError, ControlClient, NodeInventory, ResourceSample, WorkerClient
 from aiperf.api.enums import MODEL_STATES
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
@@ -175,13 +175,17 @@ def test_scores_on_the_master_clock(master_server):
     t0 = clock.t
     h = master_server(clock=clock, heartbeat_interval_s=10_000.0)
     w, c = clients(h)
-    wid = register(w, peak=5e10)
+    # two V100s an official run counts: table entries, with their UUIDs and a measured peak
+    wid = w.register(name="node-1", host="node-1", cpus=16, memory_bytes=128 << 30,
+                     accelerators=[Accelerator("Tesla V100", 32 << 30, 5e12, uuid=f"GPU-{i}") for i in range(2)]
+                     ).worker_id
     c.start_run(3 * 3600, profile="official", seed=1)  # the official precision (mixed_fp16) and XLA
-    small_graph = resnet50(input_size=224, channels=3, classes=1000, width=0.125)  # the official input and classes
+    small_graph = resnet50(input_size=224, channels=3, classes=1000, width=1.0)  # the official seed graph
     fc = count_flops(small_graph)
     imagenet = {"kind": "imagenet-tfrecord", "train_images": 1_281_167, "validation_images": 50_000,
                 "num_classes": 1000, "image_size": 224, "fingerprint": "0" * 64}
-    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP, dataset=imagenet).model_id
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, {"batch_size": 448, "kernel_size": 3},
+                         dataset=imagenet).model_id
     script = [  # (t - t0, images trained, images validated, accuracy)
         (1800, 100_000, 0, None),
         (3000, 100_000, 20_000, 0.60),
@@ -207,14 +211,15 @@ def test_scores_on_the_master_clock(master_server):
     acc_at = {3600: 0.60, 4500: 0.60, 5400: 0.75}
     assert sb.regulated_score == pytest.approx(max(-math.log(1 - acc_at[t]) * v for t, v in candidates.items()))
     assert sb.valid_flops == pytest.approx(max(v * (acc_at[t] / 0.763) ** 5 for t, v in candidates.items()))
-    assert sb.efficiency_vs_measured == pytest.approx(candidates[best_t] / (2 * 5e10))
+    assert sb.efficiency_vs_measured == pytest.approx(candidates[best_t] / (2 * 5e12))
     # Rmax/Rpeak: two V100s of no named variant are rated at the fastest one's float16 figure, the
     # V100S's "tensor performance" of 130 TFLOPS (NVIDIA V100 datasheet)
     assert sb.datasheet_peak_flops == pytest.approx(2 * 130e12) and not sb.efficiency_unknown_reason
     assert sb.efficiency == pytest.approx(candidates[best_t] / (2 * 130e12))
     # every other rule holds; an official run also needs its regulated-score model audited (it is still training)
     assert not sb.valid and sb.audit_status == "not audited" and sb.audit_model_id == mid
-    assert sb.invalid_reason == f"the model behind the regulated score (model {mid}) is not audited"
+    assert sb.invalid_reason == (f"the model behind the regulated score (model {mid}) is not audited; "
+                                 f"node audits: worker {wid} (node-1): no node audit of its drawn model {mid}")
 
     # deadline: the background thread moves the run to stopping, then finished once the model ends
     clock.t = t0 + 3 * 3600 + 1
@@ -231,6 +236,11 @@ def test_scores_on_the_master_clock(master_server):
     assert final.total_ops == pytest.approx(cumulative[3])
     # an auditor on the workers' hardware timed the model's steps far above what the worker claimed
     c.record_audit(mid, verdict="passed", architecture_ok=True, audited_accuracy=0.75, validation_images=50_000,
+                   audited_images_per_second=1e6, auditor_hardware="Tesla V100")
+    # and on its node, the model drawn for it timed there, the node's two V100s as registered
+    assert list(c.list_audits().node_audit_model_ids) == [mid]
+    node = NodeInventory([Accelerator("Tesla V100", 32 << 30, uuid=f"GPU-{i}") for i in range(2)], "Xeon", 16)
+    c.record_audit(mid, verdict="no checkpoint", architecture_ok=False, node=node,
                    audited_images_per_second=1e6, auditor_hardware="Tesla V100")
     audited = c.scoreboard()
     assert audited.valid and audited.invalid_reason == "" and audited.audit_status == "passed"

@@ -99,16 +99,26 @@ def test_the_worker_measures_its_cpu_quickly():
     assert set(found) == {"float32"} and 1e7 < found["float32"] < 2 * peaks.CPU_MAX_FLOPS_PER_CPU
 
 
+def _gpu_worker(w, name: str) -> int:
+    """A worker an official run counts: an H100 of the table, with its UUID and 16-bit peaks."""
+    from aiperf.api.client import Accelerator
+
+    return w.register(name=name, host=name, cpus=2, accelerators=[Accelerator(
+        "NVIDIA H100 80GB HBM3", 80 << 30, 0.0, {"float16": 9e14, "bfloat16": 9e14, "float32": 4e14},
+        uuid=f"GPU-{name}")]).worker_id
+
+
 def _official_model(w, wid: int, dataset: dict | None) -> int:
     g = resnet50(224, 3, 1000, 1.0)
-    return w.submit_model(wid, g.to_json(), g.hash(), 0, 1, {"batch_size": 448, "kernel_size": 3},
+    batch = OFFICIAL.for_accelerator_memory(80 << 30).batch_size  # the H100's
+    return w.submit_model(wid, g.to_json(), g.hash(), 0, 1, {"batch_size": batch, "kernel_size": 3},
                           dataset=dataset).model_id
 
 
 def test_an_official_run_defaults_to_mixed_fp16_with_xla_and_stays_official_on_imagenet(master_server):
     h = master_server()
     w, c = clients(h)
-    wid = w.register(name="n", host="n", cpus=2).worker_id
+    wid = _gpu_worker(w, "n")
     run = c.start_run(3600, profile="official")
     assert run.config.precision == pb.PRECISION_MIXED_FP16 and run.config.xla
     _official_model(w, wid, IMAGENET)
@@ -132,7 +142,7 @@ def test_any_override_makes_the_run_unofficial(master_server, options, reason):
 
     h = master_server()
     w, c = clients(h)
-    wid = w.register(name="n", host="n", cpus=2).worker_id
+    wid = _gpu_worker(w, "n")
     c.start_run(3600, profile="official", **options)
     _official_model(w, wid, IMAGENET)
     sb = c.scoreboard()
@@ -158,8 +168,8 @@ def test_mixed_bf16_is_official_too(master_server):
 def test_a_dataset_that_is_not_imagenet_1k_makes_the_run_unofficial(master_server, change, reason):
     h = master_server()
     w, c = clients(h)
-    wid = w.register(name="n", host="n", cpus=2).worker_id
-    other = w.register(name="m", host="m", cpus=2).worker_id
+    wid = _gpu_worker(w, "n")
+    other = _gpu_worker(w, "m")
     c.start_run(3600, profile="official")
     _official_model(w, other, IMAGENET)
     _official_model(w, wid, None if change is None else {**IMAGENET, **change})

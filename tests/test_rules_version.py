@@ -25,14 +25,15 @@ from tests.rules_digest import canonical_tree, digest, module_form, rules_digest
 RECORDED_VERSION = "aiperf-rules 1.0"
 RECORDED_DIGESTS = {
     "profiles": "64eae6b70e7f86b5",
-    "peaks": "8533e9c5ce515985",
-    "scoring": "2ab854e581346083",
+    "peaks": "3c35f5c76da09d5e",
+    "scoring": "3142ed4623e76c42",
     "precisions": "84a3fac877e01c31",
-    "audit": "84f58dd665f2ecfb",
+    "audit": "617b5b93e69f1e8c",
     "official workload": "b923f3a7b4caddcb",
     "flop count": "db2d4e91190f5091",
+    "lineage": "7ae4538a95798a2d",
     "limits": "2e1aaaa6b9110740",
-    "master rules": "f6c8ad6e28c97692",
+    "master rules": "17a607f36f67dc3b",
 }
 VERSION_FORMAT = re.compile(r"aiperf-rules (\d+)\.(\d+)")
 

@@ -209,7 +209,8 @@ class Agent:
         reg = call_until_done(
             lambda: self.client.register(
                 name=self.config.name, host=socket.gethostname(),
-                accelerators=[Accelerator(a.model, a.memory_bytes, peak_flops_by_dtype=peaks)
+                accelerators=[Accelerator(a.model, a.memory_bytes, peak_flops_by_dtype=peaks, uuid=a.uuid,
+                                          pci_bus_id=a.pci_bus_id)
                               for a, peaks in zip(inv.accelerators, self.peaks)],
                 cpus=inv.cpus, memory_bytes=inv.memory_bytes, software=inv.software,
                 credential=kept,  # "" : the client presents the one it got for the name, if any

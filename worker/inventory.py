@@ -18,6 +18,8 @@ SOFTWARE = ("aiperf", "tensorflow", "jax", "jaxlib", "keras", "nni", "hyperopt",
 class AcceleratorInfo:
     model: str
     memory_bytes: int
+    uuid: str = ""        # NVML's, "" when the framework listed it
+    pci_bus_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -45,11 +47,17 @@ def nvml_accelerators() -> list[AcceleratorInfo] | None:
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             name = pynvml.nvmlDeviceGetName(handle)
-            name = name.decode() if isinstance(name, bytes) else name
-            out.append(AcceleratorInfo(name, int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)))
+            out.append(AcceleratorInfo(_text(name), int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+                                       _text(pynvml.nvmlDeviceGetUUID(handle)),
+                                       _text(pynvml.nvmlDeviceGetPciInfo(handle).busId)))
         return out
     finally:
         pynvml.nvmlShutdown()
+
+
+def _text(value: str | bytes) -> str:
+    """An NVML string (older nvidia-ml-py returns bytes)."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def tensorflow_accelerators() -> list[AcceleratorInfo]:

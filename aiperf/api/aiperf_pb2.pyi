@@ -184,7 +184,7 @@ class Hyperparameters(_message.Message):
     def __init__(self, batch_size: _Optional[int] = ..., kernel_size: _Optional[int] = ...) -> None: ...
 
 class Accelerator(_message.Message):
-    __slots__ = ("model", "memory_bytes", "peak_flops", "peak_flops_by_dtype")
+    __slots__ = ("model", "memory_bytes", "peak_flops", "peak_flops_by_dtype", "uuid", "pci_bus_id")
     class PeakFlopsByDtypeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -196,11 +196,15 @@ class Accelerator(_message.Message):
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     PEAK_FLOPS_FIELD_NUMBER: _ClassVar[int]
     PEAK_FLOPS_BY_DTYPE_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    PCI_BUS_ID_FIELD_NUMBER: _ClassVar[int]
     model: str
     memory_bytes: int
     peak_flops: float
     peak_flops_by_dtype: _containers.ScalarMap[str, float]
-    def __init__(self, model: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., peak_flops: _Optional[float] = ..., peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    uuid: str
+    pci_bus_id: str
+    def __init__(self, model: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., peak_flops: _Optional[float] = ..., peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ..., uuid: _Optional[str] = ..., pci_bus_id: _Optional[str] = ...) -> None: ...
 
 class DatasetInfo(_message.Message):
     __slots__ = ("kind", "train_images", "validation_images", "num_classes", "image_size", "fingerprint")
@@ -827,7 +831,7 @@ class Scoreboard(_message.Message):
     def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., flops: _Optional[float] = ..., score: _Optional[float] = ..., provisional: _Optional[bool] = ..., regulated_score: _Optional[float] = ..., valid_flops: _Optional[float] = ..., error: _Optional[float] = ..., best_accuracy: _Optional[float] = ..., target_accuracy: _Optional[float] = ..., valid: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., official: _Optional[bool] = ..., efficiency: _Optional[float] = ..., peak_flops: _Optional[float] = ..., total_ops: _Optional[float] = ..., worker_ops: _Optional[float] = ..., flops_mismatch_reports: _Optional[int] = ..., reports: _Optional[int] = ..., workers: _Optional[int] = ..., workers_alive: _Optional[int] = ..., accelerators: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelCount, _Mapping]]] = ..., models_done: _Optional[int] = ..., best_model_id: _Optional[int] = ..., inventory: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., master_software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., min_running_time_s: _Optional[float] = ..., score_time_s: _Optional[float] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., peak_verdict: _Optional[str] = ..., implausible_reports: _Optional[int] = ..., unofficial_reasons: _Optional[_Iterable[str]] = ..., regulated_score_time_s: _Optional[float] = ..., valid_flops_time_s: _Optional[float] = ..., audit_status: _Optional[str] = ..., audit_model_id: _Optional[int] = ..., audit: _Optional[_Union[Audit, _Mapping]] = ..., efficiency_vs_measured: _Optional[float] = ..., datasheet_peak_flops: _Optional[float] = ..., efficiency_unknown_reason: _Optional[str] = ..., scoring_rules_version: _Optional[str] = ...) -> None: ...
 
 class Audit(_message.Message):
-    __slots__ = ("model_id", "run_id", "claimed_accuracy", "has_audited_accuracy", "audited_accuracy", "architecture_ok", "verdict", "auditor_host", "validation_images", "audited_at", "detail", "tolerance", "throughput", "worker_hardware", "auditor_hardware", "claimed_images_per_second", "audited_images_per_second", "worker_flops", "audited_flops", "throughput_tolerance")
+    __slots__ = ("model_id", "run_id", "claimed_accuracy", "has_audited_accuracy", "audited_accuracy", "architecture_ok", "verdict", "auditor_host", "validation_images", "audited_at", "detail", "tolerance", "throughput", "worker_hardware", "auditor_hardware", "claimed_images_per_second", "audited_images_per_second", "worker_flops", "audited_flops", "throughput_tolerance", "node_audit", "inventory")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CLAIMED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
@@ -848,6 +852,8 @@ class Audit(_message.Message):
     WORKER_FLOPS_FIELD_NUMBER: _ClassVar[int]
     AUDITED_FLOPS_FIELD_NUMBER: _ClassVar[int]
     THROUGHPUT_TOLERANCE_FIELD_NUMBER: _ClassVar[int]
+    NODE_AUDIT_FIELD_NUMBER: _ClassVar[int]
+    INVENTORY_FIELD_NUMBER: _ClassVar[int]
     model_id: int
     run_id: int
     claimed_accuracy: float
@@ -868,7 +874,9 @@ class Audit(_message.Message):
     worker_flops: float
     audited_flops: float
     throughput_tolerance: float
-    def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., claimed_accuracy: _Optional[float] = ..., has_audited_accuracy: _Optional[bool] = ..., audited_accuracy: _Optional[float] = ..., architecture_ok: _Optional[bool] = ..., verdict: _Optional[str] = ..., auditor_host: _Optional[str] = ..., validation_images: _Optional[int] = ..., audited_at: _Optional[float] = ..., detail: _Optional[str] = ..., tolerance: _Optional[float] = ..., throughput: _Optional[str] = ..., worker_hardware: _Optional[str] = ..., auditor_hardware: _Optional[str] = ..., claimed_images_per_second: _Optional[float] = ..., audited_images_per_second: _Optional[float] = ..., worker_flops: _Optional[float] = ..., audited_flops: _Optional[float] = ..., throughput_tolerance: _Optional[float] = ...) -> None: ...
+    node_audit: bool
+    inventory: str
+    def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., claimed_accuracy: _Optional[float] = ..., has_audited_accuracy: _Optional[bool] = ..., audited_accuracy: _Optional[float] = ..., architecture_ok: _Optional[bool] = ..., verdict: _Optional[str] = ..., auditor_host: _Optional[str] = ..., validation_images: _Optional[int] = ..., audited_at: _Optional[float] = ..., detail: _Optional[str] = ..., tolerance: _Optional[float] = ..., throughput: _Optional[str] = ..., worker_hardware: _Optional[str] = ..., auditor_hardware: _Optional[str] = ..., claimed_images_per_second: _Optional[float] = ..., audited_images_per_second: _Optional[float] = ..., worker_flops: _Optional[float] = ..., audited_flops: _Optional[float] = ..., throughput_tolerance: _Optional[float] = ..., node_audit: _Optional[bool] = ..., inventory: _Optional[str] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ("run_id", "state", "limit", "offset", "include_graph")
@@ -987,7 +995,7 @@ class ListWorkersResponse(_message.Message):
     def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., total: _Optional[int] = ..., master_time: _Optional[float] = ...) -> None: ...
 
 class RecordAuditRequest(_message.Message):
-    __slots__ = ("model_id", "has_audited_accuracy", "audited_accuracy", "architecture_ok", "verdict", "auditor_host", "validation_images", "detail", "audited_images_per_second", "auditor_hardware")
+    __slots__ = ("model_id", "has_audited_accuracy", "audited_accuracy", "architecture_ok", "verdict", "auditor_host", "validation_images", "detail", "audited_images_per_second", "auditor_hardware", "node_audit", "node_accelerators", "node_cpu_model", "node_cpus")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     HAS_AUDITED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     AUDITED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
@@ -998,6 +1006,10 @@ class RecordAuditRequest(_message.Message):
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     AUDITED_IMAGES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     AUDITOR_HARDWARE_FIELD_NUMBER: _ClassVar[int]
+    NODE_AUDIT_FIELD_NUMBER: _ClassVar[int]
+    NODE_ACCELERATORS_FIELD_NUMBER: _ClassVar[int]
+    NODE_CPU_MODEL_FIELD_NUMBER: _ClassVar[int]
+    NODE_CPUS_FIELD_NUMBER: _ClassVar[int]
     model_id: int
     has_audited_accuracy: bool
     audited_accuracy: float
@@ -1008,7 +1020,11 @@ class RecordAuditRequest(_message.Message):
     detail: str
     audited_images_per_second: float
     auditor_hardware: str
-    def __init__(self, model_id: _Optional[int] = ..., has_audited_accuracy: _Optional[bool] = ..., audited_accuracy: _Optional[float] = ..., architecture_ok: _Optional[bool] = ..., verdict: _Optional[str] = ..., auditor_host: _Optional[str] = ..., validation_images: _Optional[int] = ..., detail: _Optional[str] = ..., audited_images_per_second: _Optional[float] = ..., auditor_hardware: _Optional[str] = ...) -> None: ...
+    node_audit: bool
+    node_accelerators: _containers.RepeatedCompositeFieldContainer[Accelerator]
+    node_cpu_model: str
+    node_cpus: int
+    def __init__(self, model_id: _Optional[int] = ..., has_audited_accuracy: _Optional[bool] = ..., audited_accuracy: _Optional[float] = ..., architecture_ok: _Optional[bool] = ..., verdict: _Optional[str] = ..., auditor_host: _Optional[str] = ..., validation_images: _Optional[int] = ..., detail: _Optional[str] = ..., audited_images_per_second: _Optional[float] = ..., auditor_hardware: _Optional[str] = ..., node_audit: _Optional[bool] = ..., node_accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., node_cpu_model: _Optional[str] = ..., node_cpus: _Optional[int] = ...) -> None: ...
 
 class RecordAuditResponse(_message.Message):
     __slots__ = ("audit",)
@@ -1023,9 +1039,11 @@ class ListAuditsRequest(_message.Message):
     def __init__(self, run_id: _Optional[int] = ...) -> None: ...
 
 class ListAuditsResponse(_message.Message):
-    __slots__ = ("run_id", "audits")
+    __slots__ = ("run_id", "audits", "node_audit_model_ids")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     AUDITS_FIELD_NUMBER: _ClassVar[int]
+    NODE_AUDIT_MODEL_IDS_FIELD_NUMBER: _ClassVar[int]
     run_id: int
     audits: _containers.RepeatedCompositeFieldContainer[Audit]
-    def __init__(self, run_id: _Optional[int] = ..., audits: _Optional[_Iterable[_Union[Audit, _Mapping]]] = ...) -> None: ...
+    node_audit_model_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, run_id: _Optional[int] = ..., audits: _Optional[_Iterable[_Union[Audit, _Mapping]]] = ..., node_audit_model_ids: _Optional[_Iterable[int]] = ...) -> None: ...

@@ -39,7 +39,7 @@ from aiperf.limits import (
     MAX_REASON_CHARS, MAX_ROUND, MAX_RUN_DURATION_S, MAX_SAMPLES_PER_CALL, MAX_SAMPLE_AGE_S, MAX_SEED, MAX_SEQ,
     MAX_SOFTWARE_ENTRIES, MAX_SOFTWARE_NAME_CHARS, MAX_SOFTWARE_VERSION_CHARS, MAX_STOP_REASON_CHARS,
     MAX_TIMELINE_BUCKETS, MAX_TIMELINE_POINTS, MAX_UNDELETED_PER_FINISH, MAX_VERDICT_CHARS, MAX_WORKERS,
-    SHA256_HEX_CHARS,
+    SHA256_HEX_CHARS, MAX_ACCELERATOR_UUID_CHARS, MAX_PCI_BUS_ID_CHARS,
 )
 
 
@@ -121,6 +121,20 @@ class Text:
                        None)
             if bad is not None:
                 raise BoundsError(f"must be printable text: character U+{ord(v[bad]):04X} at {bad}")
+
+
+class AsciiText(Text):
+    """At most max_chars printable ASCII characters: a device's name or identity, compared
+    with a table or with another device's, where a look-alike letter (a Cyrillic "Н" in
+    "H100") would pass for what it is not."""
+
+    __slots__ = ()
+
+    def check(self, v: str) -> None:
+        super().check(v)
+        bad = next((i for i, c in enumerate(v) if not " " <= c <= "~"), None)
+        if bad is not None:
+            raise BoundsError(f"must be printable ASCII: character U+{ord(v[bad]):04X} at {bad}")
 
 
 class HexDigest:
@@ -256,8 +270,10 @@ _UTIL = Real(0.0, 1.0)
 
 RULES: dict[Any, dict[str, Rule]] = {
     pb.Accelerator: {
-        "model": Text(MAX_MODEL_NAME_CHARS),
+        "model": AsciiText(MAX_MODEL_NAME_CHARS),
         "memory_bytes": Integer(0, MAX_ACCELERATOR_MEMORY_BYTES),
+        "uuid": AsciiText(MAX_ACCELERATOR_UUID_CHARS),
+        "pci_bus_id": AsciiText(MAX_PCI_BUS_ID_CHARS),
         "peak_flops": Real(0.0, MAX_OPS_PER_S_PER_ACCELERATOR),
         "peak_flops_by_dtype": Mapping(MAX_DTYPES_PER_ACCELERATOR, Text(16),
                                        Real(0.0, MAX_OPS_PER_S_PER_ACCELERATOR)),
@@ -397,6 +413,10 @@ RULES: dict[Any, dict[str, Rule]] = {
         "detail": Text(MAX_REASON_CHARS, multiline=True),
         "audited_images_per_second": Real(0.0, MAX_AUDIT_IMAGES_PER_S),
         "auditor_hardware": Text(MAX_HARDWARE_CHARS),
+        "node_audit": None,
+        "node_accelerators": Repeated(MAX_ACCELERATORS_PER_WORKER, Nested(pb.Accelerator)),
+        "node_cpu_model": AsciiText(MAX_HARDWARE_CHARS),
+        "node_cpus": Integer(0, MAX_CPUS),
     },
     pb.ListAuditsRequest: {"run_id": _ID_OR_0},
 }

@@ -110,6 +110,17 @@ class Accelerator:
     peak_flops: float = 0.0  # a GEMM rate for any precision; 0 unknown
     # measured dense GEMM rate per compute type ("float32", "float16", "bfloat16")
     peak_flops_by_dtype: Mapping[str, float] = field(default_factory=dict)
+    uuid: str = ""        # NVML's UUID of the chip ("" unknown)
+    pci_bus_id: str = ""  # NVML's PCI bus id ("" unknown)
+
+
+@dataclass(frozen=True)
+class NodeInventory:
+    """A node's devices as a node audit reads them (NVML): its accelerators, its CPU model and count."""
+
+    accelerators: Sequence[Accelerator] = ()
+    cpu_model: str = ""
+    cpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -275,7 +286,8 @@ class WorkerClient(_Client):
             host=host,
             accelerators=[
                 pb.Accelerator(model=a.model, memory_bytes=int(a.memory_bytes), peak_flops=float(a.peak_flops),
-                               peak_flops_by_dtype={k: float(v) for k, v in a.peak_flops_by_dtype.items()})
+                               peak_flops_by_dtype={k: float(v) for k, v in a.peak_flops_by_dtype.items()},
+                               uuid=a.uuid, pci_bus_id=a.pci_bus_id)
                 for a in accelerators
             ],
             cpus=int(cpus),
@@ -528,16 +540,21 @@ class ControlClient(_Client):
     def record_audit(self, model_id: int, *, verdict: str, architecture_ok: bool,
                      audited_accuracy: float | None = None, validation_images: int = 0,
                      auditor_host: str = "", detail: str = "", audited_images_per_second: float = 0.0,
-                     auditor_hardware: str = "") -> pb.Audit:
+                     auditor_hardware: str = "", node: "NodeInventory | None" = None) -> pb.Audit:
         """Record `aiperf audit`'s finding for a DONE model (aiperf.audit): `verdict` is the weights'
         (the master checks it), `audited_images_per_second` the model's steps timed on one device of
-        `auditor_hardware` (0: not timed). The reply is the recorded audit, with the final verdict."""
+        `auditor_hardware` (0: not timed). The reply is the recorded audit, with the final verdict.
+        `node`: a node audit of a drawn model (any state; verdict "no checkpoint"), with the node's inventory."""
         req = pb.RecordAuditRequest(
             model_id=model_id, has_audited_accuracy=audited_accuracy is not None,
             audited_accuracy=audited_accuracy or 0.0, architecture_ok=architecture_ok, verdict=verdict,
             auditor_host=auditor_host, validation_images=validation_images, detail=clip_text(detail, MAX_REASON_CHARS),
             audited_images_per_second=audited_images_per_second, auditor_hardware=auditor_hardware,
         )
+        if node is not None:  # a node audit: the node's inventory with it
+            req.node_audit, req.node_cpu_model, req.node_cpus = True, node.cpu_model, int(node.cpus)
+            req.node_accelerators.extend(pb.Accelerator(model=a.model, uuid=a.uuid, pci_bus_id=a.pci_bus_id,
+                                                        memory_bytes=int(a.memory_bytes)) for a in node.accelerators)
         return self._call("RecordAudit", self._stub.RecordAudit, req).audit
 
     def list_audits(self, run_id: int = 0) -> pb.ListAuditsResponse:

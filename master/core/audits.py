@@ -25,11 +25,12 @@ from typing import Callable, Protocol
 from aiperf import audit as rule
 from aiperf import scoring
 from aiperf.states import ModelState
+from master.core import node_audits
 from master.core.replies import RegulatedAudit
 from master.core.requests import AuditSubmission
 from master.store.errors import FailedPrecondition, InvalidArgument
 from master.store.protocol import AuditStore, ModelStore, ProgressStore, RunStore, RunWorkerStore
-from master.store.records import AuditInput, AuditRecord, ModelRecord, RunRecord
+from master.store.records import AuditInput, AuditRecord, ModelRecord, RunRecord, RunWorker
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ class Audits:
     def record(self, sub: AuditSubmission) -> AuditRecord:
         """Check and record an audit of a DONE model (NotFound, FailedPrecondition, InvalidArgument)."""
         model = self.store.get_model(sub.model_id)
+        if sub.node_audit:
+            return self._record_node(model, sub)
         if model.state != ModelState.DONE:
             raise FailedPrecondition(f"model {model.id} is {model.state}: only a DONE model is audited")
         if sub.verdict not in rule.VERDICTS:
@@ -89,6 +92,50 @@ class Audits:
                  record.architecture_ok, throughput, t.claimed_images_per_second, t.audited_images_per_second,
                  t.worker_flops, t.audited_flops, record.auditor_host)
         return record
+
+    def _record_node(self, model: ModelRecord, sub: AuditSubmission) -> AuditRecord:
+        """A node audit of a model of any state: its steps timed on its worker's node, and the
+        node's inventory against the worker's registration; its verdict is the throughput check's."""
+        if sub.verdict != rule.NO_CHECKPOINT or sub.audited_accuracy is not None or sub.architecture_ok:
+            raise InvalidArgument(f"a node audit reads no weights: verdict {rule.NO_CHECKPOINT!r}, no accuracy")
+        if sub.audited_images_per_second > 0 and not sub.auditor_hardware.strip():
+            raise InvalidArgument("a timed rate (audited_images_per_second) needs the auditor_hardware it ran on")
+        joined = next((rw for rw in self.store.run_workers(model.run_id) if rw.worker.id == model.worker_id), None)
+        inventory = node_audits.inventory_check(joined.inventory if joined else {}, sub.node_accelerators,
+                                                sub.node_cpu_model, sub.node_cpus)
+        t = self._throughput(model, sub)
+        throughput = rule.throughput_verdict(t)
+        record = self.store.add_audit(AuditInput(
+            model_id=model.id, audited_at=self.clock(), auditor_host=sub.auditor_host, verdict=throughput,
+            architecture_ok=False, claimed_accuracy=model.best_accuracy, audited_accuracy=None, validation_images=0,
+            tolerance=0.0, detail=sub.detail, throughput=throughput, worker_hardware=t.worker_hardware,
+            auditor_hardware=t.auditor_hardware, claimed_images_per_second=t.claimed_images_per_second,
+            audited_images_per_second=t.audited_images_per_second, worker_flops=t.worker_flops,
+            audited_flops=t.audited_flops, throughput_tolerance=rule.THROUGHPUT_TOLERANCE, node_audit=True,
+            inventory=inventory,
+        ))
+        log.info("event=node_audit_recorded model_id=%d worker_id=%d throughput=%r inventory=%r auditor=%s",
+                 model.id, model.worker_id, throughput, inventory, record.auditor_host)
+        return record
+
+    def drawn(self, run: RunRecord) -> dict[int, int]:
+        """{worker id: the model drawn for its node audit} (master/core/node_audits.py)."""
+        return node_audits.plan(run, self.store.model_owners(run.id))
+
+    def validity(self, run: RunRecord, rules: scoring.ProfileRules, result: scoring.ScoreResult,
+                 audit: RegulatedAudit, joined: list[RunWorker]) -> scoring.ScoreResult:
+        """`result` with the audit rules applied: the regulated score's model audited (official),
+        no TOO_FAST audit (any profile), every worker's node audit passed (official)."""
+        audits = self.of_run(run.id)
+        result = with_throughput_rule(with_audit_rule(result, rules, audit), audits)
+        if not rules.official:
+            return result
+        reasons = node_audits.node_audit_reasons(self.drawn(run), audits, joined)
+        if not reasons:
+            return result
+        shown = reasons[:3] + ([f"and {len(reasons) - 3} more workers"] if len(reasons) > 3 else [])
+        return replace(result, valid=False,
+                       invalid_reasons=(*result.invalid_reasons, "node audits: " + "; ".join(shown)))
 
     def _throughput(self, model: ModelRecord, sub: AuditSubmission) -> rule.Throughput:
         """The model's and its worker's claims per device, from the master's own records, beside the

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import math
+import secrets
 import threading
 import time
 from concurrent.futures import Executor
@@ -43,28 +43,29 @@ from aiperf.hyperparameters import HyperparameterError, Hyperparameters
 from aiperf.limits import CLOCK_SLACK_S, MAX_OPS_PER_REPORT, MAX_PAGE, MAX_TIMELINE_BUCKETS
 from aiperf.ruleset import RULES_VERSION
 from aiperf.states import FINISHED_MODEL_STATES, OPEN_MODEL_STATES, ModelState, RunState, WorkerState
-from master.core import restart, retention
-from master.core.restart import LOST_AFTER_BEATS, RESUME_OUTAGE_S
-from master.core.audits import Audits, with_audit_rule, with_throughput_rule
-from master.core.budget import ImplausibleReport, WorkerBudgets
-from master.core.budget import ModelFlops as _ModelFlops
+from master.core import node_audits, restart, retention
+from master.core.audits import Audits
+from master.core.budget import ImplausibleReport, WorkerBudgets, ModelFlops as _ModelFlops
+from master.core.devices import DeviceOwners
 from master.core.heartbeats import Heartbeats
 from master.core.identity import WorkerCredentials, credential_hash
 from master.core.officiality import run_config, unofficial_reasons
 from master.core.operations import RunOperations
 from master.core.progress_writer import ProgressWriter
+from master.core.resends import ResentReports
 from master.core.replies import (
     History, HyperparameterObservation, ModelPage, Registration, RunStatus, RunTimeline, Scoreboard,
 )
 from master.core.requests import ModelFinish, ModelSubmission, ProgressReport, ResourceSampleReport, RunSpec
 from master.core.roster import Roster
+from master.core.submission_rules import check_submission
 from master.core.run_rules import (
-    accelerator_peaks, check_accelerators, check_graph_fits, datasheet_peaks, parse_graph, peak_verdict, rules_of,
+    accelerator_peaks, check_accelerators, datasheet_peaks, parse_graph, peak_bounds, peak_verdict, rules_of,
     with_checked_peaks, worker_budget,
 )
 from master.core.versions import software_versions
 from master.observability.metrics import MasterMetrics
-from master.store.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from master.store.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResendNotRecorded
 from master.store.protocol import Store
 from master.store.records import (
     ModelRecord, NewModel, NewRun, ProgressInput, ProgressResult, ResourceSampleInput, RunRecord, RunWorker,
@@ -96,7 +97,7 @@ class Master:
         stop_grace_s: float = 300.0,
         clock: Callable[[], float] = time.time,
         metrics: MasterMetrics | None = None,
-        resume_outage_s: float = RESUME_OUTAGE_S,
+        resume_outage_s: float = restart.RESUME_OUTAGE_S,
     ) -> None:
         if heartbeat_interval_s <= 0:
             raise ValueError("heartbeat interval must be positive")
@@ -124,7 +125,8 @@ class Master:
         if outage is not None:
             log.warning("event=master_outage start=%.3f end=%.3f downtime_s=%.3f",
                         outage.start, outage.end, outage.duration_s)
-        self._heartbeats = Heartbeats(store.list_workers(), now)
+        workers = store.list_workers()
+        self._heartbeats, self.devices = Heartbeats(workers, now), DeviceOwners(workers)
         self.roster = Roster(store, self.live_worker, clock)  # ListRuns / ListWorkers call it directly
         self._credentials = WorkerCredentials(store.worker_credential_hash, store.set_credential_hash,
                                               self.metrics.credential_conflicts.inc)
@@ -133,6 +135,7 @@ class Master:
         if self._current is not None:  # read before any commit can add to it (the writer starts below)
             self.operations.total(self._current.id)
         self.records = retention.AccuracyRecords(store)  # each run's accuracy record holders, for retention
+        self.resends = ResentReports(store.progress_seq)
         self._writer = ProgressWriter(store, on_commit=self._committed)
         self._advance_runs(now)  # a deadline passed while the master was down: closed before serving
 
@@ -174,6 +177,7 @@ class Master:
 
     def start_run(self, spec: RunSpec) -> RunRecord:
         precision, config = run_config(spec)
+        config[node_audits.SECRET_KEY] = secrets.token_hex(16)  # draws the node audits' models; never sent out
         new = NewRun(spec.profile, int(spec.seed), float(spec.duration_s), precision, config, software_versions(),
                      rules_version=RULES_VERSION)
         now = self.clock()
@@ -245,7 +249,7 @@ class Master:
             self.store.record_heartbeats(beats)
 
     def _detect_lost(self, now: float) -> None:
-        lost = self._heartbeats.mark_silent(now, LOST_AFTER_BEATS * self.heartbeat_interval_s)
+        lost = self._heartbeats.mark_silent(now, restart.LOST_AFTER_BEATS * self.heartbeat_interval_s)
         if lost:
             # the stored last heartbeat of a lost worker must be its real last one (its own
             # beat only: the others keep their flush period), and no later flush marks it alive
@@ -335,8 +339,7 @@ class Master:
             self._heartbeats.learn(self.store.get_worker(worker_id))  # NotFound
 
     def _authorize(self, worker_id: int, credential: str) -> None:
-        """The check of every worker call after Register: NotFound unless the worker
-        registered, PermissionDenied unless `credential` is that worker's own."""
+        """Every worker call after Register: NotFound unless registered, PermissionDenied unless its `credential`."""
         self._known_worker(worker_id)
         self._credentials.verify(worker_id, credential)
 
@@ -366,10 +369,12 @@ class Master:
         info = with_checked_peaks(info)
         with self._register_lock:
             existing = self.store.worker_by_name(info.name)
+            self.devices.check(info, existing.id if existing is not None else None, self.is_alive)
             now = self.clock()
             secret = self._credentials.claim(existing, credential, self._heartbeats, now, self.heartbeat_interval_s)
             digest = credential_hash(secret)
             worker, abandoned = self.store.register_worker(info, now, digest)
+            self.devices.registered(worker.id, info)
             self._credentials.set(worker.id, digest)
         self._forget_models(abandoned)
         self.budgets.registered(worker.id)
@@ -380,10 +385,12 @@ class Master:
                  "rotated" if credential else "new")
         return Registration(worker, abandoned, secret)
 
-    def report_is_in_memory(self, worker_id: int, model_id: int) -> bool:
-        """True when report_progress's checks will not touch the database (the worker,
-        its credential, the model's FLOPs and the worker's ceiling are cached)."""
+    def report_is_in_memory(self, worker_id: int, model_id: int, seq: int) -> bool:
+        """True when report_progress's checks will not touch the database (the worker, its credential,
+        the model's FLOPs and the worker's ceiling cached, and the report not a possible resend)."""
         if not self._heartbeats.knows(worker_id) or not self._credentials.cached(worker_id):
+            return False
+        if self.resends.needs_store(model_id, seq):
             return False
         with self._lock:
             entry = self._flops.get(model_id)
@@ -426,12 +433,7 @@ class Master:
         now = self.clock()
         items = []
         for s in samples:
-            if not math.isfinite(s.age_s) or s.age_s < 0:
-                raise InvalidArgument("age_s must be >= 0")
-            for name in ("accelerator_util", "cpu_util"):
-                v = getattr(s, name)
-                if not (0.0 <= v <= 1.0):
-                    raise InvalidArgument(f"{name} must be in [0, 1], got {v}")
+            s.check_figures()
             items.append(ResourceSampleInput(
                 worker_id=worker_id, t=now - s.age_s, accelerator_index=s.accelerator_index,
                 accelerator_util=s.accelerator_util, accelerator_memory_used=int(s.accelerator_memory_used),
@@ -470,6 +472,7 @@ class Master:
         with self._lock:
             for mid in model_ids:
                 self._flops.pop(mid, None)
+                self.resends.forget(mid)
 
     def submit_model(self, sub: ModelSubmission, *, credential: str) -> ModelRecord:
         """Check the graph, count its FLOPs with the inserted kernel and record the model."""
@@ -492,7 +495,7 @@ class Master:
             raise InvalidArgument(f"graph hash mismatch: submitted {sub.graph_hash!r}, the graph hashes to {actual}")
         fc = count_flops(with_inserted_kernel(graph, sub.kernel_size))
         bounds.check_flops_per_image(int(fc.train), int(fc.eval))
-        check_graph_fits(run, graph, int(sub.kernel_size))
+        check_submission(self.store, run, sub, graph)  # profile, hyperparameters, descent from the parent
         new = NewModel(
             run_id=run.id, parent_id=sub.parent_id or None, worker_id=sub.worker_id, round=int(sub.round),
             graph_json=graph.to_json(), graph_hash=actual, batch_size=int(sub.batch_size),
@@ -503,6 +506,7 @@ class Master:
         model = self.store.add_model(new, self.clock(), max_models=int(limits.get("max_models", 0)))
         self._remember(model.id, _ModelFlops(run.id, sub.worker_id, model.flops_per_train_image,
                                              model.flops_per_eval_image, model.created_at))
+        self.resends.new_model(model.id)
         self._join(run, sub.worker_id)
         self._record_dataset(run.id, sub.worker_id, sub.dataset or {})
         log.info("event=model_submitted model_id=%d run_id=%d worker_id=%d parent_id=%s round=%d hash=%s "
@@ -512,19 +516,11 @@ class Master:
         return model
 
     def _progress_input(self, r: ProgressReport, credential: str) -> ProgressInput:
-        """Validate one report and count its FLOPs.
-        Whether the model is the worker's is the store's check (add_progress)."""
+        """Validate one report and count its FLOPs; its budget is claimed unless it is a resend
+        (master/core/resends.py: the caller ends it). Whether the model is the worker's is the
+        store's check (add_progress)."""
         self._authorize(r.worker_id, credential)
-        if r.seq < 1:
-            raise InvalidArgument("seq must be >= 1")
-        if r.images_trained < 0 or r.images_validated < 0:
-            raise InvalidArgument(
-                f"image counts must be >= 0, got trained={r.images_trained} validated={r.images_validated}"
-            )
-        if r.worker_flops < 0:
-            raise InvalidArgument("worker_flops must be >= 0")
-        if r.accuracy is not None and not (0.0 <= r.accuracy <= 1.0):
-            raise InvalidArgument(f"val_accuracy must be in [0, 1], got {r.accuracy}")
+        r.check_figures()
         entry = self._flop_count(r.model_id)
         if entry.worker_id != r.worker_id:  # the store's rule, before the model's time is spent
             raise PermissionDenied(f"model {r.model_id} belongs to worker {entry.worker_id}, not {r.worker_id}")
@@ -533,32 +529,42 @@ class Master:
             raise InvalidArgument(f"images_trained/images_validated: {master_flops:.3g} operations in one report "
                                   f"exceed the bound of {MAX_OPS_PER_REPORT:.3g}")
         now = self.clock()
+        resent = self.resends.begin(r.model_id, int(r.seq))  # before the claim: a resend spends nothing
         try:
-            self.budgets.get(r.worker_id, entry.run_id).claim(master_flops, now, since=entry.created_at)
+            if not resent:
+                self.budgets.get(r.worker_id, entry.run_id).claim(master_flops, now, since=entry.created_at)
         except ImplausibleReport:
+            self.resends.end(r.model_id, int(r.seq), resent)
             self.budgets.refused(r.worker_id, entry.run_id)
             self.metrics.implausible_reports.inc()
             raise
-        item = ProgressInput(
+        except BaseException:
+            self.resends.end(r.model_id, int(r.seq), resent)
+            raise
+        return ProgressInput(
             model_id=r.model_id, worker_id=r.worker_id, seq=int(r.seq), t=now, epoch=int(r.epoch),
             images_trained=int(r.images_trained), images_validated=int(r.images_validated),
             accuracy=r.accuracy, worker_flops=int(r.worker_flops), master_flops=int(master_flops),
-            flops_mismatch=not scoring.flops_agree(master_flops, int(r.worker_flops)),
+            flops_mismatch=not scoring.flops_agree(master_flops, int(r.worker_flops)), resent=resent,
         )
-        return item
 
     async def report_progress(self, report: ProgressReport, *, credential: str,
                               pool: Executor | None = None) -> ProgressResult:
-        """Validate, count and record one report; awaits the progress writer's
-        group commit without blocking the event loop. StoreError when refused;
-        a resent report (same seq) comes back as a duplicate, counted once.
-        Checks that need the database (nothing cached yet) run on `pool` when given."""
-        if pool is None or self.report_is_in_memory(report.worker_id, report.model_id):
-            item = self._progress_input(report, credential)
-        else:
-            item = await asyncio.get_running_loop().run_in_executor(
-                pool, self._progress_input, report, credential)
-        [result] = await self._writer.write_async([item])
+        """Validate, count and record one report; awaits the progress writer's group commit without blocking
+        the event loop. StoreError when refused; a resent report (same seq) comes back as a duplicate,
+        counted once, its budget never spent. Checks that need the database run on `pool` when given."""
+        for _ in range(2):  # a resend whose first copy was not recorded goes again as new
+            if pool is None or self.report_is_in_memory(report.worker_id, report.model_id, report.seq):
+                item = self._progress_input(report, credential)
+            else:
+                item = await asyncio.get_running_loop().run_in_executor(
+                    pool, self._progress_input, report, credential)
+            try:
+                [result] = await self._writer.write_async([item])
+            finally:
+                self.resends.end(item.model_id, item.seq, item.resent)
+            if not isinstance(result.error, ResendNotRecorded):
+                break
         if result.error is not None:
             raise result.error
         return result
@@ -571,6 +577,7 @@ class Master:
         for item, result in zip(items, results):
             if result.error is not None:
                 continue
+            self.resends.committed(item.model_id, item.seq)
             if result.duplicate:
                 self.metrics.duplicate_reports.inc()
                 continue
@@ -617,14 +624,7 @@ class Master:
         """The run's id and its DONE models' hyperparameters with their accuracy, ascending id."""
         self._authorize(worker_id, credential)
         run = self.resolve_run(run_id)
-        return run.id, [
-            HyperparameterObservation(
-                model_id=m.id, round=m.round, worker_id=m.worker_id, batch_size=m.batch_size,
-                kernel_size=m.kernel_size,
-                accuracy=m.predicted_accuracy if m.predicted_accuracy is not None else (m.best_accuracy or 0.0),
-            )
-            for m in self.store.hyperparameter_history(run.id)
-        ]
+        return run.id, [HyperparameterObservation.of(m) for m in self.store.hyperparameter_history(run.id)]
 
     def list_models(self, run_id: int, state: str | None = None, limit: int = 0, offset: int = 0) -> ModelPage:
         """A page of the run's models (limit 0: LIST_LIMIT_DEFAULT; at most MAX_PAGE)."""
@@ -646,7 +646,7 @@ class Master:
             run.started_at, self.clock(), self.store.timeline(run.id), rules, run.precision,
             end=run.stopped_at if run.stopped_at is not None else run.deadline, peaks=accelerator_peaks(run, joined),
             peak_slack_s=CLOCK_SLACK_S, datasheet_peaks=datasheet_peaks(run, joined).for_scoring(),
-        )
+            bounds=peak_bounds(run, joined))
 
     def run_status(self, run_id: int) -> RunStatus:
         """The run (0: the current or latest one), its workers and model counts."""
@@ -665,7 +665,7 @@ class Master:
         joined = self.store.run_workers(run.id)
         result = self.score(run, joined)
         audit = self.audits.regulated(run, result)
-        result = with_throughput_rule(with_audit_rule(result, rules_of(run), audit), self.audits.of_run(run.id))
+        result = self.audits.validity(run, rules_of(run), result, audit, joined)
         ranked = self.store.ranked_done_ids(run.id, limit=1)
         images_trained, images_validated = self.store.run_images(run.id)
         sheets = datasheet_peaks(run, joined)

@@ -13,10 +13,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from aiperf import official, scoring
+from aiperf import official, peaks, scoring
+from aiperf.limits import MAX_MODEL_NAME_CHARS
 from aiperf.precision import PRECISIONS
 from aiperf.profiles import PROFILES
 from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS
+from master.core.run_rules import checked_rates
 from master.core.requests import DEFAULT_REPORT_INTERVAL_S, DEFAULT_RESOURCE_INTERVAL_S, RunSpec
 from master.store.errors import InvalidArgument
 from master.store.records import RunRecord, RunWorker
@@ -79,4 +81,33 @@ def unofficial_reasons(run: RunRecord, joined: list[RunWorker]) -> tuple[str, ..
             problems = official.dataset_reasons(profile, rw.dataset)
             if problems:
                 reasons.append(f"worker {rw.worker.id} ({rw.worker.name}) dataset: {'; '.join(problems)}")
+            problems = hardware_problems(rw.inventory, run)
+            if problems:
+                reasons.append(f"worker {rw.worker.id} ({rw.worker.name}) hardware: {'; '.join(problems)}")
     return tuple(reasons)
+
+
+def hardware_problems(inventory: dict[str, Any], run: RunRecord) -> list[str]:
+    """Why a worker's hardware cannot be counted in an official run, [] when it can: every
+    accelerator must be a datasheet table entry (its canonical name: aiperf/peaks.py), with a
+    measured peak for the run's compute type, and named by its UUID (the identity one chip
+    has: master/core/devices.py). A CPU has no datasheet entry."""
+    accelerators = inventory.get("accelerators", [])
+    if not accelerators:
+        return ["no accelerator: a CPU has no datasheet entry"]
+    dtype = PRECISIONS[run.precision].gemm_dtype if run.precision in PRECISIONS else None
+    problems: dict[str, list[int]] = {}
+    for i, a in enumerate(accelerators):
+        model = str(a.get("model", ""))[:MAX_MODEL_NAME_CHARS]
+        if peaks.datasheet_of(model) is None:
+            problems.setdefault(f"{model or 'an unnamed accelerator'!r} is not in the datasheet table", []).append(i)
+        elif dtype is None or checked_rates(a).get(dtype) is None:
+            problems.setdefault(f"no measured {dtype} peak", []).append(i)
+        if not a.get("uuid"):
+            problems.setdefault("no UUID", []).append(i)
+    return [f"{what} (accelerator{'s' if len(ix) > 1 else ''} {_indices(ix)})" for what, ix in problems.items()]
+
+
+def _indices(ix: list[int]) -> str:
+    shown = ", ".join(map(str, ix[:8]))
+    return shown + (f" and {len(ix) - 8} more" if len(ix) > 8 else "")

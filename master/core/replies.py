@@ -43,6 +43,12 @@ class HyperparameterObservation:
     kernel_size: int
     accuracy: float
 
+    @classmethod
+    def of(cls, m: ModelRecord) -> "HyperparameterObservation":
+        return cls(model_id=m.id, round=m.round, worker_id=m.worker_id, batch_size=m.batch_size,
+                   kernel_size=m.kernel_size,
+                   accuracy=m.predicted_accuracy if m.predicted_accuracy is not None else (m.best_accuracy or 0.0))
+
 
 @dataclass(frozen=True)
 class ModelPage:

@@ -7,8 +7,11 @@ in master/core/replies.py.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from master.store.errors import InvalidArgument
 
 DEFAULT_WARMUP_ROUNDS = 5
 DEFAULT_REPORT_INTERVAL_S = 30.0
@@ -74,6 +77,10 @@ class AuditSubmission:
     detail: str = ""
     audited_images_per_second: float = 0.0  # the model's steps timed on one device of the auditor; 0: not timed
     auditor_hardware: str = ""              # that device's model (aiperf.audit.hardware_name)
+    node_audit: bool = False  # timing and inventory of a drawn model on its worker's node (weights not read)
+    node_accelerators: tuple[dict[str, Any], ...] = ()  # the node's accelerators (model, uuid) per NVML
+    node_cpu_model: str = ""
+    node_cpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,18 @@ class ProgressReport:
     images_validated: int
     accuracy: float | None  # a new observed validation accuracy
     worker_flops: int
+
+    def check_figures(self) -> None:
+        """InvalidArgument unless each figure is in its range."""
+        if self.seq < 1:
+            raise InvalidArgument("seq must be >= 1")
+        if self.images_trained < 0 or self.images_validated < 0:
+            raise InvalidArgument(f"image counts must be >= 0, got trained={self.images_trained} "
+                                  f"validated={self.images_validated}")
+        if self.worker_flops < 0:
+            raise InvalidArgument("worker_flops must be >= 0")
+        if self.accuracy is not None and not (0.0 <= self.accuracy <= 1.0):
+            raise InvalidArgument(f"val_accuracy must be in [0, 1], got {self.accuracy}")
 
 
 @dataclass(frozen=True)
@@ -115,3 +134,12 @@ class ResourceSampleReport:
     accelerator_memory_used: int
     cpu_util: float
     memory_used: int
+
+    def check_figures(self) -> None:
+        """InvalidArgument unless its age and utilizations are in their ranges."""
+        if not math.isfinite(self.age_s) or self.age_s < 0:
+            raise InvalidArgument("age_s must be >= 0")
+        for name in ("accelerator_util", "cpu_util"):
+            v = getattr(self, name)
+            if not (0.0 <= v <= 1.0):
+                raise InvalidArgument(f"{name} must be in [0, 1], got {v}")

@@ -144,17 +144,48 @@ def worker_peak(run: RunRecord, accelerators: list[dict], cpu: dict | None = Non
 
 
 def worker_ceiling(run: RunRecord, worker: WorkerInput) -> Ceiling:
-    """A worker's ceiling rate in a run: its accepted peak for the run's
-    precision, from its registered inventory (what it joins the run with; a
-    re-registration clears the cached ceiling); the constant when it has none.
-    A worker without accelerators is bounded by its CPUs' physical bound, not by
+    """A worker's ceiling rate in a run: the sum of its accelerators' bounds for the run's
+    precision (`accelerator_bounds`: the accepted peak, or the datasheet table's fastest
+    entry where none is known), from its registered inventory (what it joins the run with; a
+    re-registration clears the cached ceiling). A worker without accelerators is bounded by its CPUs' physical bound, not by
     its measured rate: the rate is unverified (a liar names any rate up to that
     bound), and a CPU shared with other jobs may measure low at start and train
     faster later, so bounding by it would only refuse honest reports."""
+    dtype = _run_dtype(run)
     if not worker.accelerators:
-        check = _cpu_check(worker.cpu, _run_dtype(run))
-        return ceiling_of(float(check["bound_flops"]) if check is not None else 0.0, 0)
-    return ceiling_of(worker_peak(run, worker.accelerators, worker.cpu), len(worker.accelerators))
+        return ceiling_of(cpu_bound(worker.cpus), 0)
+    return ceiling_of(sum(accelerator_bounds(worker.accelerators, dtype)), len(worker.accelerators))
+
+
+def accelerator_bounds(accelerators: list[dict], dtype: str | None) -> list[float]:
+    """Each accelerator's bound at `dtype`: its accepted peak, never above the datasheet table's
+    fastest entry for the compute type, which also bounds one without a measured rate (0 for
+    all when the run has no GEMM compute type: the constant ceiling applies)."""
+    if dtype is None:
+        return [0.0 for _ in accelerators]
+    top = peak_checks.largest_bound(dtype)
+    return [min(float(c["accepted_flops"]), top) if c is not None else top
+            for c in (_check_of(a, dtype) for a in accelerators)]
+
+
+def peak_bounds(run: RunRecord, joined: list[RunWorker]) -> list[float]:
+    """What bounds the work of every accelerator that took part (a worker without one: its CPU's
+    physical bound): the score-over-peak rule holds even where a peak is unknown."""
+    dtype = _run_dtype(run)
+    out: list[float] = []
+    for rw in joined:
+        accelerators = rw.inventory.get("accelerators", [])
+        if accelerators:
+            out += accelerator_bounds(accelerators, dtype)
+        else:
+            out.append(cpu_bound(int(rw.inventory.get("cpus", 0))))
+    return out
+
+
+def cpu_bound(cpus: int) -> float:
+    """The physical bound of a worker without accelerators: its logical CPUs (at least one, at
+    most MAX_CPUS) at the fastest rate a CPU core reaches (aiperf/peaks.py)."""
+    return min(max(1, cpus), limits.MAX_CPUS) * peak_checks.CPU_MAX_FLOPS_PER_CPU
 
 
 class _BudgetStore(RunStore, WorkerStore, RunWorkerStore, Protocol):

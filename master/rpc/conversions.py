@@ -57,7 +57,8 @@ def worker_input(req: pb.RegisterRequest) -> WorkerInput:
         host=req.host,
         accelerators=[
             {"model": a.model, "memory_bytes": int(a.memory_bytes), "peak_flops": float(a.peak_flops),
-             "peak_flops_by_dtype": {k: float(v) for k, v in sorted(a.peak_flops_by_dtype.items())}}
+             "peak_flops_by_dtype": {k: float(v) for k, v in sorted(a.peak_flops_by_dtype.items())},
+             **({"uuid": a.uuid} if a.uuid else {}), **({"pci_bus_id": a.pci_bus_id} if a.pci_bus_id else {})}
             for a in req.accelerators
         ],
         cpus=int(req.cpus),
@@ -239,7 +240,8 @@ def worker_message(w: WorkerRecord, inventory: dict[str, Any] | None = None) -> 
         accelerators=[
             pb.Accelerator(model=a.get("model", ""), memory_bytes=int(a.get("memory_bytes", 0)),
                            peak_flops=float(a.get("peak_flops", 0.0)),
-                           peak_flops_by_dtype=a.get("peak_flops_by_dtype", {}))
+                           peak_flops_by_dtype=a.get("peak_flops_by_dtype", {}),
+                           uuid=a.get("uuid", ""), pci_bus_id=a.get("pci_bus_id", ""))
             for a in inv.get("accelerators", [])
         ],
         cpus=int(inv.get("cpus", 0)), memory_bytes=int(inv.get("memory_bytes", 0)),
@@ -378,6 +380,8 @@ def audit_submission(req: pb.RecordAuditRequest) -> AuditSubmission:
         architecture_ok=req.architecture_ok, verdict=req.verdict, auditor_host=req.auditor_host,
         validation_images=req.validation_images, detail=req.detail,
         audited_images_per_second=req.audited_images_per_second, auditor_hardware=req.auditor_hardware,
+        node_audit=req.node_audit, node_cpu_model=req.node_cpu_model, node_cpus=int(req.node_cpus),
+        node_accelerators=tuple({"model": a.model, "uuid": a.uuid} for a in req.node_accelerators),
     )
 
 
@@ -390,6 +394,7 @@ def audit_message(a: AuditRecord) -> pb.Audit:
         throughput=a.throughput, worker_hardware=a.worker_hardware, auditor_hardware=a.auditor_hardware,
         claimed_images_per_second=a.claimed_images_per_second, audited_images_per_second=a.audited_images_per_second,
         worker_flops=a.worker_flops, audited_flops=a.audited_flops, throughput_tolerance=a.throughput_tolerance,
+        node_audit=a.node_audit, inventory=a.inventory,
     )
 
 

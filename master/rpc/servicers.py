@@ -375,4 +375,5 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
     @rpc
     def ListAudits(self, request: pb.ListAuditsRequest) -> pb.ListAuditsResponse:
         run = self.m.resolve_run(request.run_id)
-        return pb.ListAuditsResponse(run_id=run.id, audits=[cv.audit_message(a) for a in self.m.audits.of_run(run.id)])
+        return pb.ListAuditsResponse(run_id=run.id, audits=[cv.audit_message(a) for a in self.m.audits.of_run(run.id)],
+                                     node_audit_model_ids=sorted(self.m.audits.drawn(run).values()))

@@ -23,6 +23,11 @@ class FailedPrecondition(StoreError):
     pass
 
 
+class ResendNotRecorded(FailedPrecondition):
+    """A report let through as a resend (no budget spent) whose first copy was not recorded:
+    the master sends it again as a new report."""
+
+
 class InvalidArgument(StoreError):
     pass
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from aiperf.states import OPEN_MODEL_STATES, OVER_RUN_STATES, ModelState
-from master.store.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from master.store.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResendNotRecorded
 from master.store.records import INT64_MAX, ProgressInput, ProgressResult
 
 
@@ -37,6 +37,10 @@ def apply_reports(
             mf, mm = seen[key]
             results.append(ProgressResult(it.model_id, it.seq, duplicate=True, master_flops=mf,
                                           flops_mismatch=bool(mm), model_state=m["state"]))
+            continue
+        if it.resent:  # no budget was spent on it: only a duplicate may pass
+            results.append(ProgressResult(it.model_id, it.seq, model_state=m["state"], error=ResendNotRecorded(
+                f"report {it.seq} of model {it.model_id} was not recorded before")))
             continue
         if m["state"] not in OPEN_MODEL_STATES:
             results.append(ProgressResult(it.model_id, it.seq, model_state=m["state"], error=FailedPrecondition(

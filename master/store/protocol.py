@@ -208,9 +208,14 @@ class ModelStore(Protocol):
     ) -> ModelRecord:
         """-> done or failed, with the checkpoint of a done model ("" none). PermissionDenied:
         another worker's model; FailedPrecondition: abandoned, already finished in another
-        state, or another checkpoint is recorded for it.
+        state, another checkpoint is recorded for it, or a checkpoint for a model no longer
+        open (a checkpoint comes once, with the finish of an open model).
         A best accuracy above every reported one is added to the time line as
         a zero-image report at `now`, so the time line holds every accuracy."""
+
+    @abc.abstractmethod
+    def graphs_with_hash(self, run_id: int, graph_hash: str, limit: int) -> list[str]:
+        """The graph JSON of the run's first `limit` models of this architecture, ascending id."""
 
     @abc.abstractmethod
     def hyperparameter_history(self, run_id: int) -> list[ModelRecord]:
@@ -251,6 +256,10 @@ class ProgressStore(Protocol):
         written for it; `duplicate` when (model_id, seq) was already recorded.
         A queued model becomes training at its first report. A report stamped
         after the run's deadline (or stop) is recorded but not scored."""
+
+    @abc.abstractmethod
+    def progress_seq(self, model_id: int, seq: int) -> tuple[int, bool]:
+        """The model's highest recorded seq (0: none) and whether `seq` is recorded."""
 
     @abc.abstractmethod
     def timeline(self, run_id: int) -> list[Point]:
@@ -296,8 +305,12 @@ class AuditStore(Protocol):
         """Every audit of the run's models, oldest first."""
 
     @abc.abstractmethod
+    def model_owners(self, run_id: int) -> list[tuple[int, int]]:
+        """(model id, worker id) of every model of the run, ascending id: what node audits draw from."""
+
+    @abc.abstractmethod
     def latest_audit(self, model_id: int) -> AuditRecord | None:
-        """The model's most recent audit; None when it was never audited."""
+        """The model's most recent audit of its weights (node audits aside); None when there is none."""
 
 
 class Store(RunStore, MasterLifeStore, WorkerStore, RunWorkerStore, ModelStore, RetentionStore, ProgressStore,

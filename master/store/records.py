@@ -145,6 +145,7 @@ class ProgressInput:
     worker_flops: int
     master_flops: int
     flops_mismatch: bool
+    resent: bool = False  # no budget was spent on it: recorded only as a duplicate (master/core/resends.py)
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,8 @@ class AuditInput:
     worker_flops: float = 0.0
     audited_flops: float = 0.0
     throughput_tolerance: float = 0.0
+    node_audit: bool = False  # timing and inventory on the worker's node of a model the master drew
+    inventory: str = ""       # a node audit's inventory check: "matches" or "differs: ..."
 
 
 @dataclass(frozen=True)

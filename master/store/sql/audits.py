@@ -1,4 +1,6 @@
-"""The audits table of `SqlStore` (master/store/sql/tables.py AuditRow; migration 0006).
+"""The audits table of `SqlStore` (master/store/sql/tables.py AuditRow; migrations 0006, 0013),
+and the look-ups of models that audits and submissions make (the owners node audits draw
+from, the models of one architecture a descent is tried from).
 
 A mixin, so that master/store/sql/sql_store.py keeps its size: `SqlStore` gets the audit
 methods of `master.store.protocol.Store` from here, on its own sessions.
@@ -24,6 +26,7 @@ def _audit(r: AuditRow) -> AuditRecord:
         auditor_hardware=r.auditor_hardware or "", claimed_images_per_second=r.claimed_images_per_second or 0.0,
         audited_images_per_second=r.audited_images_per_second or 0.0, worker_flops=r.worker_flops or 0.0,
         audited_flops=r.audited_flops or 0.0, throughput_tolerance=r.throughput_tolerance or 0.0,
+        node_audit=bool(r.node_audit), inventory=r.inventory or "",
     )
 
 
@@ -47,6 +50,7 @@ class AuditSql:
                 auditor_hardware=audit.auditor_hardware, claimed_images_per_second=audit.claimed_images_per_second,
                 audited_images_per_second=audit.audited_images_per_second, worker_flops=audit.worker_flops,
                 audited_flops=audit.audited_flops, throughput_tolerance=audit.throughput_tolerance,
+                node_audit=audit.node_audit, inventory=audit.inventory[:300],
             )
             s.add(row)
             s.flush()
@@ -59,9 +63,19 @@ class AuditSql:
 
     def latest_audit(self, model_id: int) -> AuditRecord | None:
         with self._read() as s:
-            row = s.scalars(select(AuditRow).where(AuditRow.model_id == model_id)
+            row = s.scalars(select(AuditRow).where(AuditRow.model_id == model_id, ~AuditRow.node_audit)
                             .order_by(AuditRow.id.desc()).limit(1)).first()
             return _audit(row) if row is not None else None
+
+    def model_owners(self, run_id: int) -> list[tuple[int, int]]:
+        with self._read() as s:
+            return [(int(m), int(w)) for m, w in s.execute(
+                select(ModelRow.id, ModelRow.worker_id).where(ModelRow.run_id == run_id).order_by(ModelRow.id))]
+
+    def graphs_with_hash(self, run_id: int, graph_hash: str, limit: int) -> list[str]:
+        with self._read() as s:
+            return list(s.scalars(select(ModelRow.graph_json).where(
+                ModelRow.run_id == run_id, ModelRow.graph_hash == graph_hash).order_by(ModelRow.id).limit(limit)))
 
     def accuracy_reports(self, run_id: int) -> list[tuple[int, float, float]]:
         with self._read() as s:

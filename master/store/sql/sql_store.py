@@ -1,12 +1,10 @@
 """`Store` on SQLAlchemy 2: SQLite (WAL) by default, PostgreSQL through a URL.
 
-The schema is managed by the Alembic migrations shipped in master/store/sql/migrations;
-`SqlStore(url)` upgrades an older database and refuses a newer one.
-The master is the database's only writer. Writes are serialised by an
-in-process lock (for SQLite instead of its busy-wait, which would add sleeps
-of many milliseconds under load); this lets `add_progress` keep the state of
-the models being trained in memory between batches. Any other write clears
-that cache, and a new store (a restarted master) starts from the database.
+The schema is managed by the Alembic migrations in master/store/sql/migrations; `SqlStore(url)` upgrades an older
+database and refuses a newer one. The master is the database's only writer. Writes are serialised by an in-process
+lock (for SQLite instead of its busy-wait, which would add sleeps of many milliseconds under load); this lets
+`add_progress` keep the state of the models being trained in memory between batches. Any other write clears that
+cache, and a new store (a restarted master) starts from the database.
 """
 
 from __future__ import annotations
@@ -36,9 +34,7 @@ from master.store.sql.audits import AuditSql
 from master.store.sql.engine import make_engine, migrate
 from master.store.sql.outages import STORE_WRITES, OutageLog, guard
 from master.store.sql.progress import ProgressSql, combine_sums, exact_sums
-from master.store.sql.tables import (
-    MasterLifeRow, ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow,
-)
+from master.store.sql.tables import MasterLifeRow, ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow
 
 log = logging.getLogger(__name__)
 
@@ -503,10 +499,11 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
                 raise PermissionDenied(f"model {model_id} belongs to worker {row.worker_id}, not {worker_id}")
             if checkpoint_uri and row.checkpoint_uri not in (None, checkpoint_uri):
                 raise FailedPrecondition(f"model {model_id} already has checkpoint {row.checkpoint_uri}")
-            if row.state == state:
-                if checkpoint_uri and row.checkpoint_uri is None:  # a retried finish that now has one
-                    row.checkpoint_uri, row.checkpoint_sha256 = checkpoint_uri, checkpoint_sha256
+            if row.state == state and checkpoint_uri in ("", row.checkpoint_uri):
                 return _model(row)  # a retried finish
+            if checkpoint_uri and row.state not in OPEN_MODEL_STATES:  # weights come with the finish, once
+                raise FailedPrecondition(f"model {model_id} is {row.state}: a checkpoint is accepted only with "
+                                         "the finish of an open model")
             if row.state not in OPEN_MODEL_STATES:
                 raise FailedPrecondition(f"model {model_id} is {row.state}")
             if checkpoint_uri:
@@ -635,6 +632,12 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
                 if mid in models:
                     models[mid]["max_seq"] = int(top or 0)
         return models
+
+    def progress_seq(self, model_id: int, seq: int) -> tuple[int, bool]:
+        with self._read() as s:
+            top = s.scalar(select(func.max(ProgressRow.seq)).where(ProgressRow.model_id == model_id))
+            return int(top or 0), seq <= int(top or 0) and s.scalar(select(ProgressRow.id).where(
+                ProgressRow.model_id == model_id, ProgressRow.seq == seq)) is not None
 
     def timeline(self, run_id: int) -> list[Point]:
         with self._read() as s:
