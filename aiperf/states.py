@@ -51,6 +51,16 @@ class WorkerState(StrEnum):
     LOST = "lost"
 
 
+class CheckState(StrEnum):
+    """The state of one validity rule of a run (aiperf.scoring.VALIDITY_RULES): pending while the
+    run may still meet it; a run is valid when every rule is passed or not applicable."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    PENDING = "pending"
+    NOT_APPLICABLE = "not applicable"
+
+
 # The groups of states the master's rules speak of (ordered, so that SQL built from them is stable).
 ACTIVE_RUN_STATES: tuple[RunState, ...] = (RunState.PENDING, RunState.RUNNING, RunState.STOPPING)  # takes work
 OVER_RUN_STATES: tuple[RunState, ...] = (RunState.FINISHED, RunState.ABORTED)  # refuses reports

@@ -32,7 +32,8 @@ from aiperf_cli.records import (
     model_to_dict, run_info_to_dict, run_status_to_dict, scoreboard_to_dict, worker_entry_to_dict,
 )
 from aiperf_cli.report import fetch_report
-from aiperf_cli.tables import models_table, runs_table, scoreboard_table, status_line, workers_table
+from aiperf_cli.explain import checks_table, explain_text, summary_line
+from aiperf_cli.tables import models_table, runs_table, scoreboard_view, status_line, workers_table
 from aiperf_cli.values import COUNT, KEEP, PAGE, RUN_ID, SEED, Precision, Profile, int_option
 
 RunOpt = int_option(0, "--run", span=RUN_ID, help="Run id (0: the current or most recent run).")
@@ -120,10 +121,14 @@ def _status_text(d: dict[str, Any]) -> Any:
 
     alive = d["workers_alive"]
     head = status_line(d) if d["has_run"] else f"no run yet; {alive} worker{'' if alive == 1 else 's'} alive"
+    parts: list[Any] = [head]
+    if d.get("checks"):
+        parts.append(checks_table(d))
     if not d["registered_workers"]:
-        return head + "; no worker registered"
-    table = workers_table(d["registered_workers"], d["workers_registered"], d["master_time"])
-    return Group(head, table)
+        parts[0] = head + "; no worker registered"
+    else:
+        parts.append(workers_table(d["registered_workers"], d["workers_registered"], d["master_time"]))
+    return parts[0] if len(parts) == 1 else Group(*parts)
 
 
 @control_command()
@@ -138,6 +143,9 @@ def status_cmd(ctl: Control, run: int = RunOpt) -> None:
     }
     d.update({"has_run": st is not None, "workers_registered": page.total,
               "registered_workers": [worker_entry_to_dict(w) for w in page.workers]})
+    if st is not None:  # the validity checklist, as the scoreboard has it
+        board = scoreboard_to_dict(ctl.call(client.scoreboard, st["run_id"]))
+        d.update({k: board[k] for k in ("valid", "invalid_reason", "checks")})
     ctl.show(d, lambda: _status_text(d))
 
 
@@ -165,10 +173,22 @@ def workers_cmd(
 
 
 @control_command()
-def scoreboard_cmd(ctl: Control, run: int = RunOpt) -> None:
-    """Print the scoreboard of a run."""
+def scoreboard_cmd(
+    ctl: Control,
+    run: int = RunOpt,
+    explain: bool = typer.Option(False, "--explain", help="Say what each number means: the formulas with "
+                                 "this run's inputs, the validity rules and a glossary."),
+    summary: bool = typer.Option(False, "--summary", help="Print one parseable line, AIPERF_RESULT key=value "
+                                 "... (run, profile, precision, scores, efficiency, validity, rules version)."),
+) -> None:
+    """Print the scoreboard of a run, its validity checklist and what each score means."""
+    if explain and summary:
+        fail("--explain and --summary print different things: give one")
     d = scoreboard_to_dict(ctl.call(ctl.client().scoreboard, run))
-    ctl.show(d, lambda: scoreboard_table(d))
+    if summary and not ctl.as_json:
+        print(summary_line(d))
+        return
+    ctl.show(d, lambda: explain_text(d) if explain else scoreboard_view(d))
 
 
 @control_command()

@@ -21,6 +21,7 @@ from typing import Any, Optional
 import typer
 
 from aiperf import limits
+from aiperf.scoring import VALIDITY_RULES
 from aiperf.states import ModelState, RunState
 from aiperf_cli.format import format_flops
 from aiperf_cli.options import Control, control_command, fail
@@ -43,6 +44,7 @@ BOARD_FIELDS = ("run_id", "state", "profile", "precision", "seed", "duration_s",
                 "invalid_reason", "efficiency", "efficiency_unknown_reason", "efficiency_vs_measured", "workers",
                 "accelerators", "models_done", "images_trained", "images_validated", "total_ops", "backends",
                 "rules_version")
+CHECK_FIELDS = tuple(f"check_{r.key}" for r in VALIDITY_RULES)
 MODEL_FIELDS = ("model_id", "parent_id", "worker_id", "round", "state", "best_accuracy", "predicted_accuracy",
                 "batch_size", "kernel_size", "epochs", "images_trained", "images_validated",
                 "flops_per_train_image", "flops_per_eval_image", "created_at", "finished_at", "graph_hash", "reason",
@@ -79,7 +81,10 @@ def to_csv(data: dict[str, Any], table: str) -> str:
     elif table == "timeline":
         fields, rows = POINT_FIELDS, data["timeline"]["points"]
     else:
-        fields, rows = BOARD_FIELDS, [data["scoreboard"]]
+        board = data["scoreboard"]
+        # one column per validity rule, its state (aiperf.scoring.VALIDITY_RULES)
+        checks = {f"check_{c['rule']}": c["state"] for c in board.get("checks") or []}
+        fields, rows = (*BOARD_FIELDS, *CHECK_FIELDS), [{**board, **checks}]
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()

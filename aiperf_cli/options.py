@@ -215,9 +215,24 @@ class Control:
         if isinstance(view, str):
             print(view)
             return
-        from rich.console import Console
+        console().print(view)
 
-        Console(file=sys.stdout).print(view)
+
+LOG_COLUMNS = 160  # the width of tables written to a file or a pipe: logs are read wider than 80 columns
+
+
+def console(file: Any = None) -> Any:
+    """A rich Console on `file` (stdout): a terminal's width on a terminal; elsewhere (a log,
+    a pipe, CI) $COLUMNS or LOG_COLUMNS, so that a table is not squeezed into 80 columns."""
+    import os
+
+    from rich.console import Console
+
+    out = file or sys.stdout
+    if out.isatty():
+        return Console(file=out)
+    columns = os.environ.get("COLUMNS", "")
+    return Console(file=out, width=int(columns) if columns.isdigit() and int(columns) > 0 else LOG_COLUMNS)
 
 
 def _option(name: str, annotation: Any, info: Any) -> inspect.Parameter:

@@ -19,6 +19,7 @@ from aiperf.profiles import OFFICIAL
 from aiperf.scoring import model_rank_key
 from aiperf.timeline import CurvePoint, score_curve
 from aiperf.states import ModelState
+from aiperf_cli.explain import validity_text
 from aiperf_cli.format import format_flops
 from aiperf_cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
 from aiperf_cli.tables import (
@@ -135,10 +136,19 @@ def _rows(rows: Sequence[tuple[str, str]]) -> str:
 
 
 def _validity(board: dict[str, Any]) -> list[tuple[str, str]]:
-    reasons = [r.strip() for r in (board["invalid_reason"] or "").split(";") if r.strip()]
-    return ([("Valid", "yes" if board["valid"] else "no")] + [("Failed check", r) for r in reasons]
-            + [("Official", "yes" if board["official"] else "no")]
+    return ([("Valid", validity_text(board)), ("Official", "yes" if board["official"] else "no")]
             + [("Unofficial because", r) for r in board["unofficial_reasons"]])
+
+
+def _checks(board: dict[str, Any]) -> str:
+    """The validity checklist (aiperf.scoring.VALIDITY_RULES): one row per rule."""
+    head = "".join(f"<th>{h}</th>" for h in ("rule", "state", "figure", "limit", "why"))
+    rows = "".join(
+        f'<tr class="{html.escape(c["state"].replace(" ", "-"))}">'
+        + "".join(f"<td>{html.escape(v or '')}</td>" for v in (c["title"], c["state"], c["figure"], c["limit"],
+                                                                c["detail"]))
+        + "</tr>" for c in board.get("checks") or [])
+    return f"<table><tr>{head}</tr>{rows}</table>"
 
 
 def _summary(b: dict[str, Any]) -> list[tuple[str, str]]:
@@ -209,12 +219,15 @@ body {{ font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto;
 table {{ border-collapse: collapse; margin: 1rem 0; }}
 th, td {{ border: 1px solid #ccc; padding: .3rem .6rem; text-align: left; vertical-align: top; }}
 th {{ background: #f4f4f4; }}
-.valid {{ color: #176f2c; }} .invalid {{ color: #a3121d; }}
+.valid, .passed td:nth-child(2) {{ color: #176f2c; }} .invalid, .failed td:nth-child(2) {{ color: #a3121d; }}
+.pending td:nth-child(2) {{ color: #8a6100; }} .not-applicable td:nth-child(2) {{ color: #777; }}
 figure {{ margin: 1rem 0; }}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
 <h2 class="{'valid' if b['valid'] else 'invalid'}">{'Valid run' if b['valid'] else 'Invalid run'}</h2>
 <table>{_rows(_validity(b))}</table>
+<h3>Validity checklist</h3>
+{_checks(b)}
 <h2>Scores</h2>
 <table>{_rows(_summary(b))}</table>
 <h2>Over time</h2>

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aiperf import audit
+from aiperf import audit, units
 from aiperf.states import ModelState, RunState, WorkerState
+from aiperf_cli.explain import checks_table, score_notes, validity_text
 from aiperf_cli.format import format_duration, format_flops
 
 if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Group
     from rich.table import Table
 
     from aiperf.api import aiperf_pb2 as pb
@@ -32,10 +34,11 @@ def official_text(d: dict[str, Any]) -> str:
 
 
 def score_label(d: dict[str, Any]) -> str:
-    """'Score (final)' once the run is over, 'Score (provisional)' while it runs short of its
-    minimum running time (the score may still change), else 'Score'."""
+    """'Score (final)' once the run is over ('Score (final, short of the minimum running time)'
+    when it ended before its minimum), 'Score (provisional)' while it runs short of its minimum
+    running time (the score may still change), else 'Score'."""
     if d.get("final"):
-        return "Score (final)"
+        return "Score (final, short of the minimum running time)" if d.get("short_of_minimum") else "Score (final)"
     return "Score (provisional)" if d["provisional"] else "Score"
 
 
@@ -52,7 +55,7 @@ def efficiency_text(d: dict[str, Any]) -> str:
     """The score as a share of the accelerators' datasheet peak (HPL's Rmax/Rpeak), or why there is none."""
     if d["efficiency"] is None:
         return f"n/a ({d['efficiency_unknown_reason'] or 'no datasheet peak'})"
-    return f"{d['efficiency']:.2%} of {format_flops(d['datasheet_peak_flops'])} (datasheet)"
+    return f"{units.percent(d['efficiency'])} of {format_flops(d['datasheet_peak_flops'])} (datasheet)"
 
 
 def measured_efficiency_text(d: dict[str, Any]) -> str:
@@ -60,7 +63,7 @@ def measured_efficiency_text(d: dict[str, Any]) -> str:
     if d["efficiency_vs_measured"] is None:
         return "n/a (no measured peak for every accelerator)"
     verdict = d.get("peak_verdict")
-    return (f"{d['efficiency_vs_measured']:.2%} of {format_flops(d['peak_flops'])} (measured"
+    return (f"{units.percent(d['efficiency_vs_measured'])} of {format_flops(d['peak_flops'])} (measured"
             + (f", {verdict})" if verdict else ")"))
 
 
@@ -108,20 +111,20 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
     from rich.table import Table
 
     table = Table(title=run_title(d), show_header=False)
-    table.add_column("item", style="bold")
-    table.add_column("value")
+    table.add_column("item", style="bold", overflow="fold")
+    table.add_column("value", overflow="fold")
     best = f" (best accuracy {d['best_accuracy']:.4f})" if d["best_accuracy"] is not None else ""
     rows = [
-        (score_label(d), format_flops(d["score"])),
-        ("Regulated score", format_flops(d["regulated_score"])),
-        ("Valid FLOPS", format_flops(d["valid_flops"])),
+        (score_label(d) + " [1]", format_flops(d["score"])),
+        ("Regulated score [2]", format_flops(d["regulated_score"])),
+        ("Valid FLOPS [3]", format_flops(d["valid_flops"])),
         ("FLOPS now", format_flops(d["flops"])),
         ("Error", f"{d['error']:.4f}{best}"),
-        ("Valid", "yes" if d["valid"] else f"no: {d['invalid_reason']}"),
+        ("Valid", validity_text(d)),
         ("Official", official_text(d)),
         ("Audit", audit_text(d)),
-        ("Efficiency", efficiency_text(d)),
-        ("Efficiency vs measured", measured_efficiency_text(d)),
+        ("Efficiency [4]", efficiency_text(d)),
+        ("Efficiency vs measured [4]", measured_efficiency_text(d)),
         ("Rules", rules_text(d)),
         ("Elapsed", elapsed_text(d)),
         ("Master downtime", downtime_text(d)),
@@ -153,6 +156,14 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
         table.add_row(f"Worker {w['worker_id']}", "\n".join(lines))
     table.add_row("Master software", ", ".join(f"{k} {v}" for k, v in d["software"].items() if k != "platform"))
     return table
+
+
+def scoreboard_view(d: dict[str, Any]) -> "Group":
+    """`aiperf scoreboard`: the table, the validity checklist and one footnote per score."""
+    from rich.console import Group
+    from rich.text import Text
+
+    return Group(scoreboard_table(d), checks_table(d), *(Text(line) for line in score_notes(d)))
 
 
 def clock_text(t: float | None) -> str:

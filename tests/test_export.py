@@ -59,6 +59,8 @@ def test_json_export_holds_scoreboard_timeline_and_every_model(runs, capsys, mon
     board = data["scoreboard"]
     assert board["run_id"] == 1 and board["state"] == "aborted" and board["seed"] == 7
     assert board["total_ops"] == runs["ops"] and not board["valid"]
+    checks = {c["rule"]: c["state"] for c in board["checks"]}  # the checklist, as the scoreboard has it
+    assert checks["running_time"] == "failed" and checks["audit"] == "not applicable"  # aborted at once; smoke
     assert sorted(m["model_id"] for m in data["models"]) == sorted(runs["models"])
     assert len(data["timeline"]["points"]) == 3
     assert data["timeline"]["points"][-1]["ops"] == runs["ops"]
@@ -82,6 +84,7 @@ def test_csv_tables(runs, capsys, tmp_path):
     rc, text, _ = run(capsys, "export", "--run", "1", "--format", "csv", "--table", "scoreboard")
     (row,) = list(csv.DictReader(io.StringIO(text)))
     assert rc == 0 and row["run_id"] == "1" and row["state"] == "aborted" and float(row["total_ops"]) == runs["ops"]
+    assert row["check_running_time"] == "failed" and row["check_precision"] == "passed"  # one column per rule
 
 
 def test_mllog_export_is_read_back_by_the_mlperf_parser(runs, capsys, tmp_path):

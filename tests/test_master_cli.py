@@ -245,6 +245,9 @@ def test_report_writes_a_self_contained_html_file(cli, capsys, tmp_path, small_g
     assert "Score over time (the paper&#x27;s Fig. 4)" in page or "Score over time (the paper's Fig. 4)" in page
     assert "regulated score -ln(Error(t))·FLOPS(t)" in page
     assert "Unofficial because</th><td>the smoke profile is never official" in page
+    # the checklist, one row per rule: running for seconds of its 2 minutes, the rule is pending
+    assert "<h3>Validity checklist</h3>" in page and '<tr class="pending"><td>Running time</td><td>pending' in page
+    assert '<tr class="not-applicable"><td>Audit</td>' in page  # smoke: the audit does not decide validity
     for external in ("<script", "<link", 'src="http', 'href="http'):  # nothing fetched from the web
         assert external not in page
 
