@@ -3,10 +3,10 @@
     aiperf start --duration 1h [--profile official|smoke] [--seed N] [--precision P] [--deterministic]
                  [--no-inherit] [--keep-checkpoints K]
     aiperf stop [--run ID] [--abort]
-    aiperf status [--run ID] [--json]
+    aiperf status [--run ID] [--json] [--watch [--interval S]]
     aiperf runs [--limit N] [--json]
     aiperf workers [--run ID] [--state alive|lost] [--limit N] [--json]
-    aiperf scoreboard [--run ID] [--json]
+    aiperf scoreboard [--run ID] [--json] [--explain | --summary]
     aiperf models [--run ID] [--state S] [--json]
     aiperf report [--run ID] [--out FILE]
 
@@ -34,7 +34,10 @@ from aiperf_cli.records import (
 from aiperf_cli.report import fetch_report
 from aiperf_cli.explain import checks_table, explain_text, summary_line
 from aiperf_cli.tables import models_table, runs_table, scoreboard_view, status_line, workers_table
-from aiperf_cli.values import COUNT, KEEP, PAGE, RUN_ID, SEED, Precision, Profile, int_option
+from aiperf_cli.values import (
+    COUNT, KEEP, PAGE, PROGRESS_SECONDS, RUN_ID, SEED, Precision, Profile, float_option, int_option,
+)
+from aiperf_cli.watch import DEFAULT_INTERVAL_S, watch_status
 
 RunOpt = int_option(0, "--run", span=RUN_ID, help="Run id (0: the current or most recent run).")
 
@@ -132,8 +135,20 @@ def _status_text(d: dict[str, Any]) -> Any:
 
 
 @control_command()
-def status_cmd(ctl: Control, run: int = RunOpt) -> None:
-    """Show the state of the current run (or --run ID) and the registered workers."""
+def status_cmd(
+    ctl: Control,
+    run: int = RunOpt,
+    watch: bool = typer.Option(False, "--watch", help="Follow the run until it is over: a live table on a "
+                               "terminal, else one progress line every --interval seconds."),
+    interval: float = float_option(DEFAULT_INTERVAL_S, "--interval", span=PROGRESS_SECONDS,
+                                   help="With --watch: seconds between progress lines."),
+) -> None:
+    """Show the state of the current run (or --run ID), its validity checklist and the registered workers."""
+    if watch:
+        if ctl.as_json:
+            fail("--watch prints progress lines, not JSON: drop --json")
+        watch_status(ctl, run, interval)
+        return
     client = ctl.client()
     st = _current_status(ctl, client, run)
     page = ctl.call(client.list_workers, limit=STATUS_WORKERS)

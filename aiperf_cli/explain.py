@@ -64,6 +64,18 @@ def validity_text(d: dict[str, Any]) -> str:
     return ("no: " if failed else "not yet: ") + "; ".join(parts)
 
 
+def validity_brief(d: dict[str, Any]) -> str:
+    """'yes', 'no (error failed)' or 'not yet (running time, error pending)': the state so far."""
+    if d["valid"]:
+        return "yes"
+    checks = d.get("checks") or []
+    failed = [c["title"].lower() for c in checks if c["state"] == CheckState.FAILED]
+    pending = [c["title"].lower() for c in checks if c["state"] == CheckState.PENDING]
+    if failed:
+        return f"no ({', '.join(failed)} failed)"
+    return f"not yet ({', '.join(pending)} pending)" if pending else "no"
+
+
 def checks_table(d: dict[str, Any]) -> "Table":
     """The checklist: one row per rule, its state, the figure judged, the limit and why."""
     from rich.table import Table

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import typer
 
-from aiperf_cli import audit, control, demo, export, graph, master, worker
+from aiperf_cli import audit, control, demo, export, graph, master, watch, worker
 from aiperf_cli.options import ExitCode, UsageError, require_command
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}  # inherited by every subcommand
@@ -57,7 +57,7 @@ def root(
     require_command(ctx)
 
 
-for _commands in (graph, master, control, audit, export, worker, demo):  # the order `aiperf --help` lists them in
+for _commands in (graph, master, control, watch, audit, export, worker, demo):  # the order `aiperf --help` lists them in
     _commands.register(app)
 
 

@@ -38,6 +38,8 @@ class ExitCode(enum.IntEnum):
     BAD_INPUT = 2     # the command line, a file it names or the request is wrong: fix it, do not retry
     UNAVAILABLE = 3   # the master (or master serve's database) did not answer: try again later
     REFUSED = 4       # the master (or database) answered and refused: state, credentials, not found
+    INVALID = 5       # `aiperf wait`: the run ended and is not valid (its checklist says why)
+    TIMEOUT = 6       # `aiperf wait`: --timeout passed before the run ended
     INTERRUPTED = 130
 
 

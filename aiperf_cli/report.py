@@ -15,11 +15,12 @@ import html
 import io
 from typing import TYPE_CHECKING, Any, Sequence
 
+from aiperf import units
 from aiperf.profiles import OFFICIAL
 from aiperf.scoring import model_rank_key
 from aiperf.timeline import CurvePoint, score_curve
 from aiperf.states import ModelState
-from aiperf_cli.explain import validity_text
+from aiperf_cli.explain import GLOSSARY, score_notes, validity_text
 from aiperf_cli.format import format_flops
 from aiperf_cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
 from aiperf_cli.tables import (
@@ -154,18 +155,18 @@ def _checks(board: dict[str, Any]) -> str:
 def _summary(b: dict[str, Any]) -> list[tuple[str, str]]:
     stopped = stop_text(b)
     return [
-        (score_label(b), format_flops(b["score"])),
+        (score_label(b) + " [1]", format_flops(b["score"])),
         *([("Stopped", stopped)] if stopped is not None else []),
-        ("Regulated score", format_flops(b["regulated_score"])),
-        ("Valid FLOPS", format_flops(b["valid_flops"])),
+        ("Regulated score [2]", format_flops(b["regulated_score"])),
+        ("Valid FLOPS [3]", format_flops(b["valid_flops"])),
         ("Error", f"{b['error']:.4f}"),
         ("Audit", audit_text(b)),
-        ("Efficiency", efficiency_text(b)),
-        ("Efficiency vs measured", measured_efficiency_text(b)),
+        ("Efficiency [4]", efficiency_text(b)),
+        ("Efficiency vs measured [4]", measured_efficiency_text(b)),
         ("Rules", rules_text(b)),
         ("Elapsed", elapsed_text(b)),
         ("Master downtime", downtime_text(b)),
-        ("Total operations", f"{b['total_ops']:.4g} (workers' own count: {b['worker_ops']:.4g}; "
+        ("Total operations", f"{units.operations(b['total_ops'])} (workers' own count: {units.operations(b['worker_ops'])}; "
                              f"{b['flops_mismatch_reports']} reports disagree by more than 1%; "
                              f"{b['implausible_reports']} refused above the worker's accepted peak)"),
         ("Images", f"{b['images_trained']:,} trained, {b['images_validated']:,} validated"),
@@ -237,6 +238,10 @@ figure {{ margin: 1rem 0; }}
 <th>best accuracy</th><th>predicted</th><th>epochs</th><th>architecture hash</th></tr>{_model_rows(models)}</table>
 <h2>Hardware and software</h2>
 <table>{_rows(_hardware(b))}</table>
+<h2>What the numbers mean</h2>
+<ol class="notes">{"".join(f"<li>{html.escape(n.split('] ', 1)[-1])}</li>" for n in score_notes(b))}</ol>
+<h3>Glossary</h3>
+<dl>{"".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in GLOSSARY)}</dl>
 </body></html>
 """
 

@@ -7,14 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from aiperf import audit, units
 from aiperf.states import ModelState, RunState, WorkerState
-from aiperf_cli.explain import checks_table, score_notes, validity_text
+from aiperf_cli.explain import checks_table, score_notes, validity_brief, validity_text
 from aiperf_cli.format import format_duration, format_flops
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Group
     from rich.table import Table
-
-    from aiperf.api import aiperf_pb2 as pb
 
 RUN_COLUMNS = ("id", "state", "profile", "seed", "precision", "duration", "started", "stop reason")
 WORKER_COLUMNS = ("id", "name", "host", "accelerators", "backend", "state", "last heartbeat", "model")
@@ -265,19 +263,21 @@ def models_table(run_id: int, total: int, models: list[dict[str, Any]]) -> "Tabl
     return table
 
 
-def progress_table(sb: "pb.Scoreboard") -> "Table":
-    """The demo's live view of a scoreboard message."""
+def progress_table(d: dict[str, Any]) -> "Table":
+    """The live view (the demo, `aiperf status --watch` on a terminal) of a scoreboard dict."""
     from rich.table import Table
 
-    from aiperf.api.aiperf_pb2 import RUN_ABORTED, RUN_FINISHED
-    from aiperf.api.enums import RUN_STATES
-
-    t = Table(title="AIPerf smoke run (unofficial)", show_header=False)
-    t.add_row("state", RUN_STATES.get(sb.run.state, "?"))
-    t.add_row("elapsed", f"{sb.elapsed_s:6.0f} s of {sb.run.config.duration_s:.0f} s")
-    t.add_row("models done", str(sb.models_done))
-    t.add_row("FLOPS", f"{sb.flops:.3e}")
-    t.add_row("best accuracy", f"{sb.best_accuracy:.3f}")
-    over = sb.run.state in (RUN_FINISHED, RUN_ABORTED)
-    t.add_row("score", f"{sb.score:.3e}{' (final)' if over else ' (provisional)' if sb.provisional else ''}")
+    title = f"AIPerf run {d['run_id']} ({d['profile']}{'' if d['official'] else ', unofficial'})"
+    t = Table(title=title, show_header=False)
+    t.add_column("item", style="bold")
+    t.add_column("value", overflow="fold")
+    models = d["models"]
+    t.add_row("state", d["state"])
+    t.add_row("elapsed", f"{format_duration(d['elapsed_s'])} of {format_duration(d['duration_s'])}")
+    t.add_row("models", f"{models.get(ModelState.DONE, 0)} done, {models.get(ModelState.TRAINING, 0)} training")
+    t.add_row("FLOPS now", format_flops(d["flops"]))
+    t.add_row("best accuracy", accuracy_text(d["best_accuracy"]))
+    label = " (final)" if d.get("final") else " (provisional)" if d["provisional"] else ""
+    t.add_row("score", format_flops(d["score"]) + label)
+    t.add_row("valid", validity_brief(d))
     return t

@@ -101,7 +101,7 @@ def test_deterministic_is_recorded_in_the_run_config(master_server, tmp_path, ca
     # `aiperf demo --deterministic` starts its run the same way
     monkeypatch.setattr(demo, "_watch", lambda *args: None)
     monkeypatch.setattr(demo, "fetch_report", lambda control, run_id: ({}, ""))
-    monkeypatch.setattr(demo, "scoreboard_table", lambda board: "")
+    monkeypatch.setattr(demo, "scoreboard_view", lambda board: "")
     with ControlClient(h.address, h.admin_token) as control:
         demo._run(Console(quiet=True), control, tmp_path, 5.0, 3, None, True)
     # what workers read comes from the run's config in SQL: a restarted master keeps it
