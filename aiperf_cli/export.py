@@ -20,10 +20,9 @@ from typing import Any, Optional
 
 import typer
 
-from aiperf import limits
+from aiperf import limits, units
 from aiperf.scoring import VALIDITY_RULES
 from aiperf.states import ModelState, RunState
-from aiperf_cli.format import format_flops
 from aiperf_cli.options import Control, control_command, fail
 from aiperf_cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
 from aiperf_cli.values import RUN_ID, _choices, int_option
@@ -86,9 +85,10 @@ def to_csv(data: dict[str, Any], table: str) -> str:
         checks = {f"check_{c['rule']}": c["state"] for c in board.get("checks") or []}
         fields, rows = (*BOARD_FIELDS, *CHECK_FIELDS), [{**board, **checks}]
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
+    # raw values; each column's unit in its name (aiperf.units.csv_name: score -> score_flops)
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([units.csv_name(f) for f in fields])
+    writer.writerows([["" if r.get(f) is None else r.get(f) for f in fields] for r in rows])
     return out.getvalue()
 
 
@@ -155,23 +155,84 @@ def export_cmd(
     _write(text, out)
 
 
+# How `compare` writes each figure (aiperf.units): one way to write a number.
+_FLOPS_KEYS = {"score", "regulated_score", "valid_flops", "flops"}
+_PERCENT_KEYS = {"efficiency", "efficiency_vs_measured"}
+_DURATION_KEYS = {"duration_s", "elapsed_s"}
+_COUNT_KEYS = {"images_trained", "images_validated", "models_done"}
+RATIO_KEYS = ("score", "regulated_score", "valid_flops")  # each run's, over the first run's
+# What makes two runs' scores differ, when it differs: `compare` names it.
+CAUSE_KEYS = ("profile", "precision", "xla", "backends", "workers", "accelerators", "hardware",
+              "datasheet_peak_flops", "peak_flops", "duration_s", "elapsed_s", "inherit", "deterministic", "seed",
+              "rules_version")
+
+
+def compare_cell(key: str, v: Any) -> str:
+    """One figure of `compare`, written as the scoreboard writes it."""
+    if v is None:
+        return units.MISSING
+    if key in _FLOPS_KEYS or key in ("datasheet_peak_flops", "peak_flops"):
+        return units.flops(v)
+    if key in _PERCENT_KEYS:
+        return units.percent(v)
+    if key in _DURATION_KEYS:
+        return units.duration(v)
+    if key in _COUNT_KEYS:
+        return units.count(v)
+    if key == "total_ops":
+        return units.operations(v)
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    return str(v)
+
+
+def _hardware_of(b: dict[str, Any]) -> str:
+    """'2 x NVIDIA H100, 1 x CPU-only': the accelerators that took part, counted by model."""
+    from collections import Counter
+
+    names = Counter(a["model"] or "unknown" for w in b.get("hardware") or [] for a in w["accelerators"])
+    names.update("CPU-only" for w in b.get("hardware") or [] if not w["accelerators"])
+    return ", ".join(f"{n} x {m}" for m, n in sorted(names.items())) or "none"
+
+
+def compare_data(boards: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs' figures, each score's ratio to the first run's, and the settings that differ
+    between them (what explains the ratios): what `compare --json` prints."""
+    first = boards[0]
+    ratios = {k: [b[k] / first[k] if first[k] else None for b in boards] for k in RATIO_KEYS}
+    seen = [{**b, "hardware": _hardware_of(b)} for b in boards]
+    differences = [{"key": k, "values": [b.get(k) for b in seen]} for k in CAUSE_KEYS
+                   if len({json.dumps(b.get(k), sort_keys=True) for b in seen}) > 1]
+    return {"runs": [{k: b[k] for k in BOARD_FIELDS} for b in boards], "ratios": ratios,
+            "differences": differences}
+
+
 def compare_table(boards: list[dict[str, Any]]) -> Any:
-    """The scoreboards side by side: one column per run."""
+    """The scoreboards side by side, one column per run; each score's ratio to the first run's;
+    then the settings that differ between the runs."""
+    from rich.console import Group
     from rich.table import Table
 
+    data = compare_data(boards)
     table = Table(title="AIPerf runs")
-    table.add_column("")
+    table.add_column("", overflow="fold")
     for b in boards:
-        table.add_column(f"run {b['run_id']}", justify="right")
-    flops_keys = {"score", "regulated_score", "valid_flops", "flops"}
+        table.add_column(f"run {b['run_id']}", justify="right", overflow="fold")
     for key in BOARD_FIELDS[1:]:
-        cells = []
-        for b in boards:
-            v = b[key]
-            cells.append("" if v is None else format_flops(v) if key in flops_keys else
-                         f"{v:.4f}" if isinstance(v, float) else str(v))
-        table.add_row(key, *cells)
-    return table
+        table.add_row(key, *(compare_cell(key, b[key]) for b in boards))
+    for key in RATIO_KEYS:
+        table.add_row(f"{key} / run {boards[0]['run_id']}'s", *(units.ratio(r) for r in data["ratios"][key]))
+    if not data["differences"]:
+        return Group(table, "The runs differ in none of: " + ", ".join(CAUSE_KEYS) + ".")
+    diff = Table(title="What differs between the runs (what explains the ratios)")
+    diff.add_column("setting", overflow="fold")
+    for b in boards:
+        diff.add_column(f"run {b['run_id']}", overflow="fold")
+    for d in data["differences"]:
+        diff.add_row(d["key"], *(compare_cell(d["key"], v) for v in d["values"]))
+    return Group(table, diff)
 
 
 @control_command()
@@ -179,7 +240,8 @@ def compare_cmd(
     ctl: Control,
     runs: list[int] = typer.Argument(..., help=f"Run ids (2 to {MAX_COMPARE})."),
 ) -> None:
-    """Print the scoreboards of several runs side by side."""
+    """Print the scoreboards of several runs side by side, each score's ratio to the first run's and the
+    settings that differ between them."""
     if not 2 <= len(runs) <= MAX_COMPARE:
         fail(f"compare takes 2 to {MAX_COMPARE} run ids, got {len(runs)}")
     bad = [r for r in runs if not RUN_ID[0] <= r <= RUN_ID[1]]
@@ -187,7 +249,7 @@ def compare_cmd(
         fail(f"run id {bad[0]} is out of range [{RUN_ID[0]}, {RUN_ID[1]}]")
     client = ctl.client()
     boards = [ctl.call(lambda r=r: scoreboard_to_dict(client.scoreboard(r))) for r in runs]
-    ctl.show({"runs": [{k: b[k] for k in BOARD_FIELDS} for b in boards]}, lambda: compare_table(boards))
+    ctl.show(compare_data(boards), lambda: compare_table(boards))
 
 
 def register(app: typer.Typer) -> None:

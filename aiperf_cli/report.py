@@ -59,15 +59,25 @@ def _figure(title: str, xlabel: str = "time since the run's start (min)") -> tup
     return fig, ax
 
 
+def _flops_axis(ax: Any, values: Sequence[float]) -> float:
+    """Label the y axis in the unit of the largest value ("GFLOPS", aiperf.units.scale) and return
+    the factor to divide by: the axis then has no "1e10" offset text to read."""
+    factor, prefix = units.scale(max((abs(v) for v in values), default=0.0))
+    ax.set_ylabel(f"{prefix}FLOPS")
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+    return factor
+
+
 def flops_chart(board: dict[str, Any], points: Sequence[dict[str, Any]]) -> str:
     fig, ax = _figure("FLOPS(t)")
     t = [p["elapsed_s"] / 60 for p in points]
-    ax.plot(t, [p["flops"] for p in points], color="tab:blue", label="FLOPS(t)")
+    factor = _flops_axis(ax, [p["flops"] for p in points] + [board["score"]])
+    ax.plot(t, [p["flops"] / factor for p in points], color="tab:blue", label="FLOPS(t)")
     ax.axvline(board["min_running_time_s"] / 60, color="gray", linestyle="--", label="minimum running time")
     if board["score"] > 0:
         label = "score (final)" if board.get("final") else "score (provisional)" if board["provisional"] else "score"
-        ax.plot([board["score_time_s"] / 60], [board["score"]], "o", color="tab:red", label=label)
-    ax.set_ylabel("FLOPS")
+        ax.plot([board["score_time_s"] / 60], [board["score"] / factor], "o", color="tab:red",
+                label=f"{label}: {units.flops(board['score'])}")
     ax.legend(loc="best")
     return _svg(fig)
 
@@ -84,14 +94,21 @@ def score_chart(board: dict[str, Any], points: Sequence[dict[str, Any]]) -> str:
                "regulated score -ln(Error(t))·FLOPS(t)"),
               ("valid_flops", "valid_flops", "valid_flops_time_s", "tab:green",
                f"valid FLOPS, FLOPS(t)·(acc(t)/{board['target_accuracy']:g})^5"))
+    factor = _flops_axis(ax, [getattr(s, attr) for s in curve for attr, *_ in series]
+                         + [board[key] for _, key, *_ in series])
     for attr, key, time_key, color, label in series:
-        ax.plot(t, [getattr(s, attr) for s in curve], color=color, label=label)
+        ax.plot(t, [getattr(s, attr) / factor for s in curve], color=color, label=label)
         if board[key] > 0:
-            ax.plot([board[time_key] / 60], [board[key]], "o", color=color)
+            ax.plot([board[time_key] / 60], [board[key] / factor], "o", color=color,
+                    label=f"its maximum, reported: {units.flops(board[key])}")
     ax.axvline(board["min_running_time_s"] / 60, color="gray", linestyle="--", label="minimum running time")
-    ax.set_ylabel("FLOPS")
     ax.legend(loc="best", fontsize="small")
     return _svg(fig)
+
+
+SCORE_CHART_NOTE = ("The regulated score and valid FLOPS are weighted scores written in FLOPS, not rates of "
+                    "work: the regulated score lies above FLOPS(t) whenever Error < 1/e = 0.368 (accuracy above "
+                    "63.2%), valid FLOPS whenever the accuracy is above the profile's target.")
 
 
 def error_chart(points: Sequence[dict[str, Any]]) -> str:
@@ -155,14 +172,14 @@ def _checks(board: dict[str, Any]) -> str:
 def _summary(b: dict[str, Any]) -> list[tuple[str, str]]:
     stopped = stop_text(b)
     return [
-        (score_label(b) + " [1]", format_flops(b["score"])),
+        (score_label(b), format_flops(b["score"])),
         *([("Stopped", stopped)] if stopped is not None else []),
-        ("Regulated score [2]", format_flops(b["regulated_score"])),
-        ("Valid FLOPS [3]", format_flops(b["valid_flops"])),
+        ("Regulated score", format_flops(b["regulated_score"])),
+        ("Valid FLOPS", format_flops(b["valid_flops"])),
         ("Error", f"{b['error']:.4f}"),
         ("Audit", audit_text(b)),
-        ("Efficiency [4]", efficiency_text(b)),
-        ("Efficiency vs measured [4]", measured_efficiency_text(b)),
+        ("Efficiency", efficiency_text(b)),
+        ("Efficiency vs measured", measured_efficiency_text(b)),
         ("Rules", rules_text(b)),
         ("Elapsed", elapsed_text(b)),
         ("Master downtime", downtime_text(b)),
@@ -202,10 +219,12 @@ def _model_rows(models: Sequence[dict[str, Any]]) -> str:
 
 def _charts(board: dict[str, Any], timeline: dict[str, Any]) -> str:
     points, resources = timeline["points"], timeline["resources"]
-    charts = [score_chart(board, points), flops_chart(board, points), error_chart(points)] if points else []
+    charts = [(score_chart(board, points), SCORE_CHART_NOTE), (flops_chart(board, points), ""),
+              (error_chart(points), "")] if points else []
     if resources:
-        charts += [utilisation_chart(resources), memory_chart(resources)]
-    return "".join(f"<figure>{c}</figure>" for c in charts) or "<p>No progress reported yet.</p>"
+        charts += [(utilisation_chart(resources), ""), (memory_chart(resources), "")]
+    return "".join(f"<figure>{c}" + (f"<figcaption>{html.escape(note)}</figcaption>" if note else "") + "</figure>"
+                   for c, note in charts) or "<p>No progress reported yet.</p>"
 
 
 def render_report(board: dict[str, Any], timeline: dict[str, Any], models: Sequence[dict[str, Any]]) -> str:
@@ -239,7 +258,7 @@ figure {{ margin: 1rem 0; }}
 <h2>Hardware and software</h2>
 <table>{_rows(_hardware(b))}</table>
 <h2>What the numbers mean</h2>
-<ol class="notes">{"".join(f"<li>{html.escape(n.split('] ', 1)[-1])}</li>" for n in score_notes(b))}</ol>
+<ul class="notes">{"".join(f"<li>{html.escape(n.split('] ', 1)[-1])}</li>" for n in score_notes(b))}</ul>
 <h3>Glossary</h3>
 <dl>{"".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in GLOSSARY)}</dl>
 </body></html>

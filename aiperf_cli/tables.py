@@ -195,7 +195,7 @@ def runs_table(runs: list[dict[str, Any]], total: int) -> "Table":
     table = Table(title=f"{total} run{'s' if total != 1 else ''}" + (f" (newest {len(runs)})" if len(runs) < total
                                                                       else ""))
     for col in RUN_COLUMNS:
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for r in runs:
         table.add_row(str(r["run_id"]), r["state"], r["profile"], str(r["seed"]), r["precision"],
                       format_duration(r["duration_s"]), clock_text(r["started_at"]), r["stop_reason"] or "-")
@@ -210,7 +210,7 @@ def workers_table(workers: list[dict[str, Any]], total: int, now: float, title: 
     table = Table(title=title or f"{total} worker{'s' if total != 1 else ''} registered ({alive} alive"
                                  + (f" of the {len(workers)} shown)" if len(workers) < total else ")"))
     for col in WORKER_COLUMNS:
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for w in workers:
         model = f"{w['current_model_id']} (run {w['current_run_id']})" if w["current_model_id"] else "-"
         table.add_row(str(w["worker_id"]), w["name"], w["host"], accelerators_text(w["accelerators"]), w["backend"],
@@ -236,14 +236,14 @@ def audits_table(run_id: int, rows: list[dict[str, Any]]) -> "Table":
     """`aiperf audit`'s rows (rich)."""
     from rich.table import Table
 
-    table = Table(title=f"run {run_id}: audit of {len(rows)} models")
+    table = Table(title=f"run {run_id}: audit of {units.plural(len(rows), 'model')}")
     for col in ("model", "claimed", "audited", "architecture", "img/s claimed/timed", "verdict", "detail"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for r in rows:
-        timed = f"{r['audited_images_per_second']:.3g}" if r["audited_images_per_second"] else "-"
+        timed = units.si(r["audited_images_per_second"] or None, "")
         table.add_row(str(r["model_id"]), accuracy_text(r["claimed_accuracy"]), accuracy_text(r["audited_accuracy"]),
                       "ok" if r["architecture_ok"] else "wrong" if r["verdict"] == "wrong architecture" else "-",
-                      f"{r['claimed_images_per_second']:.3g}/{timed}", r["verdict"], (r.get("detail") or "")[:120])
+                      f"{units.si(r['claimed_images_per_second'], '')}/{timed}", r["verdict"], r.get("detail") or "")
     return table
 
 
@@ -251,9 +251,9 @@ def models_table(run_id: int, total: int, models: list[dict[str, Any]]) -> "Tabl
     """The model list (rich) of `model_to_dict` outputs."""
     from rich.table import Table
 
-    table = Table(title=f"run {run_id}: {total} models")
+    table = Table(title=f"run {run_id}: {units.plural(total, 'model')}")
     for col in MODEL_COLUMNS:
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for m in models:
         table.add_row(
             str(m["model_id"]), str(m["parent_id"] or "-"), str(m["worker_id"]), str(m["round"]), m["state"],

@@ -193,8 +193,8 @@ def test_every_export_and_the_report_carry_both_efficiencies_and_the_rules_versi
     assert board["rules_version"] == RULES_VERSION and board["efficiency"] and board["efficiency_vs_measured"]
     (row,) = csv.DictReader(io.StringIO(cli(capsys, "export", "--format", "csv", "--table", "scoreboard")))
     assert row["rules_version"] == RULES_VERSION and row["efficiency_unknown_reason"] == ""
-    assert float(row["efficiency"]) == pytest.approx(board["efficiency"])
-    assert float(row["efficiency_vs_measured"]) == pytest.approx(board["efficiency_vs_measured"])
+    assert float(row["efficiency_fraction"]) == pytest.approx(board["efficiency"])
+    assert float(row["efficiency_vs_measured_fraction"]) == pytest.approx(board["efficiency_vs_measured"])
     log = tmp_path / "run.log"
     cli(capsys, "export", "--format", "mllog", "--out", str(log))
     lines, errors = parse_file(str(log), ruleset="4.0.0")
