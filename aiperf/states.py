@@ -35,13 +35,16 @@ class RunState(StrEnum):
 
 
 class ModelState(StrEnum):
-    """queued -> training -> done or failed; abandoned when its worker or run goes away."""
+    """queued -> training -> done, failed or cut; abandoned when its worker or run goes away.
+    Cut: the run's deadline or a stop request ended its training before a first validation
+    (not a failure: its reports count, it has no accuracy to rank it by)."""
 
     QUEUED = "queued"
     TRAINING = "training"
     DONE = "done"
     FAILED = "failed"
     ABANDONED = "abandoned"
+    CUT = "cut"
 
 
 class WorkerState(StrEnum):
@@ -65,4 +68,4 @@ class CheckState(StrEnum):
 ACTIVE_RUN_STATES: tuple[RunState, ...] = (RunState.PENDING, RunState.RUNNING, RunState.STOPPING)  # takes work
 OVER_RUN_STATES: tuple[RunState, ...] = (RunState.FINISHED, RunState.ABORTED)  # refuses reports
 OPEN_MODEL_STATES: tuple[ModelState, ...] = (ModelState.QUEUED, ModelState.TRAINING)  # takes reports
-FINISHED_MODEL_STATES: tuple[ModelState, ...] = (ModelState.DONE, ModelState.FAILED)  # what a worker may finish as
+FINISHED_MODEL_STATES: tuple[ModelState, ...] = (ModelState.DONE, ModelState.FAILED, ModelState.CUT)  # a worker's ends

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiperf import units
 from aiperf.scoring import VALIDITY_RULES, VALID_FLOPS_EXPONENT
-from aiperf.states import CheckState
+from aiperf.states import CheckState, ModelState
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.table import Table
@@ -44,7 +44,7 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("Valid", "Every rule of the checklist passed or not applicable; pending: the run may still meet it."),
     ("Official", "An official-profile run with nothing overridden; smoke runs never are."),
     ("Rules version", "The version of the profiles, peaks and scoring rules the run was started under."),
-    ("cut", "A model stopped by the run's deadline or a stop request before it finished training: "
+    (ModelState.CUT.value, "A model stopped by the run's deadline or a stop request before it finished training: "
             "its reports count, it was not a failure."),
 )
 

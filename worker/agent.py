@@ -103,11 +103,6 @@ class RunContext:
     inherit: bool = False  # children start from their parent's weights (worker/inheritance.py)
 
 
-# A model cut before its first validation (the worker or its run stopped) is closed as
-# failed with a reason starting so: it says nothing about its hyperparameters, so TPE
-# leaves it out, while a model that failed on its own (out of memory, NaN loss) counts
-# as a failure.
-CUT_REASON_PREFIX = "cut: "
 # a FinishModel refused for its undeleted_checkpoints (another database, another worker's ids):
 # sent again without them, which are dropped (they were logged when their delete failed)
 REFUSED_UNDELETED = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT)
@@ -592,8 +587,10 @@ class Agent:
             # Cut (run stopping, worker stopping) before a first validation:
             # there is no accuracy to rank it by. Close it so the master need
             # not wait for it; the progress already reported stays counted.
-            self._send_finish(outbox, model_id, ModelState.FAILED, reason=CUT_REASON_PREFIX + (
-                result.reason or "stopped before its first validation"))
+            # cut, not failed: it says nothing about its hyperparameters, so TPE leaves it out,
+            # while a model that failed on its own (out of memory, NaN loss) counts as a failure
+            self._send_finish(outbox, model_id, ModelState.CUT,
+                              reason=result.reason or "stopped before its first validation")
             log.info("event=round_cut model=%d state=%s", model_id, result.state)
             return
         best = float(result.best_val_accuracy)
@@ -642,7 +639,7 @@ def tpe_observations(models: Iterable[pb.Model]) -> list[tuple[dict[str, int], f
     for m in sorted(models, key=lambda m: m.model_id):
         if m.state == pb.MODEL_DONE and m.has_accuracy:
             out.append((hyperparameters_dict(m.hyperparameters), m.predicted_accuracy or m.best_accuracy))
-        elif m.state == pb.MODEL_FAILED and not m.reason.startswith(CUT_REASON_PREFIX):
+        elif m.state == pb.MODEL_FAILED:
             out.append((hyperparameters_dict(m.hyperparameters), 0.0))
     return out
 

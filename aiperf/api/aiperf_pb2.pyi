@@ -29,6 +29,7 @@ class ModelState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_DONE: _ClassVar[ModelState]
     MODEL_FAILED: _ClassVar[ModelState]
     MODEL_ABANDONED: _ClassVar[ModelState]
+    MODEL_CUT: _ClassVar[ModelState]
 
 class WorkerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -78,6 +79,7 @@ MODEL_TRAINING: ModelState
 MODEL_DONE: ModelState
 MODEL_FAILED: ModelState
 MODEL_ABANDONED: ModelState
+MODEL_CUT: ModelState
 WORKER_STATE_UNSPECIFIED: WorkerState
 WORKER_ALIVE: WorkerState
 WORKER_LOST: WorkerState

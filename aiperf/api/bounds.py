@@ -340,7 +340,7 @@ RULES: dict[Any, dict[str, Rule]] = {
     pb.FinishModelRequest: {
         "worker_id": _ID,
         "model_id": _ID,
-        "state": Enum(pb.ModelState, pb.MODEL_DONE, pb.MODEL_FAILED),
+        "state": Enum(pb.ModelState, pb.MODEL_DONE, pb.MODEL_FAILED, pb.MODEL_CUT),
         "reason": Text(MAX_REASON_CHARS, multiline=True),
         "best_accuracy": _ACCURACY,
         "predicted_accuracy": _ACCURACY,

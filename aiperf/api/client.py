@@ -371,7 +371,7 @@ class WorkerClient(_Client):
         checkpoint_sha256: str = "",
         undeleted: Sequence[tuple[int, str]] = (),
     ) -> pb.FinishModelResponse:
-        """End a model: state "done" or "failed" (with reason). best_accuracy is
+        """End a model: state "done", "failed" (with reason) or "cut" (the run's end stopped it). best_accuracy is
         the best observed validation accuracy; predicted_accuracy ranks it. A done
         model's checkpoint (worker/checkpoints.py) goes with it; the reply lists the
         worker's checkpoints retention lets go (delete_checkpoints); `undeleted` (model id, error)
@@ -379,7 +379,7 @@ class WorkerClient(_Client):
         Idempotent: finishing again with the same state is accepted. The reason is
         made to fit the master's bound (MAX_REASON_CHARS, printable; aiperf.api.bounds)."""
         if state not in FINISHED_MODEL_STATES:
-            raise ValueError(f"finish state must be '{ModelState.DONE}' or '{ModelState.FAILED}', not {state!r}")
+            raise ValueError(f"finish state must be one of {', '.join(FINISHED_MODEL_STATES)}, not {state!r}")
         req = pb.FinishModelRequest(
             worker_id=worker_id,
             model_id=model_id,

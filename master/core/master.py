@@ -580,7 +580,7 @@ class Master:
         and the worker's checkpoints retention lets go (master/core/retention.py)."""
         self._authorize(fin.worker_id, credential)
         if fin.state not in FINISHED_MODEL_STATES:
-            raise InvalidArgument("state must be MODEL_DONE or MODEL_FAILED")
+            raise InvalidArgument("state must be MODEL_DONE, MODEL_FAILED or MODEL_CUT")
         retention.check_checkpoint(fin)
         for name, v in (("best_accuracy", fin.best_accuracy), ("predicted_accuracy", fin.predicted_accuracy)):
             if v is not None and not (0.0 <= v <= 1.0):
