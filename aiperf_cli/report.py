@@ -22,10 +22,10 @@ from aiperf.timeline import CurvePoint, score_curve
 from aiperf.states import ModelState
 from aiperf_cli.explain import GLOSSARY, score_notes, validity_text
 from aiperf_cli.format import format_flops
-from aiperf_cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
+from aiperf_cli.records import audit_to_dict, model_to_dict, scoreboard_to_dict, timeline_to_dict
 from aiperf_cli.tables import (
     accuracy_text, audit_text, downtime_text, efficiency_text, elapsed_text, measured_efficiency_text, rules_text,
-    run_title, score_label, stop_text,
+    run_title, score_label, software_text, stop_text,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -202,19 +202,44 @@ def _hardware(b: dict[str, Any]) -> list[tuple[str, str]]:
          + (f"; dataset {w['dataset']['kind']}, {w['dataset']['train_images']:,} training / "
             f"{w['dataset']['validation_images']:,} validation images, fingerprint {w['dataset']['fingerprint']}"
             if w["dataset"] else "")
-         + (f"; {w['implausible_reports']} reports refused as implausible" if w["implausible_reports"] else ""))
+         + (f"; {w['implausible_reports']} reports refused as implausible" if w["implausible_reports"] else "")
+         + "; software " + (software_text(w["software"]) or "not reported"))
         for w in b["hardware"]
     ] + [("Master software", ", ".join(f"{k} {v}" for k, v in b["software"].items()))]
+
+
+RANK_RULE = ("Ranked as the master ranks a run's finished models (aiperf.scoring.model_rank_key; `aiperf audit` "
+             "audits the top of this order): by predicted final accuracy, the best observed one when there is no "
+             "prediction; then by the best observed accuracy; then the lower id.")
 
 
 def _model_rows(models: Sequence[dict[str, Any]]) -> str:
     return "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-            m["model_id"], m["parent_id"] or "-", m["worker_id"], m["round"],
+            rank, m["model_id"], accuracy_text(m["predicted_accuracy"]), accuracy_text(m["best_accuracy"]),
+            m["parent_id"] or "-", m["worker_id"], m["round"],
             m["hyperparameters"]["batch_size"], m["hyperparameters"]["kernel_size"],
-            accuracy_text(m["best_accuracy"]), accuracy_text(m["predicted_accuracy"]),
             m["epochs"], m["graph_hash"][:12])) + "</tr>"
-        for m in models)
+        for rank, m in enumerate(models, 1))
+
+
+AUDIT_COLUMNS = ("model", "claimed accuracy", "audited", "architecture", "images/s claimed", "images/s timed",
+                 "throughput", "verdict", "auditor", "detail")
+
+
+def _audit_rows(audits: Sequence[dict[str, Any]]) -> str:
+    """Every audit of the run, one row each (`aiperf audit`'s findings as the master recorded them)."""
+    if not audits:
+        return "<p>No model of this run has been audited (<code>aiperf audit</code>).</p>"
+    head = "".join(f"<th>{c}</th>" for c in AUDIT_COLUMNS)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+            a["model_id"], accuracy_text(a["claimed_accuracy"]), accuracy_text(a["audited_accuracy"]),
+            "ok" if a["architecture_ok"] else "wrong", units.si(a["claimed_images_per_second"], ""),
+            units.si(a["audited_images_per_second"], ""), a["throughput"] or "-", a["verdict"],
+            f"{a['auditor_host']} ({a['auditor_hardware'] or 'hardware not given'})", a["detail"] or "")) + "</tr>"
+        for a in audits)
+    return f"<table><tr>{head}</tr>{rows}</table>"
 
 
 def _charts(board: dict[str, Any], timeline: dict[str, Any]) -> str:
@@ -227,9 +252,10 @@ def _charts(board: dict[str, Any], timeline: dict[str, Any]) -> str:
                    for c, note in charts) or "<p>No progress reported yet.</p>"
 
 
-def render_report(board: dict[str, Any], timeline: dict[str, Any], models: Sequence[dict[str, Any]]) -> str:
+def render_report(board: dict[str, Any], timeline: dict[str, Any], models: Sequence[dict[str, Any]],
+                  audits: Sequence[dict[str, Any]] = ()) -> str:
     """The report as HTML. board: scoreboard_to_dict; timeline: timeline_to_dict;
-    models: model_to_dict of the run's best models."""
+    models: model_to_dict of the run's best models, best first; audits: audit_to_dict of its audits."""
     b = board
     title = run_title(b)
     return f"""<!DOCTYPE html>
@@ -253,8 +279,11 @@ figure {{ margin: 1rem 0; }}
 <h2>Over time</h2>
 {_charts(b, timeline)}
 <h2>Best models</h2>
-<table><tr><th>id</th><th>parent</th><th>worker</th><th>round</th><th>batch</th><th>kernel</th>
-<th>best accuracy</th><th>predicted</th><th>epochs</th><th>architecture hash</th></tr>{_model_rows(models)}</table>
+<p>{html.escape(RANK_RULE)}</p>
+<table><tr><th>rank</th><th>id</th><th>predicted accuracy</th><th>best accuracy</th><th>parent</th><th>worker</th>
+<th>round</th><th>batch</th><th>kernel</th><th>epochs</th><th>architecture hash</th></tr>{_model_rows(models)}</table>
+<h2>Audits</h2>
+{_audit_rows(audits)}
 <h2>Hardware and software</h2>
 <table>{_rows(_hardware(b))}</table>
 <h2>What the numbers mean</h2>
@@ -273,4 +302,5 @@ def fetch_report(client: "ControlClient", run: int = 0) -> tuple[dict[str, Any],
     done = [model_to_dict(m) for m in client.list_models(run_id, state=ModelState.DONE, limit=10000).models]
     # the master's ranking (GetHistory), from the one rule in aiperf.scoring
     done.sort(key=lambda m: model_rank_key(m["model_id"], m["predicted_accuracy"], m["best_accuracy"]))
-    return board, render_report(board, timeline, done[:REPORT_MODELS])
+    audits = [audit_to_dict(a) for a in client.list_audits(run_id).audits]
+    return board, render_report(board, timeline, done[:REPORT_MODELS], audits)

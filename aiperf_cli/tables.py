@@ -151,9 +151,16 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
                          f"({data['fingerprint'][:12]})")
         if w["implausible_reports"]:
             lines.append(f"{w['implausible_reports']} reports refused")
+        if w["software"]:
+            lines.append(software_text(w["software"]))
         table.add_row(f"Worker {w['worker_id']}", "\n".join(lines))
     table.add_row("Master software", ", ".join(f"{k} {v}" for k, v in d["software"].items() if k != "platform"))
     return table
+
+
+def software_text(software: dict[str, str]) -> str:
+    """'python 3.12.3, tensorflow 2.21.0, keras 3.12.0': a worker's or the master's software, platform left out."""
+    return ", ".join(f"{k} {v}" for k, v in software.items() if k != "platform")
 
 
 def scoreboard_view(d: dict[str, Any]) -> "Group":
@@ -237,11 +244,13 @@ def audits_table(run_id: int, rows: list[dict[str, Any]]) -> "Table":
     from rich.table import Table
 
     table = Table(title=f"run {run_id}: audit of {units.plural(len(rows), 'model')}")
-    for col in ("model", "claimed", "audited", "architecture", "img/s claimed/timed", "verdict", "detail"):
+    for col in ("model", "why audited", "claimed", "audited", "architecture", "img/s claimed/timed", "verdict",
+                "detail"):
         table.add_column(col, overflow="fold")
     for r in rows:
         timed = units.si(r["audited_images_per_second"] or None, "")
-        table.add_row(str(r["model_id"]), accuracy_text(r["claimed_accuracy"]), accuracy_text(r["audited_accuracy"]),
+        table.add_row(str(r["model_id"]), r.get("why") or "-", accuracy_text(r["claimed_accuracy"]),
+                      accuracy_text(r["audited_accuracy"]),
                       "ok" if r["architecture_ok"] else "wrong" if r["verdict"] == "wrong architecture" else "-",
                       f"{units.si(r['claimed_images_per_second'], '')}/{timed}", r["verdict"], r.get("detail") or "")
     return table

@@ -248,6 +248,15 @@ def test_report_writes_a_self_contained_html_file(cli, capsys, tmp_path, small_g
     # the checklist, one row per rule: running for seconds of its 2 minutes, the rule is pending
     assert "<h3>Validity checklist</h3>" in page and '<tr class="pending"><td>Running time</td><td>pending' in page
     assert '<tr class="not-applicable"><td>Audit</td>' in page  # smoke: the audit does not decide validity
+    # what the numbers mean: a note per score, a glossary; the best models in the master's ranking, the rule
+    # stated; the audits as a table (none yet); each worker's software
+    assert "<h2>What the numbers mean</h2>" in page and "<h3>Glossary</h3>" in page
+    assert "Error &lt; 1/e = 0.368" in page and "<dt>Regulated score</dt>" in page
+    assert "Ranked as the master ranks a run&#x27;s finished models" in page
+    assert f"<tr><td>1</td><td>{mid}</td><td>-</td><td>0.5000</td>" in page  # rank, id, predicted, best
+    assert "<h2>Audits</h2>" in page and "No model of this run has been audited" in page
+    assert "; software " in page
+    assert "not rates of work" in page  # the score chart's caption: why two lines sit above FLOPS
     for external in ("<script", "<link", 'src="http', 'href="http'):  # nothing fetched from the web
         assert external not in page
 
