@@ -126,6 +126,7 @@ def _write(text: str, out: Optional[Path]) -> None:
         out.write_text(text, encoding="utf-8")
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror}")
+    print(f"wrote {out} ({len(text.encode('utf-8')):,} bytes)")
 
 
 @control_command(json_option=False)

@@ -73,12 +73,24 @@ def api_exit_code(status_name: str) -> ExitCode:
     return _API_EXIT.get(status_name, ExitCode.BUG)
 
 
+def unreachable_cause(details: str) -> str:
+    """What gRPC's details of an unanswered call say, in words: a name that does not resolve, nothing
+    listening, or (anything else) no answer."""
+    lowered = details.lower()
+    if any(w in lowered for w in ("resolv", "name or service not known", "domain name not found")):
+        return ("unreachable: its host name does not resolve (check --master / AIPERF_MASTER; a Kubernetes "
+                "Service not yet in DNS resolves later)")
+    if "connection refused" in lowered:
+        return "unreachable: nothing listens there (connection refused): is `aiperf master serve` running?"
+    return "unreachable, try again later"
+
+
 def fail_api(master: str, exc: Any, token: str = "token") -> NoReturn:
     """One line for a failed call to `master` (an aiperf.api ApiError), with its exit code."""
     name = exc.code.name
     details = " ".join(exc.details.split()) if exc.details else "no answer"
     if name in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
-        fail(f"master {master} unreachable, try again later ({details})", ExitCode.UNAVAILABLE)
+        fail(f"master {master} {unreachable_cause(details)} ({details})", ExitCode.UNAVAILABLE)
     if name == "UNAUTHENTICATED":
         fail(f"master {master} refused the {token}: {details}", ExitCode.REFUSED)
     code = api_exit_code(name)

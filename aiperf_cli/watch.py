@@ -6,7 +6,8 @@ CI, a Kubernetes Job), and waiting for its end.
 
 `aiperf wait` returns when the run is over (finished or aborted): exit 0 when it is
 valid, 5 (ExitCode.INVALID) when it is not, 6 (ExitCode.TIMEOUT) when --timeout
-passed first; a master that stops answering is retried until the timeout (then 3).
+passed first; a master that does not answer the first call is exit 3 at once, one
+that stops answering later (a restart) is retried until the timeout (then 3).
 """
 
 from __future__ import annotations
@@ -74,8 +75,8 @@ def follow(client: Any, run: int, how: Follow) -> Optional[dict[str, Any]]:
             d = scoreboard_to_dict(client.scoreboard(run))
             how.unreachable.clear()
         except ApiError as exc:
-            if exc.code.name not in _TRANSIENT:
-                raise
+            if exc.code.name not in _TRANSIENT or last_line is None:
+                raise  # a master never reached is a wrong address or one not started: say so at once
             how.unreachable[:] = [exc]  # retried: a master restarting comes back
             d = None
         now = how.clock()

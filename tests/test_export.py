@@ -69,7 +69,7 @@ def test_json_export_holds_scoreboard_timeline_and_every_model(runs, capsys, mon
 def test_csv_tables(runs, capsys, tmp_path):
     out = tmp_path / "models.csv"
     rc, text, err = run(capsys, "export", "--run", "1", "--format", "csv", "--out", str(out))
-    assert rc == 0 and text == "", err
+    assert rc == 0 and text == f"wrote {out} ({out.stat().st_size:,} bytes)\n", err
     rows = list(csv.DictReader(out.open()))
     by_id = {int(r["model_id"]): r for r in rows}
     m1, m2 = runs["models"]

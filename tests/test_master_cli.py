@@ -131,7 +131,7 @@ def test_unreachable_master_and_wrong_token(cli, capsys, monkeypatch):
         s.bind(("127.0.0.1", 0))
         free = s.getsockname()[1]
     rc, _, err = run(capsys, "status", "--master", f"127.0.0.1:{free}")
-    assert rc == 3 and "unreachable, try again later" in err and len(err.strip().splitlines()) == 1
+    assert rc == 3 and "unreachable: nothing listens there" in err and len(err.strip().splitlines()) == 1
     rc, _, err = run(capsys, "status", "--admin-token", "wrong")
     assert rc == 4 and "refused the admin token" in err
 

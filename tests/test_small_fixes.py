@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from aiperf_cli.audit import chosen, why_audited
 
 
@@ -13,3 +15,104 @@ def test_audit_says_why_it_audits_a_model_beyond_the_top():
     assert [m.model_id for _, m in picked] == [5, 9]
     assert why_audited(1, 1) == "rank 1 of the run's models"
     assert why_audited(3, 1) == "behind the regulated score (rank 3, below the top 1)"
+
+
+def test_a_taken_port_is_one_line_before_the_database_is_touched(tmp_path, capfd):
+    import socket
+
+    from aiperf_cli.main import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        rc = main(["master", "serve", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(tmp_path / "d")])
+    out, err = capfd.readouterr()  # the file descriptors: a C++ log line would be here too
+    assert rc == 2 and err == f"aiperf: error: cannot listen on 127.0.0.1:{port}: the port is in use (another " \
+                              f"master or service; pick another --port)\n"
+    assert not (tmp_path / "d" / "master.db").exists()  # nothing migrated for a master that cannot start
+
+
+def test_choice_errors_name_the_closest_choice(capsys):
+    from aiperf_cli.main import main
+
+    assert main(["start", "--duration", "1h", "--profile", "smok"]) == 2
+    err = capsys.readouterr().err
+    assert "Value error" not in err and err.strip().endswith("'smok' is not one of 'official', 'smoke'; did you "
+                                                            "mean 'smoke'?")
+    assert main(["models", "--state", "xyz"]) == 2
+    assert "did you mean" not in capsys.readouterr().err  # nothing close: nothing suggested
+
+
+def test_help_shows_package_extras_and_serve_names_its_token_variables(capsys, monkeypatch):
+    from aiperf_cli.main import main
+
+    monkeypatch.setenv("COLUMNS", "300")  # one help line per option
+    assert main(["worker", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "needs aiperf[object-store]" in out and "needs aiperf[jax]" in out  # not eaten as rich markup
+    assert main(["master", "serve", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "AIPERF_TOKEN" in out and "AIPERF_ADMIN_TOKEN" in out
+
+
+def test_tensorflow_and_grpc_are_quiet_below_info(monkeypatch):
+    import os
+
+    from aiperf_cli.worker import quiet_tensorflow
+
+    for level, tf in (("warning", "3"), ("error", "3"), ("info", "2"), ("debug", "0")):
+        monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+        monkeypatch.delenv("GRPC_VERBOSITY", raising=False)
+        quiet_tensorflow(level)
+        assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == tf
+        assert os.environ.get("GRPC_VERBOSITY") == (None if level == "debug" else "ERROR")
+
+
+def test_the_worker_reads_the_token_the_master_wrote_in_the_current_directory(tmp_path, monkeypatch):
+    from aiperf_cli.options import UsageError
+    from aiperf_cli.worker import _token
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="run where .aiperf/worker.token is"):
+        _token(None, None)
+    (tmp_path / ".aiperf").mkdir()
+    (tmp_path / ".aiperf" / "worker.token").write_text("w-secret\n")
+    assert _token(None, None) == "w-secret"
+    assert _token("given", None) == "given"  # an explicit token wins
+
+
+def test_readme_ranges_are_the_clis():
+    from pathlib import Path
+
+    from aiperf.limits import MAX_ID, MAX_SEED
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    power = {2**31 - 1: "2^31-1", 2**63 - 1: "2^63-1"}
+    assert f"run ids\n0..{power[MAX_ID]}" in readme and f"seeds\n0..{power[MAX_SEED]}" in readme
+
+
+def test_the_slurm_script_names_the_token_file_the_master_writes():
+    from pathlib import Path
+
+    from master.rpc.tokens import WORKER_TOKEN_FILE
+
+    script = (Path(__file__).resolve().parents[1] / "slurm" / "aiperf-workers.sbatch").read_text()
+    assert f".aiperf/{WORKER_TOKEN_FILE}" in script and "worker-token" not in script
+
+
+@pytest.mark.parametrize("master, cause", [
+    ("no-such-host.invalid:50051", "its host name does not resolve"),
+    ("127.0.0.1:{port}", "nothing listens there (connection refused)"),
+])
+def test_an_unresolvable_name_and_a_master_not_started_say_so(capsys, master, cause):
+    import socket
+
+    from aiperf_cli.main import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rc = main(["status", "--master", master.format(port=port), "--admin-token", "x"])
+    err = capsys.readouterr().err
+    assert rc == 3 and cause in err and len(err.strip().splitlines()) == 1, err
