@@ -19,6 +19,7 @@ choice, in aiperf_cli.values.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -83,6 +84,9 @@ def start_cmd(
                    warmup_rounds=warmup_rounds, min_workers=min_workers, allow_concurrent=allow_concurrent,
                    deterministic=deterministic, inherit=not no_inherit, keep_checkpoints=keep_checkpoints)
     d = run_info_to_dict(run)
+    short = short_run_warning(d)
+    if short:
+        print(f"aiperf: warning: {short}", file=sys.stderr)
     ctl.show(d, lambda: f"run {d['run_id']} {d['state']}: profile {d['profile']}, duration "
                         f"{format_duration(d['duration_s'])}, seed {d['seed']}, precision {d['precision']}, "
                         f"XLA {'on' if d['xla'] else 'off'}"
@@ -100,6 +104,16 @@ def stop_cmd(
     """Stop the current run (or --run ID)."""
     d = run_info_to_dict(ctl.call(ctl.client().stop_run, run, abort=abort, reason=reason))
     ctl.show(d, lambda: f"run {d['run_id']} {d['state']}")
+
+
+def short_run_warning(d: dict[str, Any]) -> str | None:
+    """Why a run just started cannot be valid, when its duration is below its profile's minimum
+    running time (the master refuses that only for official runs: a smoke run may be a quick look)."""
+    if d["duration_s"] >= d["min_running_time_s"]:
+        return None
+    return (f"run {d['run_id']} lasts {format_duration(d['duration_s'])}, less than the {d['profile']} profile's "
+            f"minimum running time of {format_duration(d['min_running_time_s'])}: it cannot be valid "
+            f"(its running-time rule will fail)")
 
 
 STATUS_WORKERS = 50  # `aiperf status` lists this many workers; `aiperf workers --limit` shows more

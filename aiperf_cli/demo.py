@@ -23,7 +23,9 @@ import typer
 from aiperf_cli.options import ExitCode, fail, fail_api
 from aiperf_cli.options import console as make_console
 from aiperf_cli.report import fetch_report
+from aiperf_cli.control import short_run_warning
 from aiperf_cli.explain import summary_line
+from aiperf_cli.records import run_info_to_dict
 from aiperf_cli.tables import progress_table, scoreboard_view
 from aiperf_cli.values import DEMO_MINUTES, PORT, PROGRESS_SECONDS, SEED, Backend, float_option, int_option
 from aiperf_cli.watch import DEFAULT_INTERVAL_S, Follow, follow
@@ -115,6 +117,9 @@ def _run(console: "Console", control: "ControlClient", workdir: Path, minutes: f
     returns the scoreboard dict."""
     run = control.start_run(duration_s=minutes * 60, profile="smoke", seed=seed, min_workers=1,
                             deterministic=deterministic, inherit=inherit)
+    short = short_run_warning(run_info_to_dict(run))
+    if short:
+        console.print(f"[yellow]note[/yellow]: {short}")
     _watch(console, control, run.config.run_id, worker, interval)
     console.print()
     _audit(console, control, run.config.run_id, workdir)

@@ -99,7 +99,8 @@ def to_mllog(data: dict[str, Any], org: str, platform: Optional[str], status: st
     except ModuleNotFoundError as exc:
         if exc.name != "mlperf_logging" and not (exc.name or "").startswith("mlperf_logging."):
             raise
-        fail("--format mllog needs the mlperf-logging package: pip install 'aiperf[export]'")
+        fail("--format mllog needs the mlperf-logging package: pip install 'aiperf[export]' (in a source tree's "
+             ".venv: make install-export, which keeps its editable install)")
     return mllog.to_mllog(data, mllog.Submission(org=org, platform=platform, status=status))
 
 

@@ -116,3 +116,28 @@ def test_an_unresolvable_name_and_a_master_not_started_say_so(capsys, master, ca
     rc = main(["status", "--master", master.format(port=port), "--admin-token", "x"])
     err = capsys.readouterr().err
     assert rc == 3 and cause in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_smoke_run_shorter_than_its_minimum_is_started_with_a_warning(master_server, monkeypatch, capsys):
+    from aiperf_cli.main import main
+
+    h = master_server()
+    monkeypatch.setenv("AIPERF_MASTER", h.address)
+    monkeypatch.setenv("AIPERF_ADMIN_TOKEN", h.admin_token)
+    assert main(["start", "--duration", "60s", "--profile", "smoke"]) == 0
+    err = capsys.readouterr().err
+    assert err == ("aiperf: warning: run 1 lasts 0:01:00, less than the smoke profile's minimum running time of "
+                   "0:02:00: it cannot be valid (its running-time rule will fail)\n")
+    assert main(["stop", "--abort"]) == 0
+    assert main(["start", "--duration", "2m", "--profile", "smoke"]) == 0
+    assert "warning" not in capsys.readouterr().err  # long enough: nothing to say
+
+
+def test_the_export_extra_has_a_make_target_that_keeps_the_editable_install():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    make = (root / "Makefile").read_text()
+    assert "install-export: $(STAMP)\n\t$(PY) -m pip install -q -e '.[worker,jax,test,export]'" in make
+    assert "make install-export" in (root / "README.md").read_text()
+    assert "make install-export" in (root / "aiperf_cli" / "export.py").read_text()
