@@ -39,7 +39,7 @@ def progress_line(d: dict[str, Any], now: Optional[float] = None) -> str:
     stamp = datetime.datetime.fromtimestamp(time.time() if now is None else now, datetime.timezone.utc)
     models = d["models"]
     acc = d["best_accuracy"]
-    label = "final" if d.get("final") else "provisional" if d["provisional"] else "counted"
+    label = "final" if d.get("final") else "provisional" if d["provisional"] else "so far"
     return (f"{stamp:%H:%M:%SZ} run {d['run_id']} {d['state']}: elapsed {units.duration(d['elapsed_s'])} of "
             f"{units.duration(d['duration_s'])}; models {models.get(ModelState.DONE, 0)} done, "
             f"{models.get(ModelState.TRAINING, 0)} training; FLOPS {units.flops(d['flops'])}; score "

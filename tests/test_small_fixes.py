@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from aiperf.api import aiperf_pb2 as pb
 from aiperf_cli.audit import chosen, why_audited
 
 
@@ -141,3 +142,36 @@ def test_the_export_extra_has_a_make_target_that_keeps_the_editable_install():
     assert "install-export: $(STAMP)\n\t$(PY) -m pip install -q -e '.[worker,jax,test,export]'" in make
     assert "make install-export" in (root / "README.md").read_text()
     assert "make install-export" in (root / "aiperf_cli" / "export.py").read_text()
+
+
+def test_a_worker_that_says_it_leaves_is_lost_at_the_next_tick_not_15_s_later(master_server):
+    import time
+
+    from aiperf.api.client import ControlClient, WorkerClient
+
+    h = master_server()  # heartbeats every 5 s: lost after 15 s of silence
+    with WorkerClient(h.address, h.worker_token) as w, ControlClient(h.address, h.admin_token) as c:
+        stays = w.register(name="stays", host="a").worker_id
+        leaves = w.register(name="leaves", host="b").worker_id
+        w.heartbeat(leaves, leaving=True)  # the last beat of a worker stopped by SIGTERM
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            states = {x.worker_id: x.state for x in c.list_workers().workers}
+            if states[leaves] == pb.WORKER_LOST:
+                break
+            time.sleep(0.1)
+        assert states == {stays: pb.WORKER_ALIVE, leaves: pb.WORKER_LOST}
+        w.heartbeat(leaves)  # it may come back: alive again
+        assert {x.worker_id: x.state for x in c.list_workers().workers}[leaves] == pb.WORKER_ALIVE
+
+
+def test_heartbeats_count_a_leaving_worker_lost_however_recent_its_beat():
+    from master.core.heartbeats import Heartbeats
+
+    hb = Heartbeats([], 0.0)
+    hb.registered(1, 100.0)
+    hb.registered(2, 100.0)
+    hb.leave(2)
+    assert hb.mark_silent(101.0, 15.0) == {2: 1.0}  # 1 s after its last beat, not 15
+    assert hb.mark_silent(101.0, 15.0) == {}  # once
+    assert hb.is_alive(1) and not hb.is_alive(2)

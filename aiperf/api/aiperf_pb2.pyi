@@ -383,12 +383,14 @@ class RegisterResponse(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., has_run: _Optional[bool] = ..., run: _Optional[_Union[RunInfo, _Mapping]] = ..., master_time: _Optional[float] = ..., api_version: _Optional[_Union[ApiVersion, str]] = ..., abandoned_model_ids: _Optional[_Iterable[int]] = ..., credential: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("worker_id", "model_id")
+    __slots__ = ("worker_id", "model_id", "leaving")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    LEAVING_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     model_id: int
-    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ...) -> None: ...
+    leaving: bool
+    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., leaving: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("has_run", "run", "master_time", "heartbeat_interval_s", "worker_state")

@@ -306,7 +306,7 @@ RULES: dict[Any, dict[str, Rule]] = {
         "cpu_model": Text(MAX_MODEL_NAME_CHARS),
         "backend": Enum(pb.Backend),  # UNSPECIFIED: a worker from before the field (TensorFlow)
     },
-    pb.HeartbeatRequest: {"worker_id": _ID, "model_id": _ID_OR_0},
+    pb.HeartbeatRequest: {"worker_id": _ID, "model_id": _ID_OR_0, "leaving": None},
     pb.ProgressReport: {
         "worker_id": _ID,
         "model_id": _ID,

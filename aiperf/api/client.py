@@ -279,10 +279,11 @@ class WorkerClient(_Client):
             self._by_name[name] = reply.credential
         return reply
 
-    def heartbeat(self, worker_id: int, model_id: int = 0) -> pb.HeartbeatResponse:
-        """Say alive; the reply carries the run (state, config) and the worker's state.
+    def heartbeat(self, worker_id: int, model_id: int = 0, leaving: bool = False) -> pb.HeartbeatResponse:
+        """Say alive (leaving: the last beat of a worker that stops, which the master then counts
+        lost at once); the reply carries the run (state, config) and the worker's state.
         Sent on the client's Connect stream of this worker; retried on transient failures."""
-        return self._stream_for(worker_id).heartbeat(worker_id, model_id)
+        return self._stream_for(worker_id).heartbeat(worker_id, model_id, leaving)
 
     def get_history(
         self, worker_id: int, since_model_id: int = 0, run_id: int = 0, limit: int = 0, ranking: bool = True

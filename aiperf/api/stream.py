@@ -96,9 +96,10 @@ class WorkerStream:
         self._open: _OpenStream | None = None
         self._closed = False
 
-    def heartbeat(self, worker_id: int, model_id: int = 0) -> pb.HeartbeatResponse:
+    def heartbeat(self, worker_id: int, model_id: int = 0, leaving: bool = False) -> pb.HeartbeatResponse:
         """As WorkerClient.heartbeat."""
-        msg = pb.WorkerMessage(heartbeat=pb.HeartbeatRequest(worker_id=worker_id, model_id=model_id))
+        msg = pb.WorkerMessage(heartbeat=pb.HeartbeatRequest(worker_id=worker_id, model_id=model_id,
+                                                             leaving=leaving))
         return self._retrying("Heartbeat", msg, worker_id).heartbeat
 
     def report_progress(self, worker_id: int, model_id: int, seq: int, images_trained: int, images_validated: int,

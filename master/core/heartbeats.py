@@ -36,6 +36,7 @@ class Heartbeats:
         self._unwritten: dict[int, float] = {}
         self._lost: set[int] = set()
         self._back: set[int] = set()  # lost workers that beat again, not written yet
+        self._leaving: set[int] = set()  # said their last beat: lost at the next mark_silent
         # A restarted master gives every known alive worker a fresh grace period.
         for w in workers:
             self.learn(w, now)
@@ -60,10 +61,17 @@ class Heartbeats:
             self._last[worker_id] = now
             self._unwritten.pop(worker_id, None)
             self._lost.discard(worker_id)
+            self._leaving.discard(worker_id)
+
+    def leave(self, worker_id: int) -> None:
+        """The worker said it stops: the next mark_silent counts it lost, however recent its beat."""
+        with self._lock:
+            self._leaving.add(worker_id)
 
     def beat(self, worker_id: int, now: float) -> bool:
         """Record a heartbeat; True when the worker was lost until now."""
         with self._lock:
+            self._leaving.discard(worker_id)
             was_lost = worker_id in self._lost
             self._last[worker_id] = now
             self._unwritten[worker_id] = now
@@ -101,8 +109,10 @@ class Heartbeats:
     def mark_silent(self, now: float, limit_s: float) -> dict[int, float]:
         """Workers silent for more than limit_s become lost; returns them with their silence in seconds."""
         with self._lock:
-            lost = {w: now - t for w, t in self._last.items() if w not in self._lost and now - t > limit_s}
+            lost = {w: now - t for w, t in self._last.items()
+                    if w not in self._lost and (now - t > limit_s or w in self._leaving)}
             self._lost.update(lost)
+            self._leaving.difference_update(lost)
         return lost
 
     def not_lost(self, worker_ids: Iterable[int], beats: dict[int, float]) -> None:
