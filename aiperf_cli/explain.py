@@ -102,7 +102,7 @@ def score_notes(d: dict[str, Any]) -> list[str]:
         f"({units.duration(d['min_running_time_s'])}): {units.operations(d['total_ops'])} counted by the master "
         f"over {units.duration(d['elapsed_s'])}; the highest at {units.duration(d['score_time_s'])}.",
         f"[2] Regulated score = max -ln(Error(t)) x FLOPS(t) (AIPerf, Eq. 3): with Error {err:.4f}, "
-        f"-ln(Error) = {weight:.3g}; it exceeds the score whenever Error < 1/e = {REGULATED_BREAK_EVEN_ERROR:.3f} "
+        f"-ln(Error) = {weight:.2f}; it exceeds the score whenever Error < 1/e = {REGULATED_BREAK_EVEN_ERROR:.3f} "
         "(a weighted score, not a rate of work).",
         f"[3] Valid FLOPS = max FLOPS(t) x (accuracy / target)^{VALID_FLOPS_EXPONENT} (HPC AI500 v3): accuracy "
         f"{'-' if acc is None else f'{acc:.4f}'}, target {target or '-'}, factor "

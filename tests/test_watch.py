@@ -141,3 +141,30 @@ def test_progress_line_of_a_finished_valid_run():
 
     line = progress_line(scoreboard_to_dict(board(pb.RUN_FINISHED, 300.0, valid=True)), now=0.0)
     assert line.startswith("00:00:00Z run 7 finished: elapsed 0:05:00 of 0:05:00;") and "(final)" in line
+
+
+class Worker:
+    returncode = None
+
+    def poll(self):
+        return None
+
+
+def test_the_demo_shows_a_live_table_on_a_terminal_and_lines_elsewhere(capsys):
+    import io
+
+    from rich.console import Console
+
+    from aiperf_cli import demo
+
+    client = ScriptedClient([board(pb.RUN_RUNNING, 10.0), board(pb.RUN_FINISHED, 300.0, valid=True)])
+    screen = io.StringIO()
+    demo._watch(Console(file=screen, force_terminal=True, width=100), client, 7, Worker(), 1.0)
+    shown = screen.getvalue()
+    assert "AIPerf run 7 (smoke, unofficial)" in shown and "3.70 GFLOPS" in shown and "valid" in shown
+    assert capsys.readouterr().out == ""  # on a terminal: the table, no progress lines
+
+    client = ScriptedClient([board(pb.RUN_FINISHED, 300.0, valid=True)])
+    demo._watch(Console(file=io.StringIO(), force_terminal=False), client, 7, Worker(), 1.0)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and "run 7 finished" in lines[0] and "valid: yes" in lines[0]
