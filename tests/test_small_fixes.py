@@ -175,3 +175,55 @@ def test_heartbeats_count_a_leaving_worker_lost_however_recent_its_beat():
     assert hb.mark_silent(101.0, 15.0) == {2: 1.0}  # 1 s after its last beat, not 15
     assert hb.mark_silent(101.0, 15.0) == {}  # once
     assert hb.is_alive(1) and not hb.is_alive(2)
+
+
+def test_tables_fold_long_cells_instead_of_cutting_them():
+    import io
+
+    from rich.console import Console
+
+    from aiperf_cli.tables import audits_table, models_table, runs_table
+
+    hp = {"batch_size": 448, "kernel_size": 7}
+    models = [{"model_id": 2**31 - 1, "parent_id": 2**31 - 2, "worker_id": 123456, "round": 99999, "state": state,
+               "hyperparameters": hp, "best_accuracy": 0.91944, "predicted_accuracy": 0.84173,
+               "graph_hash": "ab" * 32} for state in ("abandoned", "cut", "training")]
+    runs = [{"run_id": 1, "state": "stopping", "profile": "official", "seed": 2**63 - 1, "precision": "mixed_bf16",
+             "duration_s": 30 * 86400.0, "started_at": 1.8e9, "stop_reason": "deadline reached " * 3}]
+    audits = [{"model_id": 7, "why": "behind the regulated score (rank 12, below the top 3)", "claimed_accuracy": 0.9,
+               "audited_accuracy": 0.85, "architecture_ok": True, "verdict": "failed", "detail": "x" * 300,
+               "claimed_images_per_second": 12345.0, "audited_images_per_second": 6789.0}]
+    for table in (models_table(1, 3, models), runs_table(runs, 1), audits_table(1, audits)):
+        out = io.StringIO()
+        Console(file=out, width=80).print(table)
+        text = out.getvalue()
+        assert "…" not in text, text  # nothing cut: long cells wrap onto more lines
+        wide = io.StringIO()
+        Console(file=wide, width=160).print(table)  # a log's width (aiperf_cli.options.LOG_COLUMNS)
+        assert "…" not in wide.getvalue()
+    out = io.StringIO()
+    Console(file=out, width=160).print(models_table(1, 3, models))
+    assert "abandoned" in out.getvalue() and "2147483647" in out.getvalue() and "0.9194" in out.getvalue()
+
+
+def test_goodbye_is_sent_or_given_up_within_its_timeout(master_server):
+    import socket
+    import time
+
+    from aiperf.api.client import ControlClient, WorkerClient
+
+    h = master_server()
+    with WorkerClient(h.address, h.worker_token) as w, ControlClient(h.address, h.admin_token) as c:
+        wid = w.register(name="n", host="n").worker_id
+        assert w.connect().goodbye(wid, 5.0) is True
+        deadline = time.monotonic() + 5
+        while c.list_workers().workers[0].state != pb.WORKER_LOST and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert c.list_workers().workers[0].state == pb.WORKER_LOST
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with WorkerClient(f"127.0.0.1:{port}", "t") as gone:
+        start = time.monotonic()
+        assert gone.connect().goodbye(1, 0.5) is False  # nobody there: the stop is not held
+        assert time.monotonic() - start < 2.0

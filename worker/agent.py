@@ -175,30 +175,14 @@ class Agent:
         finally:
             self._stop.set()
             hb.join(timeout=self.heartbeat_interval_s + 1)
-            self._say_goodbye()
+            if self.worker_id and not self._lost.is_set():  # lost at once, not alive for 3 intervals
+                self.stream.goodbye(self.worker_id, GOODBYE_S)
             self.stream.close()
             self.client.close()
             if self._stop_reason:  # what a signal's grace period got: the log line an operator reads
                 log.info("event=stopped reason=%s drain_s=%.1f rounds=%d", self._stop_reason,
                          time.monotonic() - self._stop_requested_at, self.rounds_done)
             self.inheritance.close()
-
-    def _say_goodbye(self) -> None:
-        """The last heartbeat, `leaving`: the master counts this worker lost at once rather than
-        showing it alive for LOST_AFTER_BEATS intervals. Best effort: the master may be gone."""
-        if not self.worker_id or self._lost.is_set():
-            return
-
-        def send() -> None:
-            try:
-                self.stream.heartbeat(self.worker_id, 0, leaving=True)
-            except ApiError as exc:
-                log.info("event=goodbye_unsent code=%s", exc.code.name)
-
-        # a master that does not answer must not hold the stop (retries): GOODBYE_S at most
-        sender = threading.Thread(target=send, name="goodbye", daemon=True)
-        sender.start()
-        sender.join(GOODBYE_S)
 
     # -- registration and heartbeat ---------------------------------------
     def _register(self) -> None:
