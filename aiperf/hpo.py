@@ -116,14 +116,18 @@ def choose_hyperparameters(profile: Profile, round_index: int, history: HyperHis
     (`warmup_from_parent`, as the original) and `parent` is given, source
     "parent"; a value outside this worker's space (another worker's memory gave
     the parent another batch size) is replaced by the profile's default. Else
-    ``(profile.default_hyperparameters(), "default")``. After warm-up
+    ``(profile.default_hyperparameters(), "default")``. After warm-up the same for
+    an architecture's first trial when it has several (`Profile.trial`), else
     ``(Tuner(profile, history).propose(seed), "tpe")``: vary the seed per round.
     Pass a profile already scaled to the accelerator (`Profile.for_accelerator_memory`).
     """
     if round_index < 1:
         raise ValueError(f"round index must be >= 1, got {round_index!r}")
     warmup = profile.warmup_rounds if warmup_rounds is None else warmup_rounds
-    if round_index <= warmup:
+    # An architecture's first training after warm-up, when it has more (trials_per_architecture
+    # >= 2), starts from its parent's as in warm-up: the original's "init point" before TPE.
+    first_of_several = profile.trials_per_architecture > 1 and profile.trial(round_index, warmup) == 1
+    if round_index <= warmup or first_of_several:
         if parent is not None and profile.warmup_from_parent:
             return inherited_hyperparameters(profile, parent), "parent"
         return profile.default_hyperparameters(), "default"

@@ -55,6 +55,7 @@ MAX_GRAPH_LAYERS = 10_000       # ResNet-50 has 175
 MAX_FLOPS_PER_IMAGE = 10**13    # ResNet-50 at 224 px: 2.3e10 per trained image
 MAX_ROUND = 10**7
 MAX_BATCH_SIZE = 65536          # per accelerator; TPE's largest choice is 448
+MAX_TRIALS_PER_ARCHITECTURE = 10  # a profile's trainings of one architecture after warm-up (the original: 2)
 MAX_EPOCH = 10**6
 MAX_IMAGES_PER_REPORT = 2**40
 MAX_OPS_PER_REPORT = 2**62      # master's and worker's count of one report: sums of a few fit in BIGINT
@@ -112,6 +113,7 @@ LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_FLOPS_PER_IMAGE", "master-counted operations per trained image of a model"),
     ("MAX_ROUND", "a worker's round"),
     ("MAX_BATCH_SIZE", "batch size per accelerator"),
+    ("MAX_TRIALS_PER_ARCHITECTURE", "a profile's trainings of one architecture after warm-up"),
     ("MAX_EPOCH", "a report's epoch"),
     ("MAX_IMAGES_PER_REPORT", "images trained, and images validated, in one report"),
     ("MAX_OPS_PER_REPORT", "operations of one report, the master's count and the worker's"),

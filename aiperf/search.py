@@ -239,8 +239,10 @@ def _fit(fitted: Sequence[HistoryEntry], cache: DistanceCache,
 
 
 def _fit_set(history: Sequence[HistoryEntry]) -> list[HistoryEntry]:
-    """Entries with an accuracy, one per architecture (mean accuracy, lowest model id),
-    ranked best first (ties: lower model id)."""
+    """Entries with an accuracy, one per architecture (its best accuracy, lowest model id),
+    ranked best first (ties: lower model id). An architecture trained more than once (its
+    trials, each with other hyperparameters) counts by its best trial, as the original
+    reported the best of an architecture's trials to its search."""
     groups: dict[str, list[HistoryEntry]] = {}
     for e in sorted(history, key=lambda e: e.model_id):
         if e.accuracy is None:
@@ -248,7 +250,7 @@ def _fit_set(history: Sequence[HistoryEntry]) -> list[HistoryEntry]:
         if not math.isfinite(e.accuracy):
             raise ValueError(f"model {e.model_id}: accuracy must be finite, got {e.accuracy}")
         groups.setdefault(e.hash, []).append(e)
-    out = [HistoryEntry(g[0].model_id, g[0].graph, sum(x.accuracy for x in g) / len(g), h)  # type: ignore[misc]
+    out = [HistoryEntry(g[0].model_id, g[0].graph, max(x.accuracy for x in g), h)  # type: ignore[type-var]
            for h, g in groups.items()]
     out.sort(key=lambda e: (-e.accuracy, e.model_id))  # type: ignore[operator]
     return out

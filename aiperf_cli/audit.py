@@ -106,6 +106,11 @@ def audit_cmd(
     select_backend(backend.value)
     kind = dataset_format.value if dataset_format else None
     _check_dataset(dataset, kind, log_level.value)
+    if scratch is not None:
+        try:  # made here: the audit copies each checkpoint under it
+            scratch.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file in the way, no permission
+            fail(f"--scratch {scratch}: {exc.strerror or exc}")
     setup_logging(log_level.value)
     # TensorFlow's start-up lines (aiperf_cli/worker.py's docstring): shown on a crash or with --log-level debug
     run_id, rows = held_stderr(lambda: ctl.call(audit_run, ctl.client(), run, top, kind, dataset, scratch,

@@ -46,12 +46,16 @@ SGD_POLY_POWER = "sgd_opt_learning_rate_decay_poly_power"
 SGD_MOMENTUM = "sgd_opt_momentum"
 SGD_WEIGHT_DECAY = "sgd_opt_weight_decay"
 
-# Profile fields that are MLPerf hyperparameters, and the key each becomes.
-PROFILE_KEYS = {"learning_rate": SGD_BASE_LR, "momentum": SGD_MOMENTUM}
-# The rest of the recipe, as the worker trains (worker/steps.py: Keras SGD with momentum and
-# no weight decay, the learning rate linear, polynomial power 1, to 0 over each round's steps).
-RECIPE = {mc.OPT_NAME: mc.SGD, SGD_END_LR: 0.0, SGD_POLY_POWER: 1.0, SGD_WEIGHT_DECAY: 0.0,
-          mc.OPT_LR_WARMUP_EPOCHS: 0}
+# Profile fields that are MLPerf hyperparameters, and the key each becomes; the rest of the
+# training recipe (docs/spec.md, "The training recipe") has no MLPerf key and keeps the prefix.
+PROFILE_KEYS = {"learning_rate": SGD_BASE_LR, "momentum": SGD_MOMENTUM, "weight_decay": SGD_WEIGHT_DECAY,
+                "lr_decay": "aiperf_lr_decay", "label_smoothing": "aiperf_label_smoothing",
+                "early_stop_monitor": "aiperf_early_stop_monitor",
+                "early_stop_min_delta": "aiperf_early_stop_min_delta",
+                "trials_per_architecture": "aiperf_trials_per_architecture"}
+# The rest of the recipe, as the worker trains (worker/rounds.py: Keras SGD with momentum, the
+# learning rate linear, polynomial power 1, without warm-up; its end in `hyperparameters`).
+RECIPE = {mc.OPT_NAME: mc.SGD, SGD_POLY_POWER: 1.0, mc.OPT_LR_WARMUP_EPOCHS: 0}
 # Profile fields no MLPerf key describes: the search, the run's rules and the data. A new
 # Profile field must be added to PROFILE_KEYS or here (tests/test_mllog.py checks).
 NOT_MLPERF = frozenset({
@@ -104,8 +108,11 @@ def describe_platform(hardware: Iterable[dict[str, Any]]) -> str:
 
 
 def hyperparameters(profile: Profile) -> dict[str, Any]:
-    """The run-wide training hyperparameters under the ResNet rules' key names."""
-    return {**RECIPE, **{key: getattr(profile, name) for name, key in PROFILE_KEYS.items()}}
+    """The run-wide training hyperparameters under the ResNet rules' key names. The end learning
+    rate: 0 for "round" (each round ends at 0), the last epoch's lr/final_epochs for "max_epochs"."""
+    end = 0.0 if profile.lr_decay == "round" else profile.learning_rate_at(profile.final_epochs - 1,
+                                                                             profile.final_epochs)
+    return {**RECIPE, SGD_END_LR: end, **{key: getattr(profile, name) for name, key in PROFILE_KEYS.items()}}
 
 
 def unmapped_profile_fields() -> set[str]:

@@ -9,6 +9,7 @@ from typing import Any, Iterable
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import hyperparameters_dict
 from aiperf.api.enums import BACKENDS, MODEL_STATES, PRECISIONS, PROFILES, RUN_STATES, WORKER_STATES
+from aiperf.profiles import get_profile
 
 
 def run_info_to_dict(run: pb.RunInfo) -> dict[str, Any]:
@@ -27,6 +28,7 @@ def run_info_to_dict(run: pb.RunInfo) -> dict[str, Any]:
             "max_epochs_per_round": c.limits.max_epochs_per_round,
         },
         "warmup_rounds": c.warmup_rounds,
+        "recipe": recipe_of(PROFILES.get(c.profile, "unknown"), c.warmup_rounds),
         "min_workers": c.min_workers,
         "deterministic": c.deterministic,
         "xla": c.xla,
@@ -113,6 +115,21 @@ def run_status_to_dict(st: pb.RunStatus) -> dict[str, Any]:
         "unofficial_reasons": list(st.unofficial_reasons),
     })
     return d
+
+
+RECIPE_FIELDS = ("learning_rate", "lr_decay", "momentum", "label_smoothing", "weight_decay", "early_stop_monitor",
+                 "early_stop_min_delta", "trials_per_architecture")
+
+
+def recipe_of(profile_name: str, warmup_rounds: int = 0) -> dict[str, Any] | None:
+    """The training recipe a run's workers follow (its profile's, docs/spec.md "The training
+    recipe"), with the run's warm-up length (0: the profile's); None for an unknown profile."""
+    try:
+        profile = get_profile(profile_name)
+    except ValueError:
+        return None
+    return {**{name: getattr(profile, name) for name in RECIPE_FIELDS},
+            "warmup_rounds": warmup_rounds or profile.warmup_rounds}
 
 
 def scoreboard_to_dict(sb: pb.Scoreboard) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from aiperf_cli.format import format_flops
 from aiperf_cli.records import audit_to_dict, model_to_dict, scoreboard_to_dict, timeline_to_dict
 from aiperf_cli.tables import (
     accuracy_text, audit_text, downtime_text, efficiency_text, elapsed_text, measured_efficiency_text, rules_text,
-    run_title, score_label, software_text, stop_text,
+    recipe_text, run_title, score_label, software_text, stop_text,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -191,6 +191,7 @@ def _summary(b: dict[str, Any]) -> list[tuple[str, str]]:
         ("Workers / accelerators", f"{b['workers']} / {b['accelerators']}"),
         ("Profile / precision / XLA / seed", f"{b['profile']} / {b['precision']} / "
                                               f"{'on' if b['xla'] else 'off'} / {b['seed']}"),
+        ("Training recipe", recipe_text(b)),
     ]
 
 

@@ -72,6 +72,20 @@ def rules_text(d: dict[str, Any]) -> str:
     return recorded + (f"; this master scores by {now}" if now and now != d["rules_version"] else "")
 
 
+def recipe_text(d: dict[str, Any]) -> str:
+    """The run's training recipe in one line (docs/spec.md, "The training recipe")."""
+    r = d.get("recipe")
+    if not r:
+        return "unknown (not a known profile)"
+    decay = "linear to 0 over each round" if r["lr_decay"] == "round" else "linear per epoch over the longest round"
+    trials = ("1 per architecture (TPE's)" if r["trials_per_architecture"] == 1 else
+              f"{r['trials_per_architecture']} per architecture (the parent's, then TPE's)")
+    return (f"SGD lr {r['learning_rate']:g} ({decay}), momentum {r['momentum']:g}, label smoothing "
+            f"{r['label_smoothing']:g}, weight decay {r['weight_decay']:g} (kernels); early stop on "
+            f"{r['early_stop_monitor']} (min delta {r['early_stop_min_delta']:g}); {r['warmup_rounds']} warm-up "
+            f"rounds, then trials: {trials}")
+
+
 def elapsed_text(d: dict[str, Any]) -> str:
     """Time run so far and the minimum a valid run needs."""
     return f"{format_duration(d['elapsed_s'])} (minimum {format_duration(d['min_running_time_s'])})"
@@ -132,6 +146,7 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
          + "".join(f", {v} {k}" for k, v in d["models"].items() if k != ModelState.DONE and v)),
         ("Images", f"{d['images_trained']:,} trained, {d['images_validated']:,} validated"),
         ("Seed / precision", f"{d['seed']} / {d['precision']}"),
+        ("Training recipe", recipe_text(d)),
         ("Weight inheritance", "on (children start from their parent's weights)" if d.get("inherit")
          else "off (children train from scratch)"),
     ]

@@ -165,6 +165,10 @@ def worker_cmd(
                                             help="Serve GET /healthz on this port (all interfaces) for a "
                                                  "liveness probe: 200 while the heartbeat loop turns, else 503 "
                                                  "(default: not served)."),
+    phase_reports: bool = typer.Option(False, "--phase-reports", envvar="AIPERF_PHASE_REPORTS",
+                                       help="Also report after each round's first training step and each epoch's "
+                                            "last, so the master's timestamps delimit the training steps "
+                                            "(for benchmarks: benchmarks/gpu_e2e.py)."),
 ) -> None:
     """Run a worker: register with the master and train children while a run is running."""
     if not master:
@@ -177,7 +181,8 @@ def worker_cmd(
     _run_agent(master, token, name, dataset, kind, root, log_level.value, tls=tls,
                generator_processes=generator_processes, input_pipeline_cpus=input_pipeline_cpus,
                exit_when_run_ends=exit_when_done, measure_peak=measure_peak,
-               state_dir=state_dir.expanduser(), health_port=health_port, checkpoints=checkpoints)
+               state_dir=state_dir.expanduser(), health_port=health_port, checkpoints=checkpoints,
+               phase_reports=phase_reports)
 
 
 def _run_agent(master: str, token: str, name: Optional[str], dataset: Optional[str], kind: Optional[str],

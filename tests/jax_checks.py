@@ -218,6 +218,22 @@ def check_audit_and_peaks(out: dict[str, Any], directory: Path) -> None:
                     "backend": inv.backend, "accelerators": len(inv.accelerators), "software": sorted(inv.software)}
 
 
+def check_recipe(out: dict[str, Any]) -> None:
+    """The training recipe's figures (tests/recipe_checks.py) on JAX, as tests/test_recipe.py on TensorFlow."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from recipe_checks import first_step, recipe, schedule_rates, to_json, validation_loss
+
+    data = NumpyData(n_train=64, n_val=24)
+    out["recipe"] = {
+        "plain": to_json(first_step(recipe())),
+        "smoothed": to_json(first_step(recipe(label_smoothing=0.1))),
+        "decayed": to_json(first_step(recipe(weight_decay=0.01))),
+        "rates_round": schedule_rates(recipe(epochs_per_round=(2, 4)), 2, 3),
+        "rates_max_epochs": schedule_rates(recipe(epochs_per_round=(2, 4), lr_decay="max_epochs"), 2, 3),
+        "validation": validation_loss(recipe(label_smoothing=0.1), data, (data.x[64:], data.y[64:])),
+    }
+
+
 def main() -> int:
     block_tensorflow()
     sys.path.insert(0, str(ROOT))
@@ -229,6 +245,7 @@ def main() -> int:
         ("round", lambda: check_round(out)),
         ("precisions", lambda: check_precisions(out)),
         ("out_of_memory", lambda: check_out_of_memory(out)),
+        ("recipe", lambda: check_recipe(out)),
     ]
     if directory is not None:
         checks += [("inheritance", lambda: check_inheritance(out, directory)),

@@ -7,6 +7,8 @@ import threading
 import grpc
 import pytest
 import tenacity
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiperf.api.client import ApiError
 from worker.agent import Outbox, call_until_done, resource_samples
@@ -399,3 +401,103 @@ def test_a_deterministic_run_turns_tensorflow_op_determinism_on_and_back_off():
         assert not is_op_determinism_enabled()
     finally:
         set_determinism(False)
+
+
+def test_a_round_out_of_memory_lowers_the_batch_sizes_of_the_rounds_after(caplog):
+    from aiperf.profiles import SMOKE
+    from worker.rounds import OOM_REASON_PREFIX, profile_after_out_of_memory
+
+    assert "out of memory at batch size 128 per accelerator".startswith(OOM_REASON_PREFIX)
+    with caplog.at_level("WARNING", logger="worker.rounds"):
+        profile = profile_after_out_of_memory(SMOKE, 128)  # the smoke sizes 16-128: at most 115 kept
+    assert profile.batch_sizes == (16, 32, 64) and profile.default_hyperparameters().batch_size == 64
+    assert "event=batch_sizes_lowered failed_batch=128 batch_size=64" in caplog.text
+    profile = profile_after_out_of_memory(profile_after_out_of_memory(profile, 64), 32)
+    assert profile.batch_sizes == (16,)
+    with caplog.at_level("ERROR", logger="worker.rounds"):
+        assert profile_after_out_of_memory(profile, 16) is profile  # nothing smaller: kept, and said
+    assert "event=no_batch_size_fits failed_batch=16" in caplog.text
+
+
+def test_after_out_of_memory_on_an_h200_the_batch_steps_a_tenth_down():
+    from aiperf.profiles import OFFICIAL
+    from worker.rounds import batch_sizes_after_out_of_memory as after
+
+    # 140 GiB: the original's 12-14 images per GiB give 1680-1960 in steps of 8
+    h200 = OFFICIAL.for_accelerator_memory(140 * 2**30)
+    assert (min(h200.batch_sizes), h200.batch_size) == (1680, 1960)
+    assert after(h200.batch_sizes, 1960) == tuple(range(1680, 1761, 8))
+    assert after(tuple(range(1680, 1761, 8)), 1760) == (1680,)  # nothing at most 1584: the smallest below
+    assert after((1680,), 1680) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(1, 4096), min_size=1, max_size=40, unique=True), failed=st.integers(1, 8192))
+def test_after_out_of_memory_only_smaller_batches_are_kept(sizes, failed):
+    from worker.rounds import batch_sizes_after_out_of_memory as after
+
+    kept = after(sizes, failed)
+    if kept is None:
+        assert min(sizes) >= failed
+        return
+    assert set(kept) <= set(sizes) and max(kept) < failed and list(kept) == sorted(kept)
+    if any(b * 10 <= failed * 9 for b in sizes):
+        assert set(kept) == {b for b in sizes if b * 10 <= failed * 9}
+    else:
+        assert kept == (min(b for b in sizes if b < failed),)
+
+
+def test_after_warmup_an_architecture_trains_twice_the_parents_then_tpes(master_server, small_graph, monkeypatch):
+    """The original's maxTPEsearchNum 2: after warm-up a worker's round trains a new architecture
+    with its parent's hyperparameters, the next round the same architecture with TPE's."""
+    import dataclasses
+
+    from aiperf.api.client import ControlClient
+    from aiperf.hyperparameters import Hyperparameters
+    from aiperf.morphism import deeper_at
+    from aiperf.search import Candidate
+    from worker.agent import Outbox
+    from worker.trainer import TrainResult
+
+    class Pool:  # the generator pool's interface: the next new architecture
+        def __init__(self, graphs):
+            self.graphs, self.asked = list(graphs), []
+
+        def child(self, round_index, entries, timeout=None):
+            self.asked.append(round_index)
+            return self.graphs.pop(0)
+
+    monkeypatch.setattr("worker.trainer.prepare_round", lambda *args, **kwargs: None)  # no model: choices only
+    h = master_server()
+    with ControlClient(h.address, h.admin_token) as control:
+        control.start_run(600, profile="smoke", seed=1, warmup_rounds=1)
+    agent = _agent(h, "trials")
+    box = Outbox()
+    try:
+        agent._register()
+        ctx = agent._context(agent._wait_for_running_run())
+        ctx = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, trials_per_architecture=2))
+        first = agent._submit(small_graph, 0, 1, Hyperparameters(64, 5))
+        agent._finish(box, first, 1, TrainResult("done", (0.5, 0.6), 2, 100, 10, 1, 0.6, 0.65))
+        a, b = deeper_at(small_graph, "conv2_block1_out"), deeper_at(small_graph, "conv3_block1_out")
+        pool = Pool([Candidate(a, first), Candidate(b, first)])
+        planned = []
+        for round_index in (2, 3, 4):
+            basis = agent._basis(ctx, box)
+            assert basis.round_index == round_index
+            p = agent._plan(ctx, None, pool, basis)
+            planned.append(p)
+            assert agent._submit(p.graph, p.parent_id, round_index, p.hyper)
+        # round 2: a new architecture (the pool's) with its parent's hyperparameters
+        assert planned[0].graph.hash() == a.hash() and planned[0].parent_id == first
+        assert (planned[0].hyper, planned[0].source) == (Hyperparameters(64, 5), "parent")
+        # round 3: the same architecture and parent again, not asked of the pool, TPE's hyperparameters
+        assert planned[1].graph.hash() == a.hash() and planned[1].parent_id == first and planned[1].source == "tpe"
+        # round 4: the next new architecture
+        assert planned[2].graph.hash() == b.hash() and pool.asked == [2, 4] and planned[2].source == "parent"
+        agent._snapshot()
+        assert [m.graph_hash for m in sorted(agent._history.values(), key=lambda m: m.round)][1:] == [
+            a.hash(), a.hash(), b.hash()]
+    finally:
+        box.close()
+        _close(agent)

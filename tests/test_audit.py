@@ -380,3 +380,11 @@ def test_an_official_run_is_valid_only_when_its_regulated_model_passed(tmp_path)
 def test_the_verdict_rule(claimed, audited, images, expected):
     assert rule.verdict(claimed, audited, True, images) == expected
     assert rule.verdict(claimed, audited, False, images) == rule.WRONG_ARCHITECTURE
+
+
+def test_scratch_is_made_when_missing_and_a_file_in_the_way_is_exit_2(scenario, capsys, tmp_path):
+    code, out, _ = scenario.audit_cli(capsys, "--top", "1", "--scratch", str(tmp_path / "new" / "scratch"))
+    assert code == 0 and (tmp_path / "new" / "scratch").is_dir()
+    (tmp_path / "file").write_text("x")
+    code, _, err = scenario.audit_cli(capsys, "--top", "1", "--scratch", str(tmp_path / "file" / "scratch"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--scratch" in err

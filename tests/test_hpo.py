@@ -41,8 +41,34 @@ def test_warmup_starts_from_the_parents_hyperparameters_as_the_original():
     assert choose_hyperparameters(v100, 1, [], seed=1) == (v100.default_hyperparameters(), "default")
     off = dataclasses.replace(v100, warmup_from_parent=False)
     assert choose_hyperparameters(off, 1, [], seed=1, parent=parent) == (off.default_hyperparameters(), "default")
-    # after warm-up the parent no longer decides: TPE does
-    assert choose_hyperparameters(h100, 6, history_where_3_and_32_is_best(), seed=6, parent=parent)[1] == "tpe"
+    # after warm-up an architecture trains twice (the original's maxTPEsearchNum 2): first with its
+    # parent's hyperparameters (the original's init point), then with TPE's
+    assert choose_hyperparameters(h100, 6, history_where_3_and_32_is_best(), seed=6, parent=parent) == (
+        parent, "parent")
+    assert choose_hyperparameters(h100, 7, history_where_3_and_32_is_best(), seed=7, parent=parent)[1] == "tpe"
+
+
+def test_two_trials_per_architecture_after_warmup_the_first_from_the_parent():
+    parent = Hyperparameters(448, 5)
+    v100 = OFFICIAL.for_accelerator_memory(32 * 2**30)
+    hist = history_where_3_and_32_is_best()
+    sources = [choose_hyperparameters(v100, r, [], seed=r, parent=parent)[1] for r in range(1, 6)]
+    assert sources == ["parent"] * 5  # warm-up
+    assert [v100.trial(r) for r in range(1, 12)] == [1, 1, 1, 1, 1, 1, 2, 1, 2, 1, 2]
+    sources = [choose_hyperparameters(v100, r, hist, seed=r, parent=parent)[1] for r in range(6, 12)]
+    assert sources == ["parent", "tpe"] * 3
+    # without a trained parent the first trial takes the defaults, as warm-up does
+    assert choose_hyperparameters(v100, 8, hist, seed=8) == (v100.default_hyperparameters(), "default")
+    # a run's own warm-up length moves the trials with it
+    assert [v100.trial(r, warmup_rounds=2) for r in range(1, 7)] == [1, 1, 1, 2, 1, 2]
+    assert choose_hyperparameters(v100, 4, hist, seed=4, warmup_rounds=2, parent=parent)[1] == "tpe"
+    # three trials: the parent's, then two of TPE's
+    three = dataclasses.replace(v100, trials_per_architecture=3)
+    assert [choose_hyperparameters(three, r, hist, seed=r, parent=parent)[1] for r in range(6, 12)] == [
+        "parent", "tpe", "tpe"] * 2
+    # one trial (the smoke profile): TPE's from the first round after warm-up
+    assert SMOKE.trials_per_architecture == 1 and [SMOKE.trial(r) for r in range(1, 9)] == [1] * 8
+    assert choose_hyperparameters(SMOKE, 6, hist, seed=6, parent=Hyperparameters(32, 3))[1] == "tpe"
 
 
 def test_official_batch_space_is_12_to_14_times_gib_as_the_original():

@@ -165,3 +165,30 @@ def test_without_tensorflow_the_in_memory_kinds_read_as_their_tf_data_pipeline_d
     assert [len(x) for x, _ in epoch] == [100] * 14 + [37]
     labels = np.concatenate([y for _, y in epoch]).argmax(-1)
     assert sorted(labels) == sorted(np.concatenate([y.numpy() for _, y in dataset.train(100)]).argmax(-1))
+
+
+def test_the_training_recipe_on_jax(checked):
+    """The same figures as tests/test_recipe.py on TensorFlow: label smoothing, weight decay on the
+    kernels only, both learning-rate schedules and the validation loss, each against its formula."""
+    from tests.recipe_checks import LEARNING_RATE, smoothed_cross_entropy
+    from tests.test_recipe import kernel_squares
+
+    _ok(checked, "recipe")
+    r = checked["recipe"]
+    plain, smoothed, decayed = r["plain"], r["smoothed"], r["decayed"]
+    assert plain["loss"] == pytest.approx(smoothed_cross_entropy(plain["labels"], plain["predicted"], 0.0), rel=1e-6)
+    assert smoothed["loss"] == pytest.approx(smoothed_cross_entropy(smoothed["labels"], smoothed["predicted"], 0.1),
+                                             rel=1e-6)
+    assert smoothed["loss"] != pytest.approx(plain["loss"], rel=1e-4)
+    assert decayed["decayed"] == ["c1/kernel", "fc/kernel", "ins/kernel"]
+    assert decayed["loss"] - plain["loss"] == pytest.approx(0.005 * kernel_squares(plain["before"]), rel=1e-5)
+    for name in ("c1", "ins", "fc"):
+        np.testing.assert_allclose(np.subtract(decayed["after"][name][0], plain["after"][name][0]),
+                                   -LEARNING_RATE * 0.01 * np.asarray(plain["before"][name][0]), atol=1e-6)
+    for name in ("b1", "b2"):
+        np.testing.assert_array_equal(decayed["after"][name][:2], plain["after"][name][:2])
+    np.testing.assert_allclose(r["rates_round"], [LEARNING_RATE * (1 - s / 6) for s in range(6)], rtol=1e-6)
+    np.testing.assert_allclose(r["rates_max_epochs"], [LEARNING_RATE] * 3 + [LEARNING_RATE * 0.75] * 3, rtol=1e-6)
+    v = r["validation"]
+    assert v["state"] == "done" and v["val_losses"][0] == pytest.approx(
+        smoothed_cross_entropy(np.asarray(v["labels"]), np.asarray(v["predicted"]), 0.1), rel=1e-5)

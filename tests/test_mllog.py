@@ -4,6 +4,7 @@ checker, is in tests/test_export.py and tests/test_e2e.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -64,12 +65,19 @@ def test_every_profile_field_is_logged_or_declared_without_an_mlperf_key():
 
 
 def test_hyperparameters_are_the_profiles_and_the_workers_recipe():
-    # paper Table IV: "Optimizer: gradient descent with momentum", "Learning rate: 0.1"
+    # paper Table IV: "Optimizer: gradient descent with momentum", "Learning rate: 0.1"; the original's
+    # label smoothing 0.1, weight decay 1e-4, early stopping on val_loss (min_delta 0.001), 2 trials
     assert mllog.hyperparameters(OFFICIAL) == {
         "opt_name": "sgd", "sgd_opt_base_learning_rate": 0.1, "sgd_opt_momentum": 0.9,
         "sgd_opt_end_learning_rate": 0.0, "sgd_opt_learning_rate_decay_poly_power": 1.0,
-        "sgd_opt_weight_decay": 0.0, "opt_learning_rate_warmup_epochs": 0}
+        "sgd_opt_weight_decay": 1e-4, "opt_learning_rate_warmup_epochs": 0, "aiperf_lr_decay": "round",
+        "aiperf_label_smoothing": 0.1, "aiperf_early_stop_monitor": "val_loss",
+        "aiperf_early_stop_min_delta": 0.001, "aiperf_trials_per_architecture": 2}
     assert mllog.hyperparameters(SMOKE)["sgd_opt_base_learning_rate"] == SMOKE.learning_rate == 0.05
+    assert mllog.hyperparameters(SMOKE)["sgd_opt_weight_decay"] == 0.0
+    # the paper's schedule ends a 60-epoch round at 0.1/60
+    paper = dataclasses.replace(OFFICIAL, lr_decay="max_epochs")
+    assert mllog.hyperparameters(paper)["sgd_opt_end_learning_rate"] == pytest.approx(0.1 / 60)
 
 
 @pytest.mark.parametrize("hardware, platform", [

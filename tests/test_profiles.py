@@ -136,3 +136,52 @@ def test_official_batch_choices_stay_in_the_originals_range(memory: int) -> None
     assert 12 * gib <= min(p.batch_sizes) and max(p.batch_sizes) <= 14 * gib
     assert p.batch_size == max(p.batch_sizes) > 14 * gib - 8
     assert p.default_hyperparameters().batch_size in p.batch_sizes
+
+
+RECIPE_BOUNDS = {  # field: (a value it takes, values it refuses)
+    "label_smoothing": (0.1, [-0.1, 1.0, float("nan"), float("inf"), True, "0.1", None]),
+    "weight_decay": (1e-4, [-1e-4, 1.0, float("nan"), float("inf"), False, "1e-4"]),
+    "early_stop_min_delta": (0.001, [-0.001, 1.0, float("nan"), True]),
+    "learning_rate": (0.1, [-0.1, float("nan"), float("inf"), "0.1"]),
+    "lr_decay": ("max_epochs", ["linear", "", None, 1]),
+    "early_stop_monitor": ("val_accuracy", ["loss", "val_acc", None]),
+    "trials_per_architecture": (3, [0, -1, 11, 2.0, True, "2"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECIPE_BOUNDS))
+def test_the_recipe_settings_are_checked(name):
+    good, bad = RECIPE_BOUNDS[name]
+    assert getattr(dataclasses.replace(SMOKE, **{name: good}), name) == good
+    for value in bad:
+        with pytest.raises(ValueError, match=f"'smoke': {name} must be"):
+            dataclasses.replace(SMOKE, **{name: value})
+        with pytest.raises(ValueError, match=name):
+            Profile.from_dict({**SMOKE.to_dict(), name: value})
+
+
+@settings(max_examples=200, deadline=None)
+@given(trials=st.integers(1, 10), warmup=st.integers(0, 12), round_index=st.integers(1, 200))
+def test_trials_cycle_after_warmup(trials: int, warmup: int, round_index: int) -> None:
+    p = dataclasses.replace(SMOKE, trials_per_architecture=trials)
+    t = p.trial(round_index, warmup)
+    assert 1 <= t <= trials
+    if round_index <= warmup:
+        assert t == 1
+    elif t > 1:  # a later trial follows the one before it, in the round before
+        assert p.trial(round_index - 1, warmup) == t - 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(epoch=st.integers(0, 59), fraction=st.floats(0, 1, exclude_max=True))
+def test_the_learning_rate_never_rises_and_stays_in_0_to_the_initial(epoch: int, fraction: float) -> None:
+    paper = dataclasses.replace(OFFICIAL, lr_decay="max_epochs")
+    for p, round_epochs in ((OFFICIAL, 60), (OFFICIAL, 15), (paper, 15), (paper, 60)):
+        if epoch >= round_epochs:
+            continue
+        now = p.learning_rate_at(epoch, round_epochs, fraction)
+        assert 0.0 <= now <= p.learning_rate
+        assert p.learning_rate_at(epoch, round_epochs) >= now
+    # the paper's schedule does not depend on the round's length: "0.1 with decay=0.1/60"
+    assert paper.learning_rate_at(min(epoch, 14), 15) == paper.learning_rate_at(min(epoch, 14), 60) == pytest.approx(
+        0.1 - 0.1 / 60 * min(epoch, 14))

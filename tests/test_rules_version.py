@@ -24,7 +24,7 @@ from tests.rules_digest import canonical_tree, digest, module_form, rules_digest
 
 RECORDED_VERSION = "aiperf-rules 1.0"
 RECORDED_DIGESTS = {
-    "profiles": "bb7a1796dded2707",
+    "profiles": "64eae6b70e7f86b5",
     "peaks": "8533e9c5ce515985",
     "scoring": "fc21a0e0a8507ca3",
     "precisions": "84a3fac877e01c31",

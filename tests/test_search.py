@@ -273,3 +273,13 @@ def test_random_morph_of_selected_child_keeps_working(tree: list[Graph], base: G
     cand = select_child(_history(tree, 10), seed=1, base=base, **FAST)
     child = random_morph(cand.graph, seed=1, steps=2)
     assert child.meta["parent"] == cand.graph.hash()
+
+
+def test_an_architecture_trained_twice_counts_by_its_best_trial(tree: list[Graph]) -> None:
+    # the original reported the best of an architecture's trials (maxTPEsearchNum) to its search
+    from aiperf.search import _fit_set
+
+    a, b = tree[0], tree[5]
+    history = [HistoryEntry(1, a, 0.2), HistoryEntry(2, b, 0.5), HistoryEntry(3, a, 0.8), HistoryEntry(4, a, None)]
+    fitted = _fit_set(history)
+    assert [(e.model_id, e.accuracy) for e in fitted] == [(1, 0.8), (2, 0.5)]

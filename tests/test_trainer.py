@@ -137,7 +137,7 @@ def test_stop_before_start_trains_nothing(graph):
 
 def test_early_stopping_uses_the_profile_patience(graph):
     # lr 0: validation accuracy cannot improve, so a patience of 1 ends the round early.
-    profile = dataclasses.replace(PROFILE, learning_rate=0.0, bn_momentum=None,
+    profile = dataclasses.replace(PROFILE, learning_rate=0.0, bn_momentum=None, early_stop_monitor="val_accuracy",
                                   patience_base=0, patience_step=1, patience_max=1)
     assert profile.patience(2) == 1
     data = TinyDataset(n_train=32, n_val=32)
@@ -154,7 +154,7 @@ def test_early_stopping_uses_the_profile_patience(graph):
 
 def test_patience_rule_counts_epochs_without_improvement():
     fc = count_flops(resnet50(32, 3, 10, 0.125))
-    t = _Tracker(fc, lambda p: None, lambda: False, patience=SMOKE.patience(1), interval_s=30)
+    t = _Tracker(fc, lambda p: None, lambda: False, SMOKE.patience(1), interval_s=30)
     assert t.patience == 8
     for acc in [0.1, 0.5, 0.4, 0.45, 0.5, 0.3, 0.2, 0.49, 0.1]:
         t._end_epoch(acc)

@@ -56,6 +56,7 @@ from worker.undeleted import UndeletedFile
 from worker import outbox as retries
 from worker.outbox import TRANSIENT as _TRANSIENT
 from worker.outbox import Outbox, call_until_done
+from worker.rounds import OOM_REASON_PREFIX, profile_after_out_of_memory
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from worker.lookahead import Basis, PlannedRound
@@ -461,6 +462,8 @@ class Agent:
             ahead.dispose(planned)
         self._current_model = 0
         self._finish(outbox, model_id, round_index, result, saved[-1] if saved else None)
+        if result.state == "failed" and result.reason.startswith(OOM_REASON_PREFIX):
+            ctx.profile = profile_after_out_of_memory(ctx.profile, hyper.batch_size)
         self.rounds_done += 1
         return following
 
@@ -470,7 +473,11 @@ class Agent:
         from worker.lookahead import PlannedRound
         from worker.trainer import prepare_round
 
-        candidate = pool.child(basis.round_index, basis.entries, timeout=600)
+        from worker.lookahead import repeated_architecture
+
+        candidate = repeated_architecture(basis, self.worker_id, ctx.profile.trial(basis.round_index, ctx.warmup_rounds))
+        if candidate is None:
+            candidate = pool.child(basis.round_index, basis.entries, timeout=600)
         graph = candidate.graph
         parent_id = candidate.parent_model_id or _model_with_hash(basis.models, graph.meta.get("parent"))
         hyper, source = self._hyperparameters(ctx, basis.round_index, parent_id, basis.models)

@@ -56,7 +56,8 @@ import numpy as np
 
 from aiperf.profiles import Profile
 from worker import jax_data
-from worker.rounds import Clock, CompiledRound, DataEnded, StepSettings, compiled_model
+from worker.rounds import (Clock, CompiledRound, DataEnded, StepSettings, compiled_model, decayed_kernels,
+                           recipe_loss, weight_penalty)
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +235,7 @@ def compile_round(settings: StepSettings, dataset: Any, profile: Profile, *, war
         validation_iterator = _on_devices(_epochs(jax_data.validation_batches(dataset, batch), settings.epochs),
                                           devices, pad_to=batch)
     clock.lap("data")
-    steps = _TrainSteps(model, devices, state)
+    steps = _TrainSteps(model, devices, state, profile)
     full, *remainder = _planned_sizes(dataset, batch)
     steps.compiled(full)
     for images in remainder:
@@ -246,7 +247,7 @@ def compile_round(settings: StepSettings, dataset: Any, profile: Profile, *, war
     round_.state, round_.slots = state, slots
     round_.train_step = functools.partial(_train, round_, steps)
     if evaluate:
-        round_.eval_step = functools.partial(_evaluate, round_, _eval_step(model, devices, state, batch))
+        round_.eval_step = functools.partial(_evaluate, round_, _eval_step(model, devices, state, batch, profile))
         clock.lap("compile_eval")
     return round_
 
@@ -273,11 +274,11 @@ def _planned_sizes(dataset: Any, global_batch: int) -> list[int]:
 class _TrainSteps:
     """The training step compiled per batch size (see the module docstring)."""
 
-    def __init__(self, model: Any, devices: Devices, state: list[list[Any]]) -> None:
+    def __init__(self, model: Any, devices: Devices, state: list[list[Any]], profile: Profile) -> None:
         import jax
 
         self.devices = devices
-        self.function = jax.jit(_train_function(model), donate_argnums=_donated(devices))
+        self.function = jax.jit(_train_function(model, profile), donate_argnums=_donated(devices))
         self.state_spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state)
         self.input_shape = tuple(model.input_shape[1:])
         self.classes = int(model.output_shape[-1])
@@ -351,18 +352,21 @@ def _donated(devices: Devices) -> tuple[int, ...]:
     return () if devices.devices[0].platform == "cpu" else (0,)
 
 
-def _train_function(model: Any) -> Callable[..., Any]:
+def _train_function(model: Any, profile: Profile) -> Callable[..., Any]:
     """(state, images, labels) -> (new state, loss): one SGD step, as Keras's own JAX train step
-    (loss scaled and the gradients unscaled by a loss-scale optimizer), without its metrics."""
+    (loss scaled and the gradients unscaled by a loss-scale optimizer), without its metrics, on the
+    profile's loss (label smoothing) and weight penalty (`worker.rounds`); the loss is the objective."""
     import jax
     import jax.numpy as jnp
     import keras
 
     optimizer = model.optimizer
+    per_image = recipe_loss(profile)
+    mask = decayed_kernels(model)
 
     def loss_and_updates(trainable: Any, non_trainable: Any, optimizer_values: Any, x: Any, y: Any) -> Any:
         predicted, non_trainable = model.stateless_call(trainable, non_trainable, x, training=True)
-        loss = jnp.mean(keras.losses.categorical_crossentropy(y, predicted))
+        loss = jnp.mean(per_image(y, predicted)) + weight_penalty(profile, mask, trainable)
         with keras.StatelessScope(state_mapping=list(zip(optimizer.variables, optimizer_values))):
             scaled = optimizer.scale_loss(loss)
         return scaled, (loss, non_trainable)
@@ -378,16 +382,19 @@ def _train_function(model: Any) -> Callable[..., Any]:
     return train
 
 
-def _eval_step(model: Any, devices: Devices, state: list[list[Any]], global_batch: int) -> Any:
-    """(trainable, non-trainable, images, labels, real images) -> correct top-1 predictions among
-    the first `real images` of a batch padded to the global batch; compiled now."""
+def _eval_step(model: Any, devices: Devices, state: list[list[Any]], global_batch: int, profile: Profile) -> Any:
+    """(trainable, non-trainable, images, labels, real images) -> (correct top-1 predictions, sum of
+    the losses) among the first `real images` of a batch padded to the global batch; compiled now."""
     import jax
     import jax.numpy as jnp
 
+    per_image = recipe_loss(profile)
+
     def evaluate(trainable: Any, non_trainable: Any, x: Any, y: Any, real: Any) -> Any:
         predicted, _ = model.stateless_call(trainable, non_trainable, x, training=False)
-        hits = (jnp.argmax(predicted, -1) == jnp.argmax(y, -1)) & (jnp.arange(x.shape[0]) < real)
-        return jnp.sum(hits.astype(jnp.int32))
+        real_images = jnp.arange(x.shape[0]) < real
+        hits = (jnp.argmax(predicted, -1) == jnp.argmax(y, -1)) & real_images
+        return jnp.sum(hits.astype(jnp.int32)), jnp.sum(jnp.where(real_images, per_image(y, predicted), 0.0))
 
     spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state[:2])
     sharding = devices.batch_sharding(global_batch)
@@ -408,9 +415,10 @@ def _train(round_: JaxRound, steps: _TrainSteps, iterator: Iterator[Any]) -> tup
     return loss, images
 
 
-def _evaluate(round_: JaxRound, step: Any, iterator: Iterator[Any]) -> tuple[Any, int]:
+def _evaluate(round_: JaxRound, step: Any, iterator: Iterator[Any]) -> tuple[Any, int, Any]:
     x, y, images = next(iterator)
-    return step(round_.state[0], round_.state[1], x, y, np.int32(images)), images
+    correct, loss = step(round_.state[0], round_.state[1], x, y, np.int32(images))
+    return correct, images, loss
 
 
 def _epochs(source: Iterable[Any], epochs: int) -> Iterator[Any]:

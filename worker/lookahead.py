@@ -37,6 +37,10 @@ look-ahead on or off, so turning it off changes no child):
   may have abandoned models), or the basis could not be fetched;
 - a preparation that ran out of memory while the previous round still held its
   memory, or that failed, is discarded and done again at the hand-over.
+- a round that is its architecture's second (or later) trial after warm-up
+  (`Profile.trial`) trains the architecture of the worker's previous round, as the
+  basis holds it (`repeated_architecture`): the previous round's model is in
+  every basis of the next round, submitted before it was fetched.
 
 In a deterministic run the global random seeds are set before the round is
 prepared (on the look-ahead thread); the trainer seeds its weights and data
@@ -53,6 +57,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from aiperf.graph import Graph
 from aiperf.search import Candidate, HistoryEntry
 from worker.generator import snapshot_digest, snapshot_rows
 from worker.rounds import wait_for_released
@@ -82,6 +87,24 @@ class Basis:
     @property
     def key(self) -> Key:
         return (self.run_id, self.round_index, self.digest)
+
+
+def repeated_architecture(basis: Basis, worker_id: int, trial: int) -> Candidate | None:
+    """The architecture of the worker's previous round when round `basis.round_index` is its
+    trial `trial` > 1 (`Profile.trial`: after warm-up an architecture trains
+    `trials_per_architecture` times, as the original's maxTPEsearchNum), with the same parent;
+    None for a new architecture, or when the previous round's model is not in the snapshot
+    (its submission failed, the worker restarted): a new architecture then."""
+    if trial <= 1:
+        return None
+    previous = next((m for m in basis.models.values()
+                     if m.worker_id == worker_id and m.round == basis.round_index - 1), None)
+    if previous is None:
+        log.info("event=trial_without_previous round=%d trial=%d: a new architecture", basis.round_index, trial)
+        return None
+    entry = next((e for e in basis.entries if e.model_id == previous.model_id), None)
+    graph = entry.graph if entry is not None else Graph.from_json(previous.graph_json)
+    return Candidate(graph=graph, parent_model_id=int(previous.parent_id) or None)
 
 
 @dataclass

@@ -11,22 +11,61 @@ One step per call: ``train_step(train_iterator)`` returns the step's loss (for
 the NaN check; read it after the next step was launched, so the device is not
 left waiting) and the images it trained (exact, summed over replicas; the
 partial last batch counts what it holds); ``eval_step(validation_iterator)``
-returns the correct top-1 predictions and the images. A training iterator that
-ends early raises `DataEnded`.
+returns the correct top-1 predictions, the images and the sum of their losses
+(the profile's label-smoothed cross-entropy, for early stopping on validation
+loss). A training iterator that ends early raises `DataEnded`.
+
+The training recipe both backends share (docs/spec.md, "The training recipe"):
+`compiled_model`'s learning-rate schedule, `recipe_loss` (cross-entropy with the
+profile's label smoothing) and `weight_penalty` ((wd/2)·Σ w² over the conv and
+dense kernels, `decayed_kernels`: batch-norm scales and shifts and biases are not
+decayed). The penalty is added to the loss before it is scaled, so its gradient
+wd·w enters SGD's momentum as the original's (MindSpore's Momentum adds wd·w to
+the gradient); Keras's own `weight_decay` is the decoupled form, a different
+update, so it is not used.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
+import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from aiperf.graph import Graph
 from aiperf.precision import get_precision
 from aiperf.profiles import Profile
+
+log = logging.getLogger(__name__)
+
+# how a round that ran out of memory is reported (the agent lowers its batch sizes on it)
+OOM_REASON_PREFIX = "out of memory at batch size"
+
+
+def batch_sizes_after_out_of_memory(sizes: Sequence[int], failed: int) -> tuple[int, ...] | None:
+    """The batch sizes left to try on an accelerator on which `failed` (per accelerator) ran out of
+    memory: those at most 9/10 of it (memory grows about linearly with the batch, so the next size
+    down a fine-grained list would fail too), or the smallest size below it when none is that
+    small. None when no size is below it."""
+    below = sorted(b for b in sizes if b < failed)
+    if not below:
+        return None
+    return tuple(b for b in below if b * 10 <= failed * 9) or (below[0],)
+
+
+def profile_after_out_of_memory(profile: Profile, failed: int) -> Profile:
+    """The profile a worker's later rounds choose from once a round ran out of memory at batch size
+    `failed` (`batch_sizes_after_out_of_memory`); unchanged, and said, when no size is smaller."""
+    kept = batch_sizes_after_out_of_memory(profile.batch_sizes, failed)
+    if kept is None:
+        log.error("event=no_batch_size_fits failed_batch=%d: each batch size runs out of memory", failed)
+        return profile
+    log.warning("event=batch_sizes_lowered failed_batch=%d batch_size=%d smallest=%d", failed, kept[-1], kept[0])
+    return replace(profile, batch_sizes=kept, batch_size=kept[-1])
 
 
 class DataEnded(Exception):
@@ -60,7 +99,7 @@ class CompiledRound:
     model: Any
     strategy: Any
     train_step: Callable[[Any], tuple[Any, Any]]  # (iterator) -> (loss, images)
-    eval_step: Callable[[Any], tuple[Any, Any]] | None  # (iterator) -> (correct predictions, images)
+    eval_step: Callable[[Any], tuple[Any, Any, Any]] | None  # (iterator) -> (correct, images, loss sum)
     train_iterator: Any                           # every training epoch of the round, in order
     validation_iterator: Any                      # one validation pass per epoch, in order (None: no evaluation)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per preparation phase
@@ -94,9 +133,78 @@ def layer_weights(model: Any) -> dict[str, list[Any]]:
     return {layer.name: layer.get_weights() for layer in model.layers if layer.weights}
 
 
+def learning_rate_schedule(profile: Profile, epochs: int, steps_per_epoch: int) -> Any:
+    """The round's learning rate per optimizer step (`Profile.learning_rate_at`): "round" falls
+    linearly to 0 over the round's steps; "max_epochs" is constant within an epoch e and is
+    lr·(1 − e/final_epochs), as a Keras LearningRateScheduler set it at each epoch's start."""
+    import keras
+
+    if profile.lr_decay == "round":
+        return keras.optimizers.schedules.PolynomialDecay(
+            profile.learning_rate, decay_steps=max(1, epochs * steps_per_epoch), end_learning_rate=0.0, power=1.0)
+    return _epochwise_linear_class()(profile.learning_rate, max(1, steps_per_epoch), profile.final_epochs)
+
+
+@functools.lru_cache(maxsize=1)
+def _epochwise_linear_class() -> type:
+    import keras
+
+    class EpochwiseLinear(keras.optimizers.schedules.LearningRateSchedule):
+        """lr·max(0, 1 − ⌊step/steps_per_epoch⌋/final_epochs)."""
+
+        def __init__(self, learning_rate: float, steps_per_epoch: int, final_epochs: int) -> None:
+            self.learning_rate, self.steps_per_epoch, self.final_epochs = learning_rate, steps_per_epoch, final_epochs
+
+        def __call__(self, step: Any) -> Any:
+            ops = keras.ops
+            epoch = ops.floor(ops.divide(ops.cast(step, "float32"), float(self.steps_per_epoch)))
+            return self.learning_rate * ops.maximum(0.0, 1.0 - epoch / float(self.final_epochs))
+
+        def get_config(self) -> dict[str, Any]:
+            return {"learning_rate": self.learning_rate, "steps_per_epoch": self.steps_per_epoch,
+                    "final_epochs": self.final_epochs}
+
+    return EpochwiseLinear
+
+
+def recipe_loss(profile: Profile) -> Callable[[Any, Any], Any]:
+    """(one-hot labels, predicted probabilities) -> each image's cross-entropy with the profile's
+    label smoothing (Keras's: the labels become y·(1 − s) + s/classes), in float32."""
+    import keras
+
+    smoothing = float(profile.label_smoothing)
+
+    def loss(y: Any, predicted: Any) -> Any:
+        return keras.losses.categorical_crossentropy(
+            keras.ops.cast(y, "float32"), keras.ops.cast(predicted, "float32"), label_smoothing=smoothing)
+
+    return loss
+
+
+def decayed_kernels(model: Any) -> list[bool]:
+    """For each of `model.trainable_variables`: whether weight decay applies to it (the kernel of
+    a conv or dense layer; not a batch-norm scale or shift, not a bias)."""
+    import keras
+
+    kernels = {id(layer.kernel) for layer in model.layers
+               if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense))}
+    return [id(v) in kernels for v in model.trainable_variables]
+
+
+def weight_penalty(profile: Profile, mask: Sequence[bool], values: Sequence[Any]) -> Any:
+    """(wd/2)·Σ w² over the values `mask` marks (the trainable variables' values, in order);
+    0.0 without weight decay."""
+    import keras
+
+    if not profile.weight_decay:
+        return 0.0
+    squares = [keras.ops.sum(keras.ops.square(keras.ops.cast(v, "float32"))) for v, m in zip(values, mask) if m]
+    return 0.5 * float(profile.weight_decay) * keras.ops.sum(keras.ops.stack(squares)) if squares else 0.0
+
+
 def compiled_model(settings: StepSettings, profile: Profile) -> Any:
     """The Keras model of the graph, built under the round's precision and compiled for SGD with
-    momentum and the learning rate's linear decay to 0 over the round's steps (Keras wraps the
+    momentum and the profile's learning-rate schedule (`learning_rate_schedule`; Keras wraps the
     optimizer in a loss-scale optimizer for ``mixed_float16``); the optimizer's variables built."""
     import keras
 
@@ -113,9 +221,7 @@ def compiled_model(settings: StepSettings, profile: Profile) -> Any:
                 for layer in model.layers:
                     if isinstance(layer, keras.layers.BatchNormalization):
                         layer.momentum = profile.bn_momentum
-            schedule = keras.optimizers.schedules.PolynomialDecay(
-                profile.learning_rate, decay_steps=max(1, settings.epochs * settings.steps_per_epoch),
-                end_learning_rate=0.0, power=1.0)
+            schedule = learning_rate_schedule(profile, settings.epochs, settings.steps_per_epoch)
             model.compile(optimizer=keras.optimizers.SGD(schedule, momentum=profile.momentum),
                           loss="categorical_crossentropy", jit_compile=bool(settings.xla))
             model.optimizer.build(model.trainable_variables)

@@ -43,7 +43,8 @@ import threading
 from typing import Any, Callable, Iterable, Iterator
 
 from aiperf.profiles import Profile
-from worker.rounds import Clock, CompiledRound, DataEnded, StepSettings, compiled_model
+from worker.rounds import (Clock, CompiledRound, DataEnded, StepSettings, compiled_model, decayed_kernels,
+                           recipe_loss, weight_penalty)
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +155,8 @@ def compile_round(settings: StepSettings, dataset: Any, profile: Profile, *, war
         validation_data = dataset.validation(settings.global_batch)
         validation_iterator = iter(strategy.experimental_distribute_dataset(validation_data.repeat(settings.epochs)))
     clock.lap("data")
-    train_step = _train_function(model, strategy, settings.xla)
-    eval_step = _eval_function(model, strategy, settings.xla) if evaluate else None
+    train_step = _train_function(model, strategy, settings.xla, profile)
+    eval_step = _eval_function(model, strategy, settings.xla, profile) if evaluate else None
     dummy = _dummy_iterator(train_data.element_spec, strategy)
     with released_custom_gradients():
         train_step.get_concrete_function(dummy)
@@ -184,18 +185,22 @@ def _ended_as_data_ended(train: Callable[[Any], tuple[Any, Any]]) -> Callable[[A
     return step
 
 
-def _train_function(model: Any, strategy: Any, xla: bool) -> Any:
-    """One SGD step on the iterator's next batch: Keras's own train step, without its metrics."""
-    import keras
+def _train_function(model: Any, strategy: Any, xla: bool, profile: Profile) -> Any:
+    """One SGD step on the iterator's next batch: Keras's own train step, without its metrics, on the
+    profile's loss (label smoothing) and weight penalty (`worker.rounds`); returns the objective."""
     import tensorflow as tf
 
-    loss_fn = keras.losses.CategoricalCrossentropy()  # mean over the replica's batch / replicas
+    per_image = recipe_loss(profile)
     optimizer = model.optimizer
     variables = model.trainable_variables
+    mask = decayed_kernels(model)
+    replicas = float(strategy.num_replicas_in_sync)
 
     def step(x: Any, y: Any) -> tuple[Any, Any]:
         with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
+            # each replica's share of the mean: the gradients are summed over the replicas
+            loss = tf.reduce_mean(per_image(y, model(x, training=True))) / replicas
+            loss = loss + weight_penalty(profile, mask, variables) / replicas
             scaled = optimizer.scale_loss(loss)
         optimizer.apply_gradients(zip(tape.gradient(scaled, variables), variables))
         return loss, tf.shape(x)[0]
@@ -211,22 +216,25 @@ def _train_function(model: Any, strategy: Any, xla: bool) -> Any:
     return tf.function(train, autograph=False)
 
 
-def _eval_function(model: Any, strategy: Any, xla: bool) -> Any:
-    """Correct top-1 predictions and images of the iterator's next batch."""
+def _eval_function(model: Any, strategy: Any, xla: bool, profile: Profile) -> Any:
+    """Correct top-1 predictions, images and the sum of their losses (`recipe_loss`) of the
+    iterator's next batch."""
     import tensorflow as tf
 
-    def step(x: Any, y: Any) -> tuple[Any, Any]:
+    per_image = recipe_loss(profile)
+
+    def step(x: Any, y: Any) -> tuple[Any, Any, Any]:
         predicted = model(x, training=False)
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(y, -1), tf.argmax(predicted, -1)), tf.int32))
-        return correct, tf.shape(x)[0]
+        return correct, tf.shape(x)[0], tf.reduce_sum(per_image(y, predicted))
 
     if xla:
         step = tf.function(step, jit_compile=True, autograph=False)
 
-    def evaluate(iterator: Any) -> tuple[Any, Any]:
+    def evaluate(iterator: Any) -> tuple[Any, Any, Any]:
         x, y = iterator.get_next()
-        correct, images = strategy.run(step, args=(x, y))
-        return _summed(strategy, correct), _summed(strategy, images)
+        correct, images, loss = strategy.run(step, args=(x, y))
+        return _summed(strategy, correct), _summed(strategy, images), strategy.reduce("SUM", loss, axis=None)
 
     return tf.function(evaluate, autograph=False)
 

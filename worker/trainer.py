@@ -7,8 +7,9 @@ passes to the backend's round module), following SPEC section 3:
   MirroredStrategy, a JAX device mesh); without a GPU the same code runs on the
   CPU, so one path is used and tested everywhere. The hyperparameter ``batch_size`` is per accelerator: the global batch is
   ``batch_size × replicas``.
-- SGD with momentum (profile, 0.9), learning rate from the profile (0.1) with
-  linear decay to 0 over the round's steps, categorical cross-entropy.
+- SGD with momentum (profile, 0.9), learning rate from the profile (0.1) on the
+  profile's schedule (`lr_decay`), categorical cross-entropy with the profile's label
+  smoothing, weight decay on the conv and dense kernels (`worker.rounds`).
 - Precision: a run's precision name (``fp32``, ``mixed_fp16``, ``mixed_bf16``, ...;
   `aiperf.precision`), which names the Keras dtype policy. The policy is set while
   the model is built and restored afterwards; Keras wraps the optimizer in a
@@ -38,9 +39,14 @@ keep them quick (queue, don't block on I/O). A step's figures are read after
 the next step has been launched, so an accelerator is not left waiting for the
 host between steps.
 
-Stopping: early stopping with the profile's patience min(6+2r, 20) on
-validation accuracy (state ``done``); ``should_stop()`` turning true stops the
-round within a step (training or validation; state ``stopped``; a partly
+Stopping: early stopping with the profile's patience min(6+2r, 20) on the
+profile's `early_stop_monitor` (state ``done``): validation loss (the mean
+label-smoothed cross-entropy of the validation images) that has not fallen by
+more than `early_stop_min_delta` below its best for `patience` epochs, as Keras's
+EarlyStopping the original used; or validation accuracy that has not risen. The
+weights kept are the best validation accuracy's, whichever is watched.
+``should_stop()`` turning true stops the round within a step (training or
+validation; state ``stopped``; a partly
 validated epoch is not recorded as an epoch). Out of memory for the batch size
 (while preparing or training) gives state ``failed`` with the reason; a loss
 that becomes NaN too. The caller goes on with its next round either way.
@@ -65,7 +71,7 @@ from aiperf.learning_curve import predict_final_accuracy
 from aiperf.precision import get_precision
 from aiperf.profiles import Profile
 from worker.backend import compile_round, is_out_of_memory, local_distribution
-from worker.rounds import CompiledRound, DataEnded, StepSettings
+from worker.rounds import OOM_REASON_PREFIX, CompiledRound, DataEnded, StepSettings
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +113,7 @@ class TrainResult:
     # seconds: preparation phases (build, data, trace_train, trace_eval, warm), then "train"
     # (in training steps) and "validation"; duration_s runs from the first step to the end
     timings: Mapping[str, float] = field(default_factory=dict)
+    val_losses: tuple[float, ...] = ()       # per completed epoch: mean validation loss (recipe_loss)
 
 
 def train_model(graph: Graph, hyper: Hyperparameters | Mapping[str, int], dataset: Any, profile: Profile,
@@ -134,7 +141,7 @@ def train_model(graph: Graph, hyper: Hyperparameters | Mapping[str, int], datase
     plan = _plan_round(graph, hyper, dataset, profile, round_index, precision=precision, epochs=epochs,
                        strategy=strategy)
     if should_stop():  # nothing to do: skip building and tracing the model
-        tracker = _Tracker(plan.flop_count, on_progress, should_stop, profile.patience(round_index),
+        tracker = _Tracker(plan.flop_count, on_progress, should_stop, _stopping(profile, round_index),
                            progress_interval_s)
         return _result(plan, tracker, profile, STOPPED, "stop requested", duration_s=0.0)
     prepared = _prepare(plan, dataset, profile, round_index, xla=xla, seed=seed, initial_weights=initial_weights)
@@ -190,7 +197,7 @@ def run_round(prepared: PreparedRound, *, on_progress: Callable[[Progress], None
         if release:
             prepared.release()
         tracker = _Tracker(prepared.plan.flop_count, on_progress, should_stop,
-                           prepared.profile.patience(prepared.round_index), progress_interval_s)
+                           _stopping(prepared.profile, prepared.round_index), progress_interval_s)
         return _result(prepared.plan, tracker, prepared.profile, STOPPED, "stop requested", duration_s=0.0,
                        timings=prepared.timings)
     return _run(prepared, on_progress, should_stop, progress_interval_s=progress_interval_s,
@@ -266,7 +273,7 @@ def _run(prepared: PreparedRound, on_progress: Callable[[Progress], None], shoul
          on_weights: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     """Train the prepared round to its end, its early stop or a stop request."""
     plan, profile = prepared.plan, prepared.profile
-    tracker = _Tracker(plan.flop_count, on_progress, should_stop, profile.patience(prepared.round_index),
+    tracker = _Tracker(plan.flop_count, on_progress, should_stop, _stopping(profile, prepared.round_index),
                        progress_interval_s)
     start = time.monotonic()
     try:
@@ -303,11 +310,11 @@ def _epochs(compiled: CompiledRound, plan: _RoundPlan, tracker: "_Tracker", phas
             break  # a partial epoch: nothing recorded, the final flush reports its images
         if phase_reports:
             tracker.flush(epoch_end=False)  # the end of the epoch's training steps
-        accuracy = _validate(compiled, plan.validation_steps, tracker)
-        if accuracy is None:
+        validated = _validate(compiled, plan.validation_steps, tracker)
+        if validated is None:
             break
-        tracker._end_epoch(accuracy)
-        if keep_best and tracker.since_best == 0:
+        tracker._end_epoch(*validated)
+        if keep_best and tracker.best_accuracy_epoch:  # the weights best_val_accuracy was measured on
             tracker.best_weights = compiled.weights()
         if tracker.early_stopped:
             break
@@ -341,15 +348,16 @@ def _train_epoch(compiled: CompiledRound, steps: int, tracker: "_Tracker", phase
         tracker.train_s += time.monotonic() - begin
 
 
-def _validate(compiled: CompiledRound, steps: int, tracker: "_Tracker") -> float | None:
-    """One validation pass: its top-1 accuracy, or None when a stop request cut it."""
+def _validate(compiled: CompiledRound, steps: int, tracker: "_Tracker") -> tuple[float, float] | None:
+    """One validation pass: its top-1 accuracy and mean loss, or None when a stop request cut it."""
     begin = time.monotonic()
-    totals = [0, 0]  # correct predictions, images
+    totals = [0, 0, 0.0]  # correct predictions, images, sum of losses
 
-    def add(figures: tuple[Any, Any]) -> None:
-        correct, images = tracker.add_validation(*figures)
+    def add(figures: tuple[Any, Any, Any]) -> None:
+        correct, images = tracker.add_validation(*figures[:2])
         totals[0] += correct
         totals[1] += images
+        totals[2] += float(figures[2])
 
     pending = None
     try:
@@ -367,11 +375,13 @@ def _validate(compiled: CompiledRound, steps: int, tracker: "_Tracker") -> float
         tracker.validation_s += time.monotonic() - begin
     if tracker.stopped:
         return None
-    return totals[0] / totals[1] if totals[1] else 0.0
+    if not totals[1]:
+        return 0.0, math.inf
+    return totals[0] / totals[1], totals[2] / totals[1]
 
 
 def _oom_reason(plan: _RoundPlan, exc: BaseException) -> str:
-    return (f"out of memory at batch size {plan.batch_size} per accelerator "
+    return (f"{OOM_REASON_PREFIX} {plan.batch_size} per accelerator "
             f"(global {plan.global_batch}, {plan.precision}): {_first_line(exc)}")
 
 
@@ -390,26 +400,48 @@ def _result(plan: _RoundPlan, tracker: "_Tracker", profile: Profile, state: str,
         best_val_accuracy=best, predicted_accuracy=predicted, early_stopped=tracker.early_stopped,
         reason=reason, duration_s=duration_s, replicas=plan.replicas,
         global_batch_size=plan.global_batch, hyperparameters=plan.hyperparameters.to_dict(),
-        timings=dict(timings or {}))
+        timings=dict(timings or {}), val_losses=tuple(tracker.val_losses))
 
 
 # ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EarlyStopping:
+    """When a round stops early: `patience` epochs in a row whose `monitor` did not improve on its
+    best by more than `min_delta` (val_loss must fall, val_accuracy rise), as Keras's EarlyStopping."""
+
+    patience: int
+    monitor: str = "val_accuracy"
+    min_delta: float = 0.0
+
+    def sign(self) -> float:
+        """+1 where larger is better, −1 where smaller is."""
+        return -1.0 if self.monitor == "val_loss" else 1.0
+
+
+def _stopping(profile: Profile, round_index: int) -> EarlyStopping:
+    return EarlyStopping(profile.patience(round_index), profile.early_stop_monitor, profile.early_stop_min_delta)
+
+
 class _Tracker:
     """A round's image counts, reports, stop requests and early stopping."""
 
     def __init__(self, flop_count: FlopCount, on_progress: Callable[[Progress], None],
-                 should_stop: Callable[[], bool], patience: int, interval_s: float) -> None:
+                 should_stop: Callable[[], bool], stopping: EarlyStopping | int, interval_s: float) -> None:
         self.flop_count = flop_count
         self.on_progress = on_progress
         self.should_stop = should_stop
-        self.patience = patience
+        self.stopping = stopping if isinstance(stopping, EarlyStopping) else EarlyStopping(stopping)
+        self.patience = self.stopping.patience
         self.interval_s = interval_s
         self.start = time.monotonic()
         self.last_report = self.start
         self.epoch = 0
         self.val_accuracies: list[float] = []
-        self.best = -math.inf
+        self.val_losses: list[float] = []
+        self.best = -math.inf     # of the monitored figure, times its sign (larger is better)
         self.since_best = 0
+        self.best_accuracy = -math.inf  # whose epoch's weights are kept (keep_best)
+        self.best_accuracy_epoch = False
         self.early_stopped = False
         self.stopped = False
         self.nan_epoch = 0
@@ -455,18 +487,24 @@ class _Tracker:
             self.stopped = True
         return self.stopped
 
-    def _end_epoch(self, acc: float) -> None:
+    def _end_epoch(self, acc: float, loss: float = math.nan) -> None:
         if math.isnan(acc):
             acc = 0.0
+        if math.isnan(loss):
+            loss = math.inf  # a NaN loss never improves
         self.val_accuracies.append(acc)
-        if acc > self.best:
-            self.best, self.since_best = acc, 0
+        self.val_losses.append(loss)
+        self.best_accuracy_epoch = acc > self.best_accuracy
+        self.best_accuracy = max(self.best_accuracy, acc)
+        figure = self.stopping.sign() * (loss if self.stopping.monitor == "val_loss" else acc)
+        if figure - self.stopping.min_delta > self.best:
+            self.best, self.since_best = figure, 0
         else:
             self.since_best += 1
             if self.since_best >= self.patience:
                 self.early_stopped = True
-                log.info("early stop in epoch %d: no better val accuracy for %d epochs",
-                         self.epoch, self.patience)
+                log.info("early stop in epoch %d: no better %s for %d epochs",
+                         self.epoch, self.stopping.monitor, self.patience)
         self.flush(epoch_end=True)
 
     def _maybe_report(self) -> None:
