@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: install test demo protos bench clean
+.PHONY: install install-export test demo protos bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,12 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The `export` extra (mlperf-logging, for `aiperf export --format mllog`) into the same
+# editable install: a plain `pip install '.[export]'` in .venv would replace the editable
+# install with a copy of today's source.
+install-export: $(STAMP)
+	$(PY) -m pip install -q -e '.[worker,jax,test,export]'
 
 # The suite in TEST_JOBS processes (one file per process at a time: module fixtures are built
 # once), then the tests marked `exclusive` alone, since they compare two timings of this machine.

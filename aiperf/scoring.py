@@ -29,12 +29,15 @@ reported by workers, never a predicted accuracy):
   `aiperf.peaks.datasheet_peak`); None unless every one has a datasheet entry.
 - Efficiency vs measured = Score / the sum of the accepted measured GEMM peaks
   of the workers that took part (`aiperf.peaks`); None when any peak is unknown.
-- Valid when: ran at least the minimum running time, error <= the profile's
-  maximum (0.30), precision FP16 or wider (`aiperf.precision`), the
-  workers' own FLOP count agrees with the master's within 1% over the scored
-  reports (sums compared, see `flops_agree`), and the score is not above the sum
-  of the accepted peaks, nor of the datasheet peaks (more work than the hardware
-  can do; see `score_run`).
+- Valid when every rule of the checklist VALIDITY_RULES is passed or not
+  applicable (`run_checks`, `audit_check`, `throughput_check`, `with_checks`):
+  each rule's state (passed, failed, pending while the run may still meet it,
+  not applicable), the figure it judged and its limit. The minimum running
+  time, the maximum error (0.30), precision FP16 or wider (`aiperf.precision`),
+  the workers' own FLOP count within 1% of the master's over the scored reports
+  (sums compared, `flops_agree`), the score not above the sum of the accepted
+  peaks nor of the datasheet peaks (more work than the hardware can do), and
+  the two audits the master adds.
 
 The best models of a run are listed in one order, `model_rank_key`.
 """
@@ -42,12 +45,14 @@ The best models of a run are listed in one order, `model_rank_key`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Sequence
 
+from aiperf import audit, units
 from aiperf.precision import is_official
+from aiperf.profiles import MAX_ERROR, Profile
 from aiperf.profiles import PROFILES as _PROFILES
-from aiperf.profiles import Profile
+from aiperf.states import CheckState
 
 ERROR_FLOOR = 1e-6
 FLOPS_TOLERANCE = 0.01  # worker vs master relative disagreement allowed
@@ -119,6 +124,7 @@ class ScoreResult:
     regulated_score_time_s: float = 0.0  # t - t0 of the regulated score
     valid_flops_time_s: float = 0.0      # t - t0 of the valid FLOPS
     efficiency_vs_measured: float | None = None  # score / the sum of the accepted measured peaks
+    checks: tuple["Check", ...] = ()     # the validity checklist, VALIDITY_RULES' order (`with_checks`)
 
     @property
     def invalid_reason(self) -> str:
@@ -288,14 +294,15 @@ def score_run(
     """Score a run from its time line.
 
     t0: start; now: the master's current time; end: when the run left RUNNING
-    (None while running). Points after `end` are ignored. `peaks`: the accepted
-    measured peaks, `datasheet_peaks`: the datasheet's, one per accelerator (0:
-    unknown). A score above either sum (plus the clock slack its reports were
-    allowed, `peak_slack_s`, over the minimum running time) makes the run
-    invalid: more work than the hardware does. `bounds`: what bounds each accelerator
-    where its peak is unknown (the fastest chip of its kind); when the accepted peaks leave
-    no ratio, the score over their sum is checked the same way, so an unknown peak never
-    lifts the rule.
+    (None while running; the deadline while it runs towards it). Points after
+    `end` are ignored; the run is over once `now` reaches `end`. `peaks`: the
+    accepted measured peaks, `datasheet_peaks`: the datasheet's, one per
+    accelerator (0: unknown). A score above either sum (plus the clock slack its
+    reports were allowed, `peak_slack_s`, over the minimum running time) makes
+    the run invalid: more work than the hardware does. `bounds`: what bounds each
+    accelerator where its peak is unknown (the fastest chip of its kind); when the
+    accepted peaks leave no ratio, the score over their sum is checked the same
+    way, so an unknown peak never lifts the rule.
     """
     stop = now if end is None else min(now, end)
     scored = [p for p in points if p.t <= stop]
@@ -306,16 +313,15 @@ def score_run(
     accuracies = [p.accuracy for p in scored if p.accuracy is not None]
     best_acc = max(accuracies) if accuracies else None
     err = error_of(best_acc)
-    reasons = _invalid_reasons(elapsed, err, precision, total, worker_total, rules)
     measured = efficiency(best.flops.value, peaks)
     eff = efficiency(best.flops.value, datasheet_peaks)
     allowed = 1.0 + peak_slack_s / max(rules.min_running_time_s, 1.0)
     bounded = efficiency(best.flops.value, bounds) if measured is None else None
-    for ratio, which in ((measured, "accepted"), (eff, "datasheet"), (bounded, "bounding")):
-        if ratio is not None and ratio > allowed:
-            reasons += (f"the score is {ratio:.3g} x the sum of the {which} peaks: more work than the "
-                        f"hardware can do",)
-    return ScoreResult(
+    figures = Figures(elapsed=elapsed, error=err, precision=precision, master_ops=total, worker_ops=worker_total,
+                      reports=len(scored), over=end is not None and now >= end,
+                      measured_ratio=measured if measured is not None else bounded,
+                      datasheet_ratio=eff, allowed_ratio=allowed, measured_is_bound=measured is None)
+    result = ScoreResult(
         elapsed_s=elapsed,
         flops=total / elapsed if elapsed > 0 else 0.0,
         score=best.flops.value,
@@ -329,27 +335,173 @@ def score_run(
         total_ops=total,
         worker_ops=worker_total,
         reports=len(scored),
-        valid=not reasons,
-        invalid_reasons=reasons,
+        valid=True,
         regulated_score_time_s=max(0.0, best.regulated.t - t0),
         valid_flops_time_s=max(0.0, best.valid.t - t0),
         efficiency_vs_measured=measured,
     )
+    return with_checks(result, run_checks(figures, rules))
 
 
-def _invalid_reasons(elapsed: float, err: float, precision: str, total: int, worker_total: int,
-                     rules: ProfileRules) -> tuple[str, ...]:
-    reasons: list[str] = []
-    if elapsed < rules.min_running_time_s:
-        reasons.append(f"ran {elapsed:.0f} s < minimum {rules.min_running_time_s:.0f} s")
-    if err > rules.max_error:
-        reasons.append(f"error {err:.4f} > maximum {rules.max_error:.2f}")
-    if not is_official(precision):
-        reasons.append(f"precision {precision} is below fp16")
-    if not flops_agree(total, worker_total):
-        diff = abs(worker_total - total) / total if total else 1.0
-        reasons.append(f"worker FLOPs differ from the master's count by {diff:.2%}")
-    return tuple(reasons)
+# ---------------------------------------------------------------- the validity checklist
+@dataclass(frozen=True)
+class Rule:
+    """One rule a valid run meets: `key` names it in JSON, `title` in tables, `text` says it."""
+
+    key: str
+    title: str
+    text: str
+
+
+# The one list of validity rules: the scoreboard, status, the report and the exports show
+# each with its state; README.md and docs/deploy.md quote `rules_markdown()` (a test keeps
+# them equal).
+VALIDITY_RULES: tuple[Rule, ...] = (
+    Rule("running_time", "Running time",
+         "the run lasted at least its profile's minimum running time ("
+         + ", ".join(f"{name} {units.duration(p.min_running_time_s)}" for name, p in _PROFILES.items())
+         + "); pending until then"),
+    Rule("error", "Error", "Error = 1 - the best validation top-1 accuracy is at most the profile's maximum "
+                           f"({MAX_ERROR:.0%}); pending while the run can still reach it"),
+    Rule("precision", "Precision", "training precision FP16 or wider (fp8 and int8 are not)"),
+    Rule("flop_count", "FLOP count", f"the workers' own count of operations agrees with the master's within "
+                                     f"{FLOPS_TOLERANCE:.0%} over the scored reports"),
+    Rule("measured_peak", "Measured peak", "the score is not above the sum of the workers' accepted measured GEMM "
+                                           "peaks (an accelerator without one counted at the fastest datasheet "
+                                           "entry for the precision)"),
+    Rule("datasheet_peak", "Datasheet peak", "the score is not above the sum of the accelerators' datasheet peaks "
+                                             "at the run's precision (not applicable when one is unknown)"),
+    Rule("audit", "Audit", "official runs: the model behind the regulated score passed `aiperf audit` (its "
+                           f"stored weights give its claimed accuracy on the validation split within "
+                           f"{audit.ACCURACY_TOLERANCE * 100:g} points plus one image, and are exactly its "
+                           "recorded network); pending until it is audited"),
+    Rule("throughput_audit", "Throughput audit", "no audit found a worker's claimed throughput more than "
+                                                 f"{audit.THROUGHPUT_TOLERANCE:.0%} above the model's training "
+                                                 "steps timed on the same hardware (too fast)"),
+)
+RULE_TITLES: dict[str, str] = {r.key: r.title for r in VALIDITY_RULES}
+BLOCKING = (CheckState.FAILED, CheckState.PENDING)  # a run with a check in these states is not valid
+
+
+def rules_markdown() -> str:
+    """The rules as the Markdown list the docs quote, one line per rule."""
+    return "\n".join(f"- **{r.title}**: {r.text}." for r in VALIDITY_RULES)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One rule's state for a run: the figure it judged and the limit, both written for a person;
+    `detail` says why when it is failed or pending."""
+
+    rule: str
+    state: CheckState
+    figure: str
+    limit: str
+    detail: str = ""
+
+    @property
+    def title(self) -> str:
+        return RULE_TITLES.get(self.rule, self.rule)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What the score-time rules judge (`run_checks`). over: the run can no longer change them."""
+
+    elapsed: float
+    error: float
+    precision: str
+    master_ops: int
+    worker_ops: int
+    reports: int
+    over: bool
+    measured_ratio: float | None
+    datasheet_ratio: float | None
+    allowed_ratio: float
+    measured_is_bound: bool = False  # measured_ratio is over the bounding peaks (an accepted one unknown)
+
+
+def _open(ok: bool, over: bool) -> CheckState:
+    """A rule the run can still meet: passed, else failed once over, else pending."""
+    return CheckState.PASSED if ok else CheckState.FAILED if over else CheckState.PENDING
+
+
+def run_checks(f: Figures, rules: ProfileRules) -> tuple[Check, ...]:
+    """The checks of the rules judged at score time (all but the audits: `audit_check`,
+    `throughput_check`), in VALIDITY_RULES' order."""
+    minimum = rules.min_running_time_s
+    ran = _open(f.elapsed >= minimum, f.over)
+    err = _open(f.error <= rules.max_error, f.over)
+    diff = abs(f.worker_ops - f.master_ops) / f.master_ops if f.master_ops else (1.0 if f.worker_ops else 0.0)
+    count = (CheckState.PASSED if flops_agree(f.master_ops, f.worker_ops) else CheckState.FAILED) if f.reports \
+        else CheckState.PENDING if not f.over else CheckState.NOT_APPLICABLE
+    return (
+        Check("running_time", ran, units.duration(f.elapsed), f">= {units.duration(minimum)}",
+              "" if ran == CheckState.PASSED else f"ran {f.elapsed:.0f} s < minimum {minimum:.0f} s"),
+        Check("error", err, f"{f.error:.4f}", f"<= {rules.max_error:.2f}",
+              "" if err == CheckState.PASSED else f"error {f.error:.4f} > maximum {rules.max_error:.2f}"),
+        Check("precision", CheckState.PASSED if is_official(f.precision) else CheckState.FAILED, f.precision,
+              "fp16 or wider", "" if is_official(f.precision) else f"precision {f.precision} is below fp16"),
+        Check("flop_count", count, f"{units.percent(diff)} apart" if f.reports else "no report yet",
+              f"<= {units.percent(FLOPS_TOLERANCE)}",
+              f"worker FLOPs differ from the master's count by {diff:.2%}" if count == CheckState.FAILED else
+              "no progress report yet" if count == CheckState.PENDING else ""),
+        _peak_check("measured_peak", "bounding" if f.measured_is_bound else "accepted", f.measured_ratio,
+                    f.allowed_ratio),
+        _peak_check("datasheet_peak", "datasheet", f.datasheet_ratio, f.allowed_ratio),
+    )
+
+
+def _peak_check(rule: str, which: str, ratio: float | None, allowed: float) -> Check:
+    limit = f"<= {units.percent(allowed)} of the {which} peaks"
+    if ratio is None:
+        return Check(rule, CheckState.NOT_APPLICABLE, "a peak unknown", limit)
+    if ratio > allowed:
+        return Check(rule, CheckState.FAILED, units.percent(ratio), limit,
+                     f"the score is {ratio:.3g} x the sum of the {which} peaks: more work than the hardware can do")
+    return Check(rule, CheckState.PASSED, units.percent(ratio), limit)
+
+
+def audit_check(official: bool, model_id: int | None, passed: bool, verdict: str | None) -> Check:
+    """The audit rule: official runs need the model behind the regulated score (`model_id`; None
+    before any accuracy) to have passed; `verdict`: its latest audit's (None: not audited)."""
+    limit = "passed (official runs)"
+    if not official:
+        return Check("audit", CheckState.NOT_APPLICABLE, verdict or "not audited", limit)
+    if model_id is None:
+        return Check("audit", CheckState.PENDING, "no accuracy reported yet", limit,
+                     "no model has reported an accuracy yet")
+    if passed:
+        return Check("audit", CheckState.PASSED, f"model {model_id} passed", limit)
+    if verdict is None:
+        return Check("audit", CheckState.PENDING, f"model {model_id} not audited", limit,
+                     f"the model behind the regulated score (model {model_id}) is not audited")
+    return Check("audit", CheckState.FAILED, f"model {model_id}: {verdict}", limit,
+                 f"the model behind the regulated score (model {model_id}) failed its audit: {verdict}")
+
+
+def throughput_check(timed: int, caught: Sequence[str]) -> Check:
+    """The throughput rule: `caught` says, per model whose worker an audit found too fast, why;
+    `timed`: the audits that timed a model at all."""
+    limit = "no worker too fast"
+    if caught:
+        return Check("throughput_audit", CheckState.FAILED, f"{units.plural(len(caught), 'model')} too fast", limit,
+                     "throughput audit: " + "; ".join(caught[:3]))  # three say enough
+    if not timed:
+        return Check("throughput_audit", CheckState.NOT_APPLICABLE, "no audit timed a model", limit)
+    return Check("throughput_audit", CheckState.PASSED, f"{units.plural(timed, 'audit')} in bounds", limit)
+
+
+def with_checks(result: ScoreResult, checks: Iterable[Check]) -> ScoreResult:
+    """`result` with `checks` set (a rule already checked is replaced), in VALIDITY_RULES' order;
+    valid when none is failed or pending, the invalid reasons those checks' details."""
+    by_rule = {c.rule: c for c in result.checks}
+    by_rule.update({c.rule: c for c in checks})
+    order = {r.key: i for i, r in enumerate(VALIDITY_RULES)}
+    merged = tuple(sorted(by_rule.values(), key=lambda c: order.get(c.rule, len(order))))
+    blocking = [c for c in merged if c.state in BLOCKING]
+    return replace(result, checks=merged, valid=not blocking,
+                   invalid_reasons=tuple(c.detail or f"{c.title}: {c.state}" for c in blocking))
 
 
 def model_rank_key(model_id: int, predicted_accuracy: float | None,

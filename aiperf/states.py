@@ -35,13 +35,16 @@ class RunState(StrEnum):
 
 
 class ModelState(StrEnum):
-    """queued -> training -> done or failed; abandoned when its worker or run goes away."""
+    """queued -> training -> done, failed or cut; abandoned when its worker or run goes away.
+    Cut: the run's deadline or a stop request ended its training before a first validation
+    (not a failure: its reports count, it has no accuracy to rank it by)."""
 
     QUEUED = "queued"
     TRAINING = "training"
     DONE = "done"
     FAILED = "failed"
     ABANDONED = "abandoned"
+    CUT = "cut"
 
 
 class WorkerState(StrEnum):
@@ -51,8 +54,18 @@ class WorkerState(StrEnum):
     LOST = "lost"
 
 
+class CheckState(StrEnum):
+    """The state of one validity rule of a run (aiperf.scoring.VALIDITY_RULES): pending while the
+    run may still meet it; a run is valid when every rule is passed or not applicable."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    PENDING = "pending"
+    NOT_APPLICABLE = "not applicable"
+
+
 # The groups of states the master's rules speak of (ordered, so that SQL built from them is stable).
 ACTIVE_RUN_STATES: tuple[RunState, ...] = (RunState.PENDING, RunState.RUNNING, RunState.STOPPING)  # takes work
 OVER_RUN_STATES: tuple[RunState, ...] = (RunState.FINISHED, RunState.ABORTED)  # refuses reports
 OPEN_MODEL_STATES: tuple[ModelState, ...] = (ModelState.QUEUED, ModelState.TRAINING)  # takes reports
-FINISHED_MODEL_STATES: tuple[ModelState, ...] = (ModelState.DONE, ModelState.FAILED)  # what a worker may finish as
+FINISHED_MODEL_STATES: tuple[ModelState, ...] = (ModelState.DONE, ModelState.FAILED, ModelState.CUT)  # a worker's ends

@@ -140,7 +140,8 @@ def audit_run(client: Any, run: int, top: int, kind: Optional[str], dataset: Opt
     board = client.scoreboard(run)
     run_id, profile = board.run.config.run_id, get_profile(PROFILES[board.run.config.profile])
     precision = PRECISIONS[board.run.config.precision]
-    picked = chosen(ranked_done_models(client, run_id), top, board.audit_model_id)
+    ranked = ranked_done_models(client, run_id)
+    picked = chosen(ranked, top, board.audit_model_id)
     data = _dataset(kind or profile.dataset, dataset, profile.input_size) if picked else None
     timing = None
     if timed and picked:
@@ -149,7 +150,9 @@ def audit_run(client: Any, run: int, top: int, kind: Optional[str], dataset: Opt
         device, strategy = one_device()
         timing = Timing(xla=board.run.config.xla, profile=profile, strategy=strategy,
                         hardware=auditor_hardware(device)[:limits.MAX_HARDWARE_CHARS])
-    return run_id, [_audit_one(client, run_id, position, model, precision, data, scratch, timing)
+    ranks = {m.model_id: rank for rank, (_, m) in enumerate(ranked, 1)}
+    return run_id, [{**_audit_one(client, run_id, position, model, precision, data, scratch, timing),
+                     "why": why_audited(ranks.get(model.model_id, 0), top)}
                     for position, model in picked]
 
 
@@ -202,6 +205,13 @@ def _all_models(client: Any, run_id: int) -> list[Any]:
         models.extend(page.models)
         if not page.models or len(models) >= page.total:
             return models
+
+
+def why_audited(rank: int, top: int) -> str:
+    """Why `aiperf audit --top N` audits a model: its rank, or (beyond N) the regulated score."""
+    if rank and rank <= top:
+        return f"rank {rank} of the run's models"
+    return f"behind the regulated score (rank {rank}, below the top {top})"
 
 
 def _audit_one(client: Any, run_id: int, position: int, model: Any, precision: str, data: Any,

@@ -3,10 +3,10 @@
     aiperf start --duration 1h [--profile official|smoke] [--seed N] [--precision P] [--deterministic]
                  [--no-inherit] [--keep-checkpoints K]
     aiperf stop [--run ID] [--abort]
-    aiperf status [--run ID] [--json]
+    aiperf status [--run ID] [--json] [--watch [--interval S]]
     aiperf runs [--limit N] [--json]
     aiperf workers [--run ID] [--state alive|lost] [--limit N] [--json]
-    aiperf scoreboard [--run ID] [--json]
+    aiperf scoreboard [--run ID] [--json] [--explain | --summary]
     aiperf models [--run ID] [--state S] [--json]
     aiperf report [--run ID] [--out FILE]
 
@@ -19,6 +19,7 @@ choice, in aiperf_cli.values.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -32,8 +33,12 @@ from aiperf_cli.records import (
     model_to_dict, run_info_to_dict, run_status_to_dict, scoreboard_to_dict, worker_entry_to_dict,
 )
 from aiperf_cli.report import fetch_report
-from aiperf_cli.tables import models_table, runs_table, scoreboard_table, status_line, workers_table
-from aiperf_cli.values import COUNT, KEEP, PAGE, RUN_ID, SEED, Precision, Profile, int_option
+from aiperf_cli.explain import checks_table, explain_text, summary_line
+from aiperf_cli.tables import models_table, runs_table, scoreboard_view, status_line, workers_table
+from aiperf_cli.values import (
+    COUNT, KEEP, PAGE, PROGRESS_SECONDS, RUN_ID, SEED, Precision, Profile, float_option, int_option,
+)
+from aiperf_cli.watch import DEFAULT_INTERVAL_S, watch_status
 
 RunOpt = int_option(0, "--run", span=RUN_ID, help="Run id (0: the current or most recent run).")
 
@@ -79,6 +84,9 @@ def start_cmd(
                    warmup_rounds=warmup_rounds, min_workers=min_workers, allow_concurrent=allow_concurrent,
                    deterministic=deterministic, inherit=not no_inherit, keep_checkpoints=keep_checkpoints)
     d = run_info_to_dict(run)
+    short = short_run_warning(d)
+    if short:
+        print(f"aiperf: warning: {short}", file=sys.stderr)
     ctl.show(d, lambda: f"run {d['run_id']} {d['state']}: profile {d['profile']}, duration "
                         f"{format_duration(d['duration_s'])}, seed {d['seed']}, precision {d['precision']}, "
                         f"XLA {'on' if d['xla'] else 'off'}"
@@ -96,6 +104,16 @@ def stop_cmd(
     """Stop the current run (or --run ID)."""
     d = run_info_to_dict(ctl.call(ctl.client().stop_run, run, abort=abort, reason=reason))
     ctl.show(d, lambda: f"run {d['run_id']} {d['state']}")
+
+
+def short_run_warning(d: dict[str, Any]) -> str | None:
+    """Why a run just started cannot be valid, when its duration is below its profile's minimum
+    running time (the master refuses that only for official runs: a smoke run may be a quick look)."""
+    if d["duration_s"] >= d["min_running_time_s"]:
+        return None
+    return (f"run {d['run_id']} lasts {format_duration(d['duration_s'])}, less than the {d['profile']} profile's "
+            f"minimum running time of {format_duration(d['min_running_time_s'])}: it cannot be valid "
+            f"(its running-time rule will fail)")
 
 
 STATUS_WORKERS = 50  # `aiperf status` lists this many workers; `aiperf workers --limit` shows more
@@ -120,15 +138,31 @@ def _status_text(d: dict[str, Any]) -> Any:
 
     alive = d["workers_alive"]
     head = status_line(d) if d["has_run"] else f"no run yet; {alive} worker{'' if alive == 1 else 's'} alive"
+    parts: list[Any] = [head]
+    if d.get("checks"):
+        parts.append(checks_table(d))
     if not d["registered_workers"]:
-        return head + "; no worker registered"
-    table = workers_table(d["registered_workers"], d["workers_registered"], d["master_time"])
-    return Group(head, table)
+        parts[0] = head + "; no worker registered"
+    else:
+        parts.append(workers_table(d["registered_workers"], d["workers_registered"], d["master_time"]))
+    return parts[0] if len(parts) == 1 else Group(*parts)
 
 
 @control_command()
-def status_cmd(ctl: Control, run: int = RunOpt) -> None:
-    """Show the state of the current run (or --run ID) and the registered workers."""
+def status_cmd(
+    ctl: Control,
+    run: int = RunOpt,
+    watch: bool = typer.Option(False, "--watch", help="Follow the run until it is over: a live table on a "
+                               "terminal, else one progress line every --interval seconds."),
+    interval: float = float_option(DEFAULT_INTERVAL_S, "--interval", span=PROGRESS_SECONDS,
+                                   help="With --watch: seconds between progress lines."),
+) -> None:
+    """Show the state of the current run (or --run ID), its validity checklist and the registered workers."""
+    if watch:
+        if ctl.as_json:
+            fail("--watch prints progress lines, not JSON: drop --json")
+        watch_status(ctl, run, interval)
+        return
     client = ctl.client()
     st = _current_status(ctl, client, run)
     page = ctl.call(client.list_workers, limit=STATUS_WORKERS)
@@ -138,6 +172,9 @@ def status_cmd(ctl: Control, run: int = RunOpt) -> None:
     }
     d.update({"has_run": st is not None, "workers_registered": page.total,
               "registered_workers": [worker_entry_to_dict(w) for w in page.workers]})
+    if st is not None:  # the validity checklist, as the scoreboard has it
+        board = scoreboard_to_dict(ctl.call(client.scoreboard, st["run_id"]))
+        d.update({k: board[k] for k in ("valid", "invalid_reason", "checks")})
     ctl.show(d, lambda: _status_text(d))
 
 
@@ -165,10 +202,22 @@ def workers_cmd(
 
 
 @control_command()
-def scoreboard_cmd(ctl: Control, run: int = RunOpt) -> None:
-    """Print the scoreboard of a run."""
+def scoreboard_cmd(
+    ctl: Control,
+    run: int = RunOpt,
+    explain: bool = typer.Option(False, "--explain", help="Say what each number means: the formulas with "
+                                 "this run's inputs, the validity rules and a glossary."),
+    summary: bool = typer.Option(False, "--summary", help="Print one parseable line, AIPERF_RESULT key=value "
+                                 "... (run, profile, precision, scores, efficiency, validity, rules version)."),
+) -> None:
+    """Print the scoreboard of a run, its validity checklist and what each score means."""
+    if explain and summary:
+        fail("--explain and --summary print different things: give one")
     d = scoreboard_to_dict(ctl.call(ctl.client().scoreboard, run))
-    ctl.show(d, lambda: scoreboard_table(d))
+    if summary and not ctl.as_json:
+        print(summary_line(d))
+        return
+    ctl.show(d, lambda: explain_text(d) if explain else scoreboard_view(d))
 
 
 @control_command()

@@ -22,9 +22,14 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from aiperf_cli.options import ExitCode, fail, fail_api
+from aiperf_cli.options import console as make_console
 from aiperf_cli.report import fetch_report
-from aiperf_cli.tables import progress_table, scoreboard_table
-from aiperf_cli.values import DEMO_MINUTES, PORT, SEED, Backend, float_option, int_option
+from aiperf_cli.control import short_run_warning
+from aiperf_cli.explain import summary_line
+from aiperf_cli.records import run_info_to_dict
+from aiperf_cli.tables import progress_table, scoreboard_view
+from aiperf_cli.values import DEMO_MINUTES, PORT, PROGRESS_SECONDS, SEED, Backend, float_option, int_option
+from aiperf_cli.watch import DEFAULT_INTERVAL_S, Follow, follow
 from aiperf_cli.worker import select_backend, setup_logging
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,18 +52,19 @@ def demo_cmd(
                                             "(slower; recorded in the run's configuration)."),
     no_inherit: bool = typer.Option(False, "--no-inherit",
                                     help="Children train from scratch instead of from their parent's weights."),
+    progress_interval: float = float_option(DEFAULT_INTERVAL_S, "--progress-interval", span=PROGRESS_SECONDS,
+                                            help="Seconds between progress lines when the output is not a "
+                                                 "terminal (a log, CI)."),
     backend: Backend = typer.Option("tensorflow", "--backend", envvar="AIPERF_BACKEND", case_sensitive=False,
                                     help="The framework the worker trains with and the audit runs on."),
 ) -> None:
     """Run the benchmark end to end on this machine: master on SQLite, one local worker,
     a smoke run on the built-in dataset; shows progress, audits the best models, then prints the scoreboard."""
-    from rich.console import Console
-
     from aiperf.api.client import ApiError, ControlClient
     from master.server import MasterConfig, serve
 
     select_backend(backend.value)  # the worker's, and this process's for the audit
-    console = Console()
+    console = make_console()
     workdir = directory or Path(tempfile.mkdtemp(prefix="aiperf-demo-"))
     try:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -80,8 +86,10 @@ def demo_cmd(
     worker = subprocess.Popen([sys.executable, "-m", "aiperf_cli", "worker", "--exit-when-done"],
                               env=env, stdout=worker_log, stderr=subprocess.STDOUT)
     control = ControlClient(handle.address, handle.admin_token)
+    board = None
     try:
-        _run(console, control, workdir, minutes, seed, worker, deterministic, inherit=not no_inherit)
+        board = _run(console, control, workdir, minutes, seed, worker, deterministic, inherit=not no_inherit,
+                     interval=progress_interval)
     except ApiError as exc:  # e.g. the seed refused by the master
         fail_api(handle.address, exc, "admin token")
     except KeyboardInterrupt:
@@ -94,6 +102,8 @@ def demo_cmd(
         handle.stop()
     console.print(f"logs: {workdir / 'master.log'}, {workdir / 'worker.log'}; database: {workdir / 'master.db'}; "
                   f"checkpoints: {workdir / 'checkpoints'}")
+    if board:  # the last line: the result, one key=value line for a log or a script
+        print(summary_line(board), flush=True)
     if worker.returncode not in (0, -signal.SIGTERM):
         # the worker's own kind of failure (2, 3, 4) carries over; a crash is a bug
         known = {int(c) for c in (ExitCode.BAD_INPUT, ExitCode.UNAVAILABLE, ExitCode.REFUSED)}
@@ -102,17 +112,23 @@ def demo_cmd(
 
 
 def _run(console: "Console", control: "ControlClient", workdir: Path, minutes: float, seed: int,
-         worker: subprocess.Popen[Any], deterministic: bool = False, inherit: bool = True) -> None:
-    """Start the smoke run, watch it to its end, print the scoreboard and write the report."""
+         worker: subprocess.Popen[Any], deterministic: bool = False, inherit: bool = True,
+         interval: float = DEFAULT_INTERVAL_S) -> dict[str, Any]:
+    """Start the smoke run, watch it to its end, print the scoreboard and write the report;
+    returns the scoreboard dict."""
     run = control.start_run(duration_s=minutes * 60, profile="smoke", seed=seed, min_workers=1,
                             deterministic=deterministic, inherit=inherit)
-    _watch(console, control, run.config.run_id, worker)
+    short = short_run_warning(run_info_to_dict(run))
+    if short:
+        console.print(f"[yellow]note[/yellow]: {short}")
+    _watch(console, control, run.config.run_id, worker, interval)
     console.print()
     _audit(console, control, run.config.run_id, workdir)
     board, page = fetch_report(control, run.config.run_id)
-    console.print(scoreboard_table(board))
+    console.print(scoreboard_view(board))
     (workdir / "report.html").write_text(page, encoding="utf-8")
     console.print(f"report: {workdir / 'report.html'}")
+    return board
 
 
 def _audit(console: "Console", control: "ControlClient", run_id: int, workdir: Path) -> None:
@@ -133,21 +149,28 @@ def _audit(console: "Console", control: "ControlClient", run_id: int, workdir: P
     console.print(audits_table(run_id, rows + node_rows))
 
 
-def _watch(console: "Console", control: "ControlClient", run_id: int, worker: subprocess.Popen[Any]) -> None:
-    """Live progress until the run is over; a worker that dies stops the run."""
+def _watch(console: "Console", control: "ControlClient", run_id: int, worker: subprocess.Popen[Any],
+           interval: float = DEFAULT_INTERVAL_S) -> None:
+    """Progress until the run is over: a live table on a terminal, else one line every `interval`
+    seconds (a log, CI); a worker that dies stops the run."""
+    from aiperf.states import RunState
+
+    def on_board(d: dict[str, Any]) -> None:
+        if worker.poll() is not None and d["state"] == RunState.RUNNING:
+            control.stop_run(run_id, reason=f"worker exited with code {worker.returncode}")
+
+    if not console.is_terminal:
+        follow(control, run_id, Follow(interval_s=interval, on_line=lambda line: print(line, flush=True),
+                                       on_board=on_board))
+        return
     from rich.live import Live
 
-    from aiperf.api import aiperf_pb2 as pb
-
     with Live(console=console, refresh_per_second=1, transient=False) as live:
-        while True:
-            sb = control.scoreboard(run_id)
-            live.update(progress_table(sb))
-            if sb.run.state in (pb.RUN_FINISHED, pb.RUN_ABORTED):
-                return
-            if worker.poll() is not None and sb.run.state == pb.RUN_RUNNING:
-                control.stop_run(run_id, reason=f"worker exited with code {worker.returncode}")
-            time.sleep(2.0)
+        def show(d: dict[str, Any]) -> None:
+            live.update(progress_table(d))
+            on_board(d)
+
+        follow(control, run_id, Follow(interval_s=interval, on_line=lambda line: None, on_board=show))
 
 
 def _stop_worker(worker: subprocess.Popen[Any]) -> None:

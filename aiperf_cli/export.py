@@ -20,9 +20,9 @@ from typing import Any, Optional
 
 import typer
 
-from aiperf import limits
+from aiperf import limits, units
+from aiperf.scoring import VALIDITY_RULES
 from aiperf.states import ModelState, RunState
-from aiperf_cli.format import format_flops
 from aiperf_cli.options import Control, control_command, fail
 from aiperf_cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
 from aiperf_cli.values import RUN_ID, _choices, int_option
@@ -43,6 +43,7 @@ BOARD_FIELDS = ("run_id", "state", "profile", "precision", "seed", "duration_s",
                 "invalid_reason", "efficiency", "efficiency_unknown_reason", "efficiency_vs_measured", "workers",
                 "accelerators", "models_done", "images_trained", "images_validated", "total_ops", "backends",
                 "rules_version")
+CHECK_FIELDS = tuple(f"check_{r.key}" for r in VALIDITY_RULES)
 MODEL_FIELDS = ("model_id", "parent_id", "worker_id", "round", "state", "best_accuracy", "predicted_accuracy",
                 "batch_size", "kernel_size", "epochs", "images_trained", "images_validated",
                 "flops_per_train_image", "flops_per_eval_image", "created_at", "finished_at", "graph_hash", "reason",
@@ -79,11 +80,15 @@ def to_csv(data: dict[str, Any], table: str) -> str:
     elif table == "timeline":
         fields, rows = POINT_FIELDS, data["timeline"]["points"]
     else:
-        fields, rows = BOARD_FIELDS, [data["scoreboard"]]
+        board = data["scoreboard"]
+        # one column per validity rule, its state (aiperf.scoring.VALIDITY_RULES)
+        checks = {f"check_{c['rule']}": c["state"] for c in board.get("checks") or []}
+        fields, rows = (*BOARD_FIELDS, *CHECK_FIELDS), [{**board, **checks}]
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
+    # raw values; each column's unit in its name (aiperf.units.csv_name: score -> score_flops)
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([units.csv_name(f) for f in fields])
+    writer.writerows([["" if r.get(f) is None else r.get(f) for f in fields] for r in rows])
     return out.getvalue()
 
 
@@ -94,7 +99,8 @@ def to_mllog(data: dict[str, Any], org: str, platform: Optional[str], status: st
     except ModuleNotFoundError as exc:
         if exc.name != "mlperf_logging" and not (exc.name or "").startswith("mlperf_logging."):
             raise
-        fail("--format mllog needs the mlperf-logging package: pip install 'aiperf[export]'")
+        fail("--format mllog needs the mlperf-logging package: pip install 'aiperf[export]' (in a source tree's "
+             ".venv: make install-export, which keeps its editable install)")
     return mllog.to_mllog(data, mllog.Submission(org=org, platform=platform, status=status))
 
 
@@ -121,6 +127,7 @@ def _write(text: str, out: Optional[Path]) -> None:
         out.write_text(text, encoding="utf-8")
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror}")
+    print(f"wrote {out} ({len(text.encode('utf-8')):,} bytes)")
 
 
 @control_command(json_option=False)
@@ -150,23 +157,84 @@ def export_cmd(
     _write(text, out)
 
 
+# How `compare` writes each figure (aiperf.units): one way to write a number.
+_FLOPS_KEYS = {"score", "regulated_score", "valid_flops", "flops"}
+_PERCENT_KEYS = {"efficiency", "efficiency_vs_measured"}
+_DURATION_KEYS = {"duration_s", "elapsed_s"}
+_COUNT_KEYS = {"images_trained", "images_validated", "models_done"}
+RATIO_KEYS = ("score", "regulated_score", "valid_flops")  # each run's, over the first run's
+# What makes two runs' scores differ, when it differs: `compare` names it.
+CAUSE_KEYS = ("profile", "precision", "xla", "backends", "workers", "accelerators", "hardware",
+              "datasheet_peak_flops", "peak_flops", "duration_s", "elapsed_s", "inherit", "deterministic", "seed",
+              "rules_version")
+
+
+def compare_cell(key: str, v: Any) -> str:
+    """One figure of `compare`, written as the scoreboard writes it."""
+    if v is None:
+        return units.MISSING
+    if key in _FLOPS_KEYS or key in ("datasheet_peak_flops", "peak_flops"):
+        return units.flops(v)
+    if key in _PERCENT_KEYS:
+        return units.percent(v)
+    if key in _DURATION_KEYS:
+        return units.duration(v)
+    if key in _COUNT_KEYS:
+        return units.count(v)
+    if key == "total_ops":
+        return units.operations(v)
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    return str(v)
+
+
+def _hardware_of(b: dict[str, Any]) -> str:
+    """'2 x NVIDIA H100, 1 x CPU-only': the accelerators that took part, counted by model."""
+    from collections import Counter
+
+    names = Counter(a["model"] or "unknown" for w in b.get("hardware") or [] for a in w["accelerators"])
+    names.update("CPU-only" for w in b.get("hardware") or [] if not w["accelerators"])
+    return ", ".join(f"{n} x {m}" for m, n in sorted(names.items())) or "none"
+
+
+def compare_data(boards: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs' figures, each score's ratio to the first run's, and the settings that differ
+    between them (what explains the ratios): what `compare --json` prints."""
+    first = boards[0]
+    ratios = {k: [b[k] / first[k] if first[k] else None for b in boards] for k in RATIO_KEYS}
+    seen = [{**b, "hardware": _hardware_of(b)} for b in boards]
+    differences = [{"key": k, "values": [b.get(k) for b in seen]} for k in CAUSE_KEYS
+                   if len({json.dumps(b.get(k), sort_keys=True) for b in seen}) > 1]
+    return {"runs": [{k: b[k] for k in BOARD_FIELDS} for b in boards], "ratios": ratios,
+            "differences": differences}
+
+
 def compare_table(boards: list[dict[str, Any]]) -> Any:
-    """The scoreboards side by side: one column per run."""
+    """The scoreboards side by side, one column per run; each score's ratio to the first run's;
+    then the settings that differ between the runs."""
+    from rich.console import Group
     from rich.table import Table
 
+    data = compare_data(boards)
     table = Table(title="AIPerf runs")
-    table.add_column("")
+    table.add_column("", overflow="fold")
     for b in boards:
-        table.add_column(f"run {b['run_id']}", justify="right")
-    flops_keys = {"score", "regulated_score", "valid_flops", "flops"}
+        table.add_column(f"run {b['run_id']}", justify="right", overflow="fold")
     for key in BOARD_FIELDS[1:]:
-        cells = []
-        for b in boards:
-            v = b[key]
-            cells.append("" if v is None else format_flops(v) if key in flops_keys else
-                         f"{v:.4f}" if isinstance(v, float) else str(v))
-        table.add_row(key, *cells)
-    return table
+        table.add_row(key, *(compare_cell(key, b[key]) for b in boards))
+    for key in RATIO_KEYS:
+        table.add_row(f"{key} / run {boards[0]['run_id']}'s", *(units.ratio(r) for r in data["ratios"][key]))
+    if not data["differences"]:
+        return Group(table, "The runs differ in none of: " + ", ".join(CAUSE_KEYS) + ".")
+    diff = Table(title="What differs between the runs (what explains the ratios)")
+    diff.add_column("setting", overflow="fold")
+    for b in boards:
+        diff.add_column(f"run {b['run_id']}", overflow="fold")
+    for d in data["differences"]:
+        diff.add_row(d["key"], *(compare_cell(d["key"], v) for v in d["values"]))
+    return Group(table, diff)
 
 
 @control_command()
@@ -174,7 +242,8 @@ def compare_cmd(
     ctl: Control,
     runs: list[int] = typer.Argument(..., help=f"Run ids (2 to {MAX_COMPARE})."),
 ) -> None:
-    """Print the scoreboards of several runs side by side."""
+    """Print the scoreboards of several runs side by side, each score's ratio to the first run's and the
+    settings that differ between them."""
     if not 2 <= len(runs) <= MAX_COMPARE:
         fail(f"compare takes 2 to {MAX_COMPARE} run ids, got {len(runs)}")
     bad = [r for r in runs if not RUN_ID[0] <= r <= RUN_ID[1]]
@@ -182,7 +251,7 @@ def compare_cmd(
         fail(f"run id {bad[0]} is out of range [{RUN_ID[0]}, {RUN_ID[1]}]")
     client = ctl.client()
     boards = [ctl.call(lambda r=r: scoreboard_to_dict(client.scoreboard(r))) for r in runs]
-    ctl.show({"runs": [{k: b[k] for k in BOARD_FIELDS} for b in boards]}, lambda: compare_table(boards))
+    ctl.show(compare_data(boards), lambda: compare_table(boards))
 
 
 def register(app: typer.Typer) -> None:

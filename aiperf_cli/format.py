@@ -1,29 +1,25 @@
-"""Numbers as a person reads and types them: FLOPS with SI prefixes, durations."""
+"""Numbers as a person types them (durations), and the CLI's names for aiperf.units' writers."""
 
 from __future__ import annotations
 
 import re
 
+from aiperf import units
 from aiperf.limits import MAX_RUN_DURATION_S
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 # The longest run the CLI starts is the API's (a month): anything longer is a typo, and absurd
 # values (1e300 s) would overflow the master's arithmetic on deadlines.
-_PREFIXES = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
-def format_flops(value: float, unit: str = "FLOPS") -> str:
-    """2.5e15 -> '2.500 PFLOPS'."""
-    for factor, prefix in _PREFIXES:
-        if abs(value) >= factor:
-            return f"{value / factor:.3f} {prefix}{unit}"
-    return f"{value:.3f} {unit}"
+def format_flops(value: float | None, unit: str = "FLOPS") -> str:
+    """2.5e15 -> '2.50 PFLOPS' (aiperf.units.si)."""
+    return units.si(value, unit)
 
 
-def format_duration(seconds: float) -> str:
-    """5400.7 -> '1:30:00' (hours:minutes:seconds, fractions dropped)."""
-    s = int(seconds)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+def format_duration(seconds: float | None) -> str:
+    """5400.7 -> '1:30:00' (aiperf.units.duration)."""
+    return units.duration(seconds)
 
 
 def parse_duration(text: str) -> float:

@@ -10,6 +10,8 @@ from typing import Optional
 
 import typer
 
+from aiperf import units
+
 from aiperf.flops import KINDS, count_flops
 from aiperf.graph import Graph, GraphError
 from aiperf_cli.options import fail, require_command
@@ -73,8 +75,9 @@ def show_cmd(source: str = typer.Argument(..., metavar="FILE|-")) -> None:
     print(f"layers:      {len(graph.layers)} ({', '.join(f'{t} {n}' for t, n in sorted(types.items()))})")
     print(f"depth:       {graph.depth()} weighted layers")
     print(f"parameters:  {graph.num_params():,}")
-    print(f"FLOPs/image: forward {fc.forward['total']:.3e}, backward {fc.backward['total']:.3e}, "
-          f"train {fc.train:.3e}, eval {fc.eval:.3e}")
+    op = units.operations
+    print(f"per image:   forward {op(fc.forward['total'])}, backward {op(fc.backward['total'])}, "
+          f"train {op(fc.train)}, eval {op(fc.eval)}")
 
 
 @graph_app.command("flops")
@@ -88,11 +91,12 @@ def flops_cmd(
     if as_json:
         print(json.dumps({"params": graph.num_params(), "per_image": fc.to_dict()}))
         return
+    op = units.operations  # one way to write a number: "7.81 GFLOP", as every table writes it
     print(f"{'kind':<10} {'forward':>12} {'backward':>12}")
     for kind in (*KINDS, "total"):
-        print(f"{kind:<10} {fc.forward[kind]:>12.3e} {fc.backward[kind]:>12.3e}")
-    print(f"train (forward+backward) per image: {fc.train:.3e}")
-    print(f"eval (forward) per image:           {fc.eval:.3e}")
+        print(f"{kind:<10} {op(fc.forward[kind]):>12} {op(fc.backward[kind]):>12}")
+    print(f"train (forward+backward) per image: {op(fc.train)}")
+    print(f"eval (forward) per image:           {op(fc.eval)}")
     print(f"parameters: {graph.num_params():,}")
 
 

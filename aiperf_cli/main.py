@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import typer
 
-from aiperf_cli import audit, control, demo, export, graph, master, worker
+from aiperf_cli import audit, control, demo, export, graph, master, watch, worker
 from aiperf_cli.options import ExitCode, UsageError, require_command
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}  # inherited by every subcommand
@@ -57,7 +57,7 @@ def root(
     require_command(ctx)
 
 
-for _commands in (graph, master, control, audit, export, worker, demo):  # the order `aiperf --help` lists them in
+for _commands in (graph, master, control, watch, audit, export, worker, demo):  # the order `aiperf --help` lists them in
     _commands.register(app)
 
 
@@ -97,6 +97,22 @@ def one_line(message: str) -> str:
     return " ".join(message.split())
 
 
+def usage_message(exc: Any) -> str:
+    """Click's usage error on one line, without the "Value error, " its Enum conversion leaks,
+    and for a value that is not one of an option's choices the closest choice."""
+    import difflib
+    import re
+
+    message = one_line(exc.format_message()).replace("Value error, ", "")
+    given = re.search(r"'([^']*)' is not one of ((?:'[^']*'(?:, )?)+)", message)
+    if given:
+        choices = re.findall(r"'([^']*)'", given[2])
+        close = difflib.get_close_matches(given[1].lower(), choices, n=1, cutoff=0.5)
+        if close:
+            message = message.rstrip(".") + f"; did you mean '{close[0]}'?"
+    return message
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit code (aiperf_cli.options.ExitCode)."""
     try:
@@ -116,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         # Click's usage errors (typer vendors click in recent releases, so the
         # class is matched by shape, not by import).
         if callable(getattr(exc, "format_message", None)) and hasattr(exc, "exit_code"):
-            print(f"aiperf: error: {one_line(exc.format_message())}", file=sys.stderr)
+            print(f"aiperf: error: {usage_message(exc)}", file=sys.stderr)
             return int(ExitCode.BAD_INPUT)
         raise
     return rv if isinstance(rv, int) else int(ExitCode.OK)

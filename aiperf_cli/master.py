@@ -133,7 +133,10 @@ def serve_cmd(
                                      "core left after the master's."),
     log_level: LogLevel = typer.Option("info", "--log-level", case_sensitive=False, help="Log level."),
 ) -> None:
-    """Serve the master: gRPC worker + control API, health, metrics."""
+    """Serve the master: gRPC worker + control API, health, metrics.
+
+    Tokens: AIPERF_TOKEN (workers') and AIPERF_ADMIN_TOKEN (control commands'), or the token files.
+    """
     from master.server import default_db_url
 
     _check_tls(tls_cert, tls_key)

@@ -220,6 +220,9 @@ def run_events(data: dict[str, Any], sub: Submission) -> list[Event]:
     end = _ms(board["stopped_at"] or board["finished_at"] or t0 + board["elapsed_s"]) if over else \
         _ms(t0 + board["elapsed_s"])
     timed += [Event(end, f"aiperf_{key}", board[key]) for key in BOARD_KEYS]
+    # the validity checklist, one line per rule (aiperf.scoring.VALIDITY_RULES): its state, figure and limit
+    timed += [Event(end, f"aiperf_check_{c['rule']}", c["state"], {"figure": c["figure"], "limit": c["limit"]})
+              for c in board.get("checks") or []]
     if over:
         # MLPerf's success is a run that reached its quality target: here, a valid run.
         status = mc.SUCCESS if board["state"] == RunState.FINISHED and board["valid"] else mc.ABORTED

@@ -38,6 +38,8 @@ class ExitCode(enum.IntEnum):
     BAD_INPUT = 2     # the command line, a file it names or the request is wrong: fix it, do not retry
     UNAVAILABLE = 3   # the master (or master serve's database) did not answer: try again later
     REFUSED = 4       # the master (or database) answered and refused: state, credentials, not found
+    INVALID = 5       # `aiperf wait`: the run ended and is not valid (its checklist says why)
+    TIMEOUT = 6       # `aiperf wait`: --timeout passed before the run ended
     INTERRUPTED = 130
 
 
@@ -71,6 +73,18 @@ def api_exit_code(status_name: str) -> ExitCode:
     return _API_EXIT.get(status_name, ExitCode.BUG)
 
 
+def unreachable_cause(details: str) -> str:
+    """What gRPC's details of an unanswered call say, in words: a name that does not resolve, nothing
+    listening, or (anything else) no answer."""
+    lowered = details.lower()
+    if any(w in lowered for w in ("resolv", "name or service not known", "domain name not found")):
+        return ("unreachable: its host name does not resolve (check --master / AIPERF_MASTER; a Kubernetes "
+                "Service not yet in DNS resolves later)")
+    if "connection refused" in lowered:
+        return "unreachable: nothing listens there (connection refused): is `aiperf master serve` running?"
+    return "unreachable, try again later"
+
+
 def fail_api(master: str, exc: Any, token: str = "token") -> NoReturn:
     """One line for a failed call to `master` (an aiperf.api ApiError), with its exit code."""
     name = exc.code.name
@@ -79,7 +93,7 @@ def fail_api(master: str, exc: Any, token: str = "token") -> NoReturn:
                                                                                   "RESOURCE_EXHAUSTED"):
         fail(f"master {master} is up but its {details}; try again later", ExitCode.UNAVAILABLE)
     if name in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
-        fail(f"master {master} unreachable, try again later ({details})", ExitCode.UNAVAILABLE)
+        fail(f"master {master} {unreachable_cause(details)} ({details})", ExitCode.UNAVAILABLE)
     if name == "UNAUTHENTICATED":
         fail(f"master {master} refused the {token}: {details}", ExitCode.REFUSED)
     code = api_exit_code(name)
@@ -238,9 +252,24 @@ class Control:
         if isinstance(view, str):
             print(view)
             return
-        from rich.console import Console
+        console().print(view)
 
-        Console(file=sys.stdout).print(view)
+
+LOG_COLUMNS = 160  # the width of tables written to a file or a pipe: logs are read wider than 80 columns
+
+
+def console(file: Any = None) -> Any:
+    """A rich Console on `file` (stdout): a terminal's width on a terminal; elsewhere (a log,
+    a pipe, CI) $COLUMNS or LOG_COLUMNS, so that a table is not squeezed into 80 columns."""
+    import os
+
+    from rich.console import Console
+
+    out = file or sys.stdout
+    if out.isatty():
+        return Console(file=out)
+    columns = os.environ.get("COLUMNS", "")
+    return Console(file=out, width=int(columns) if columns.isdigit() and int(columns) > 0 else LOG_COLUMNS)
 
 
 def _option(name: str, annotation: Any, info: Any) -> inspect.Parameter:

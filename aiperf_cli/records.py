@@ -141,9 +141,11 @@ def scoreboard_to_dict(sb: pb.Scoreboard) -> dict[str, Any]:
         "elapsed_s": sb.elapsed_s,
         "flops": sb.flops,
         "score": sb.score,
-        "provisional": sb.provisional,
-        # over (finished or aborted): nothing changes the score any more, reached minimum time or not
+        # provisional: the score may still change (short of the minimum running time, not over);
+        # final: the run is over, nothing changes it; short_of_minimum: it ran less than the minimum
+        "provisional": sb.provisional and sb.run.state not in (pb.RUN_FINISHED, pb.RUN_ABORTED),
         "final": sb.run.state in (pb.RUN_FINISHED, pb.RUN_ABORTED),
+        "short_of_minimum": sb.provisional,
         "score_time_s": sb.score_time_s,
         "regulated_score_time_s": sb.regulated_score_time_s,
         "valid_flops_time_s": sb.valid_flops_time_s,
@@ -184,8 +186,19 @@ def scoreboard_to_dict(sb: pb.Scoreboard) -> dict[str, Any]:
         "audit_status": sb.audit_status or None,
         "audit_model_id": sb.audit_model_id or None,
         "audit": audit_to_dict(sb.audit) if sb.HasField("audit") else None,
+        # the validity checklist (aiperf.scoring.VALIDITY_RULES): one entry per rule, in its order
+        "checks": [checks_entry(c) for c in sb.checks],
     })
     return d
+
+
+def checks_entry(c: pb.ValidityCheck) -> dict[str, Any]:
+    """One rule's state: its key, title, state (passed/failed/pending/not applicable), the figure
+    judged, its limit and why (None: nothing to say)."""
+    from aiperf.scoring import RULE_TITLES
+
+    return {"rule": c.rule, "title": RULE_TITLES.get(c.rule, c.rule), "state": c.state, "figure": c.figure,
+            "limit": c.limit, "detail": c.detail or None}
 
 
 def audit_to_dict(a: pb.Audit) -> dict[str, Any]:

@@ -15,15 +15,17 @@ import html
 import io
 from typing import TYPE_CHECKING, Any, Sequence
 
+from aiperf import units
 from aiperf.profiles import OFFICIAL
 from aiperf.scoring import model_rank_key
 from aiperf.timeline import CurvePoint, score_curve
 from aiperf.states import ModelState
+from aiperf_cli.explain import GLOSSARY, score_notes, validity_text
 from aiperf_cli.format import format_flops
-from aiperf_cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
+from aiperf_cli.records import audit_to_dict, model_to_dict, scoreboard_to_dict, timeline_to_dict
 from aiperf_cli.tables import (
     accuracy_text, audit_text, downtime_text, efficiency_text, elapsed_text, measured_efficiency_text, rules_text,
-    recipe_text, run_title, score_label, stop_text,
+    recipe_text, run_title, score_label, software_text, stop_text,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,15 +59,25 @@ def _figure(title: str, xlabel: str = "time since the run's start (min)") -> tup
     return fig, ax
 
 
+def _flops_axis(ax: Any, values: Sequence[float]) -> float:
+    """Label the y axis in the unit of the largest value ("GFLOPS", aiperf.units.scale) and return
+    the factor to divide by: the axis then has no "1e10" offset text to read."""
+    factor, prefix = units.scale(max((abs(v) for v in values), default=0.0))
+    ax.set_ylabel(f"{prefix}FLOPS")
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+    return factor
+
+
 def flops_chart(board: dict[str, Any], points: Sequence[dict[str, Any]]) -> str:
     fig, ax = _figure("FLOPS(t)")
     t = [p["elapsed_s"] / 60 for p in points]
-    ax.plot(t, [p["flops"] for p in points], color="tab:blue", label="FLOPS(t)")
+    factor = _flops_axis(ax, [p["flops"] for p in points] + [board["score"]])
+    ax.plot(t, [p["flops"] / factor for p in points], color="tab:blue", label="FLOPS(t)")
     ax.axvline(board["min_running_time_s"] / 60, color="gray", linestyle="--", label="minimum running time")
     if board["score"] > 0:
         label = "score (final)" if board.get("final") else "score (provisional)" if board["provisional"] else "score"
-        ax.plot([board["score_time_s"] / 60], [board["score"]], "o", color="tab:red", label=label)
-    ax.set_ylabel("FLOPS")
+        ax.plot([board["score_time_s"] / 60], [board["score"] / factor], "o", color="tab:red",
+                label=f"{label}: {units.flops(board['score'])}")
     ax.legend(loc="best")
     return _svg(fig)
 
@@ -82,14 +94,21 @@ def score_chart(board: dict[str, Any], points: Sequence[dict[str, Any]]) -> str:
                "regulated score -ln(Error(t))·FLOPS(t)"),
               ("valid_flops", "valid_flops", "valid_flops_time_s", "tab:green",
                f"valid FLOPS, FLOPS(t)·(acc(t)/{board['target_accuracy']:g})^5"))
+    factor = _flops_axis(ax, [getattr(s, attr) for s in curve for attr, *_ in series]
+                         + [board[key] for _, key, *_ in series])
     for attr, key, time_key, color, label in series:
-        ax.plot(t, [getattr(s, attr) for s in curve], color=color, label=label)
+        ax.plot(t, [getattr(s, attr) / factor for s in curve], color=color, label=label)
         if board[key] > 0:
-            ax.plot([board[time_key] / 60], [board[key]], "o", color=color)
+            ax.plot([board[time_key] / 60], [board[key] / factor], "o", color=color,
+                    label=f"its maximum, reported: {units.flops(board[key])}")
     ax.axvline(board["min_running_time_s"] / 60, color="gray", linestyle="--", label="minimum running time")
-    ax.set_ylabel("FLOPS")
     ax.legend(loc="best", fontsize="small")
     return _svg(fig)
+
+
+SCORE_CHART_NOTE = ("The regulated score and valid FLOPS are weighted scores written in FLOPS, not rates of "
+                    "work: the regulated score lies above FLOPS(t) whenever Error < 1/e = 0.368 (accuracy above "
+                    "63.2%), valid FLOPS whenever the accuracy is above the profile's target.")
 
 
 def error_chart(points: Sequence[dict[str, Any]]) -> str:
@@ -135,10 +154,19 @@ def _rows(rows: Sequence[tuple[str, str]]) -> str:
 
 
 def _validity(board: dict[str, Any]) -> list[tuple[str, str]]:
-    reasons = [r.strip() for r in (board["invalid_reason"] or "").split(";") if r.strip()]
-    return ([("Valid", "yes" if board["valid"] else "no")] + [("Failed check", r) for r in reasons]
-            + [("Official", "yes" if board["official"] else "no")]
+    return ([("Valid", validity_text(board)), ("Official", "yes" if board["official"] else "no")]
             + [("Unofficial because", r) for r in board["unofficial_reasons"]])
+
+
+def _checks(board: dict[str, Any]) -> str:
+    """The validity checklist (aiperf.scoring.VALIDITY_RULES): one row per rule."""
+    head = "".join(f"<th>{h}</th>" for h in ("rule", "state", "figure", "limit", "why"))
+    rows = "".join(
+        f'<tr class="{html.escape(c["state"].replace(" ", "-"))}">'
+        + "".join(f"<td>{html.escape(v or '')}</td>" for v in (c["title"], c["state"], c["figure"], c["limit"],
+                                                                c["detail"]))
+        + "</tr>" for c in board.get("checks") or [])
+    return f"<table><tr>{head}</tr>{rows}</table>"
 
 
 def _summary(b: dict[str, Any]) -> list[tuple[str, str]]:
@@ -155,7 +183,7 @@ def _summary(b: dict[str, Any]) -> list[tuple[str, str]]:
         ("Rules", rules_text(b)),
         ("Elapsed", elapsed_text(b)),
         ("Master downtime", downtime_text(b)),
-        ("Total operations", f"{b['total_ops']:.4g} (workers' own count: {b['worker_ops']:.4g}; "
+        ("Total operations", f"{units.operations(b['total_ops'])} (workers' own count: {units.operations(b['worker_ops'])}; "
                              f"{b['flops_mismatch_reports']} reports disagree by more than 1%; "
                              f"{b['implausible_reports']} refused above the worker's accepted peak)"),
         ("Images", f"{b['images_trained']:,} trained, {b['images_validated']:,} validated"),
@@ -175,32 +203,60 @@ def _hardware(b: dict[str, Any]) -> list[tuple[str, str]]:
          + (f"; dataset {w['dataset']['kind']}, {w['dataset']['train_images']:,} training / "
             f"{w['dataset']['validation_images']:,} validation images, fingerprint {w['dataset']['fingerprint']}"
             if w["dataset"] else "")
-         + (f"; {w['implausible_reports']} reports refused as implausible" if w["implausible_reports"] else ""))
+         + (f"; {w['implausible_reports']} reports refused as implausible" if w["implausible_reports"] else "")
+         + "; software " + (software_text(w["software"]) or "not reported"))
         for w in b["hardware"]
     ] + [("Master software", ", ".join(f"{k} {v}" for k, v in b["software"].items()))]
+
+
+RANK_RULE = ("Ranked as the master ranks a run's finished models (aiperf.scoring.model_rank_key; `aiperf audit` "
+             "audits the top of this order): by predicted final accuracy, the best observed one when there is no "
+             "prediction; then by the best observed accuracy; then the lower id.")
 
 
 def _model_rows(models: Sequence[dict[str, Any]]) -> str:
     return "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-            m["model_id"], m["parent_id"] or "-", m["worker_id"], m["round"],
+            rank, m["model_id"], accuracy_text(m["predicted_accuracy"]), accuracy_text(m["best_accuracy"]),
+            m["parent_id"] or "-", m["worker_id"], m["round"],
             m["hyperparameters"]["batch_size"], m["hyperparameters"]["kernel_size"],
-            accuracy_text(m["best_accuracy"]), accuracy_text(m["predicted_accuracy"]),
             m["epochs"], m["graph_hash"][:12])) + "</tr>"
-        for m in models)
+        for rank, m in enumerate(models, 1))
+
+
+AUDIT_COLUMNS = ("model", "claimed accuracy", "audited", "architecture", "images/s claimed", "images/s timed",
+                 "throughput", "verdict", "auditor", "detail")
+
+
+def _audit_rows(audits: Sequence[dict[str, Any]]) -> str:
+    """Every audit of the run, one row each (`aiperf audit`'s findings as the master recorded them)."""
+    if not audits:
+        return "<p>No model of this run has been audited (<code>aiperf audit</code>).</p>"
+    head = "".join(f"<th>{c}</th>" for c in AUDIT_COLUMNS)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+            a["model_id"], accuracy_text(a["claimed_accuracy"]), accuracy_text(a["audited_accuracy"]),
+            "ok" if a["architecture_ok"] else "wrong", units.si(a["claimed_images_per_second"], ""),
+            units.si(a["audited_images_per_second"], ""), a["throughput"] or "-", a["verdict"],
+            f"{a['auditor_host']} ({a['auditor_hardware'] or 'hardware not given'})", a["detail"] or "")) + "</tr>"
+        for a in audits)
+    return f"<table><tr>{head}</tr>{rows}</table>"
 
 
 def _charts(board: dict[str, Any], timeline: dict[str, Any]) -> str:
     points, resources = timeline["points"], timeline["resources"]
-    charts = [score_chart(board, points), flops_chart(board, points), error_chart(points)] if points else []
+    charts = [(score_chart(board, points), SCORE_CHART_NOTE), (flops_chart(board, points), ""),
+              (error_chart(points), "")] if points else []
     if resources:
-        charts += [utilisation_chart(resources), memory_chart(resources)]
-    return "".join(f"<figure>{c}</figure>" for c in charts) or "<p>No progress reported yet.</p>"
+        charts += [(utilisation_chart(resources), ""), (memory_chart(resources), "")]
+    return "".join(f"<figure>{c}" + (f"<figcaption>{html.escape(note)}</figcaption>" if note else "") + "</figure>"
+                   for c, note in charts) or "<p>No progress reported yet.</p>"
 
 
-def render_report(board: dict[str, Any], timeline: dict[str, Any], models: Sequence[dict[str, Any]]) -> str:
+def render_report(board: dict[str, Any], timeline: dict[str, Any], models: Sequence[dict[str, Any]],
+                  audits: Sequence[dict[str, Any]] = ()) -> str:
     """The report as HTML. board: scoreboard_to_dict; timeline: timeline_to_dict;
-    models: model_to_dict of the run's best models."""
+    models: model_to_dict of the run's best models, best first; audits: audit_to_dict of its audits."""
     b = board
     title = run_title(b)
     return f"""<!DOCTYPE html>
@@ -210,21 +266,31 @@ body {{ font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto;
 table {{ border-collapse: collapse; margin: 1rem 0; }}
 th, td {{ border: 1px solid #ccc; padding: .3rem .6rem; text-align: left; vertical-align: top; }}
 th {{ background: #f4f4f4; }}
-.valid {{ color: #176f2c; }} .invalid {{ color: #a3121d; }}
+.valid, .passed td:nth-child(2) {{ color: #176f2c; }} .invalid, .failed td:nth-child(2) {{ color: #a3121d; }}
+.pending td:nth-child(2) {{ color: #8a6100; }} .not-applicable td:nth-child(2) {{ color: #777; }}
 figure {{ margin: 1rem 0; }}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
 <h2 class="{'valid' if b['valid'] else 'invalid'}">{'Valid run' if b['valid'] else 'Invalid run'}</h2>
 <table>{_rows(_validity(b))}</table>
+<h3>Validity checklist</h3>
+{_checks(b)}
 <h2>Scores</h2>
 <table>{_rows(_summary(b))}</table>
 <h2>Over time</h2>
 {_charts(b, timeline)}
 <h2>Best models</h2>
-<table><tr><th>id</th><th>parent</th><th>worker</th><th>round</th><th>batch</th><th>kernel</th>
-<th>best accuracy</th><th>predicted</th><th>epochs</th><th>architecture hash</th></tr>{_model_rows(models)}</table>
+<p>{html.escape(RANK_RULE)}</p>
+<table><tr><th>rank</th><th>id</th><th>predicted accuracy</th><th>best accuracy</th><th>parent</th><th>worker</th>
+<th>round</th><th>batch</th><th>kernel</th><th>epochs</th><th>architecture hash</th></tr>{_model_rows(models)}</table>
+<h2>Audits</h2>
+{_audit_rows(audits)}
 <h2>Hardware and software</h2>
 <table>{_rows(_hardware(b))}</table>
+<h2>What the numbers mean</h2>
+<ul class="notes">{"".join(f"<li>{html.escape(n.split('] ', 1)[-1])}</li>" for n in score_notes(b))}</ul>
+<h3>Glossary</h3>
+<dl>{"".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in GLOSSARY)}</dl>
 </body></html>
 """
 
@@ -237,4 +303,5 @@ def fetch_report(client: "ControlClient", run: int = 0) -> tuple[dict[str, Any],
     done = [model_to_dict(m) for m in client.list_models(run_id, state=ModelState.DONE, limit=10000).models]
     # the master's ranking (GetHistory), from the one rule in aiperf.scoring
     done.sort(key=lambda m: model_rank_key(m["model_id"], m["predicted_accuracy"], m["best_accuracy"]))
-    return board, render_report(board, timeline, done[:REPORT_MODELS])
+    audits = [audit_to_dict(a) for a in client.list_audits(run_id).audits]
+    return board, render_report(board, timeline, done[:REPORT_MODELS], audits)

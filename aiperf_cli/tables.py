@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aiperf import audit
+from aiperf import audit, units
 from aiperf.states import ModelState, RunState, WorkerState
+from aiperf_cli.explain import checks_table, score_notes, validity_brief, validity_text
 from aiperf_cli.format import format_duration, format_flops
 
 if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Group
     from rich.table import Table
-
-    from aiperf.api import aiperf_pb2 as pb
 
 RUN_COLUMNS = ("id", "state", "profile", "seed", "precision", "duration", "started", "stop reason")
 WORKER_COLUMNS = ("id", "name", "host", "accelerators", "backend", "state", "last heartbeat", "model")
@@ -32,10 +32,11 @@ def official_text(d: dict[str, Any]) -> str:
 
 
 def score_label(d: dict[str, Any]) -> str:
-    """'Score (final)' once the run is over, 'Score (provisional)' while it runs short of its
-    minimum running time (the score may still change), else 'Score'."""
+    """'Score (final)' once the run is over ('Score (final, short of the minimum running time)'
+    when it ended before its minimum), 'Score (provisional)' while it runs short of its minimum
+    running time (the score may still change), else 'Score'."""
     if d.get("final"):
-        return "Score (final)"
+        return "Score (final, short of the minimum running time)" if d.get("short_of_minimum") else "Score (final)"
     return "Score (provisional)" if d["provisional"] else "Score"
 
 
@@ -52,7 +53,7 @@ def efficiency_text(d: dict[str, Any]) -> str:
     """The score as a share of the accelerators' datasheet peak (HPL's Rmax/Rpeak), or why there is none."""
     if d["efficiency"] is None:
         return f"n/a ({d['efficiency_unknown_reason'] or 'no datasheet peak'})"
-    return f"{d['efficiency']:.2%} of {format_flops(d['datasheet_peak_flops'])} (datasheet)"
+    return f"{units.percent(d['efficiency'])} of {format_flops(d['datasheet_peak_flops'])} (datasheet)"
 
 
 def measured_efficiency_text(d: dict[str, Any]) -> str:
@@ -60,7 +61,7 @@ def measured_efficiency_text(d: dict[str, Any]) -> str:
     if d["efficiency_vs_measured"] is None:
         return "n/a (no measured peak for every accelerator)"
     verdict = d.get("peak_verdict")
-    return (f"{d['efficiency_vs_measured']:.2%} of {format_flops(d['peak_flops'])} (measured"
+    return (f"{units.percent(d['efficiency_vs_measured'])} of {format_flops(d['peak_flops'])} (measured"
             + (f", {verdict})" if verdict else ")"))
 
 
@@ -122,20 +123,20 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
     from rich.table import Table
 
     table = Table(title=run_title(d), show_header=False)
-    table.add_column("item", style="bold")
-    table.add_column("value")
+    table.add_column("item", style="bold", overflow="fold")
+    table.add_column("value", overflow="fold")
     best = f" (best accuracy {d['best_accuracy']:.4f})" if d["best_accuracy"] is not None else ""
     rows = [
-        (score_label(d), format_flops(d["score"])),
-        ("Regulated score", format_flops(d["regulated_score"])),
-        ("Valid FLOPS", format_flops(d["valid_flops"])),
+        (score_label(d) + " [1]", format_flops(d["score"])),
+        ("Regulated score [2]", format_flops(d["regulated_score"])),
+        ("Valid FLOPS [3]", format_flops(d["valid_flops"])),
         ("FLOPS now", format_flops(d["flops"])),
         ("Error", f"{d['error']:.4f}{best}"),
-        ("Valid", "yes" if d["valid"] else f"no: {d['invalid_reason']}"),
+        ("Valid", validity_text(d)),
         ("Official", official_text(d)),
         ("Audit", audit_text(d)),
-        ("Efficiency", efficiency_text(d)),
-        ("Efficiency vs measured", measured_efficiency_text(d)),
+        ("Efficiency [4]", efficiency_text(d)),
+        ("Efficiency vs measured [4]", measured_efficiency_text(d)),
         ("Rules", rules_text(d)),
         ("Elapsed", elapsed_text(d)),
         ("Master downtime", downtime_text(d)),
@@ -165,9 +166,24 @@ def scoreboard_table(d: dict[str, Any]) -> "Table":
                          f"({data['fingerprint'][:12]})")
         if w["implausible_reports"]:
             lines.append(f"{w['implausible_reports']} reports refused")
+        if w["software"]:
+            lines.append(software_text(w["software"]))
         table.add_row(f"Worker {w['worker_id']}", "\n".join(lines))
     table.add_row("Master software", ", ".join(f"{k} {v}" for k, v in d["software"].items() if k != "platform"))
     return table
+
+
+def software_text(software: dict[str, str]) -> str:
+    """'python 3.12.3, tensorflow 2.21.0, keras 3.12.0': a worker's or the master's software, platform left out."""
+    return ", ".join(f"{k} {v}" for k, v in software.items() if k != "platform")
+
+
+def scoreboard_view(d: dict[str, Any]) -> "Group":
+    """`aiperf scoreboard`: the table, the validity checklist and one footnote per score."""
+    from rich.console import Group
+    from rich.text import Text
+
+    return Group(scoreboard_table(d), checks_table(d), *(Text(line) for line in score_notes(d)))
 
 
 def clock_text(t: float | None) -> str:
@@ -201,7 +217,7 @@ def runs_table(runs: list[dict[str, Any]], total: int) -> "Table":
     table = Table(title=f"{total} run{'s' if total != 1 else ''}" + (f" (newest {len(runs)})" if len(runs) < total
                                                                       else ""))
     for col in RUN_COLUMNS:
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for r in runs:
         table.add_row(str(r["run_id"]), r["state"], r["profile"], str(r["seed"]), r["precision"],
                       format_duration(r["duration_s"]), clock_text(r["started_at"]), r["stop_reason"] or "-")
@@ -216,7 +232,7 @@ def workers_table(workers: list[dict[str, Any]], total: int, now: float, title: 
     table = Table(title=title or f"{total} worker{'s' if total != 1 else ''} registered ({alive} alive"
                                  + (f" of the {len(workers)} shown)" if len(workers) < total else ")"))
     for col in WORKER_COLUMNS:
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for w in workers:
         model = f"{w['current_model_id']} (run {w['current_run_id']})" if w["current_model_id"] else "-"
         table.add_row(str(w["worker_id"]), w["name"], w["host"], accelerators_text(w["accelerators"]), w["backend"],
@@ -242,16 +258,18 @@ def audits_table(run_id: int, rows: list[dict[str, Any]]) -> "Table":
     """`aiperf audit`'s rows (rich)."""
     from rich.table import Table
 
-    table = Table(title=f"run {run_id}: audit of {len(rows)} models")
-    for col in ("model", "claimed", "audited", "architecture", "img/s claimed/timed", "verdict", "detail"):
-        table.add_column(col)
+    table = Table(title=f"run {run_id}: audit of {units.plural(len(rows), 'model')}")
+    for col in ("model", "why audited", "claimed", "audited", "architecture", "img/s claimed/timed", "verdict",
+                "detail"):
+        table.add_column(col, overflow="fold")
     for r in rows:
-        timed = f"{r['audited_images_per_second']:.3g}" if r["audited_images_per_second"] else "-"
-        table.add_row(str(r["model_id"]), accuracy_text(r["claimed_accuracy"]), accuracy_text(r["audited_accuracy"]),
+        timed = units.si(r["audited_images_per_second"] or None, "")
+        table.add_row(str(r["model_id"]), r.get("why") or "-", accuracy_text(r["claimed_accuracy"]),
+                      accuracy_text(r["audited_accuracy"]),
                       "ok" if r["architecture_ok"] else "wrong" if r["verdict"] == "wrong architecture" else "-",
-                      f"{r['claimed_images_per_second']:.3g}/{timed}", r["verdict"],
-                      (f"node audit, inventory {r.get('inventory') or '-'}" if r.get("node_audit")
-                       else r.get("detail") or "")[:120])
+                      f"{units.si(r['claimed_images_per_second'], '')}/{timed}", r["verdict"],
+                      f"node audit, inventory {r.get('inventory') or '-'}" if r.get("node_audit")
+                      else r.get("detail") or "")
     return table
 
 
@@ -259,9 +277,9 @@ def models_table(run_id: int, total: int, models: list[dict[str, Any]]) -> "Tabl
     """The model list (rich) of `model_to_dict` outputs."""
     from rich.table import Table
 
-    table = Table(title=f"run {run_id}: {total} models")
+    table = Table(title=f"run {run_id}: {units.plural(total, 'model')}")
     for col in MODEL_COLUMNS:
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for m in models:
         table.add_row(
             str(m["model_id"]), str(m["parent_id"] or "-"), str(m["worker_id"]), str(m["round"]), m["state"],
@@ -271,19 +289,21 @@ def models_table(run_id: int, total: int, models: list[dict[str, Any]]) -> "Tabl
     return table
 
 
-def progress_table(sb: "pb.Scoreboard") -> "Table":
-    """The demo's live view of a scoreboard message."""
+def progress_table(d: dict[str, Any]) -> "Table":
+    """The live view (the demo, `aiperf status --watch` on a terminal) of a scoreboard dict."""
     from rich.table import Table
 
-    from aiperf.api.aiperf_pb2 import RUN_ABORTED, RUN_FINISHED
-    from aiperf.api.enums import RUN_STATES
-
-    t = Table(title="AIPerf smoke run (unofficial)", show_header=False)
-    t.add_row("state", RUN_STATES.get(sb.run.state, "?"))
-    t.add_row("elapsed", f"{sb.elapsed_s:6.0f} s of {sb.run.config.duration_s:.0f} s")
-    t.add_row("models done", str(sb.models_done))
-    t.add_row("FLOPS", f"{sb.flops:.3e}")
-    t.add_row("best accuracy", f"{sb.best_accuracy:.3f}")
-    over = sb.run.state in (RUN_FINISHED, RUN_ABORTED)
-    t.add_row("score", f"{sb.score:.3e}{' (final)' if over else ' (provisional)' if sb.provisional else ''}")
+    title = f"AIPerf run {d['run_id']} ({d['profile']}{'' if d['official'] else ', unofficial'})"
+    t = Table(title=title, show_header=False)
+    t.add_column("item", style="bold")
+    t.add_column("value", overflow="fold")
+    models = d["models"]
+    t.add_row("state", d["state"])
+    t.add_row("elapsed", f"{format_duration(d['elapsed_s'])} of {format_duration(d['duration_s'])}")
+    t.add_row("models", f"{models.get(ModelState.DONE, 0)} done, {models.get(ModelState.TRAINING, 0)} training")
+    t.add_row("FLOPS now", format_flops(d["flops"]))
+    t.add_row("best accuracy", accuracy_text(d["best_accuracy"]))
+    label = " (final)" if d.get("final") else " (provisional)" if d["provisional"] else ""
+    t.add_row("score", format_flops(d["score"]) + label)
+    t.add_row("valid", validity_brief(d))
     return t

@@ -41,6 +41,7 @@ DEMO_MINUTES = (0.0, limits.MAX_RUN_DURATION_S / 60)  # low end excluded
 HEARTBEAT_S = (0.1, 3600.0)          # below 0.1 s the master's tick cannot keep up; above 1 h no worker is lost
 STOP_GRACE_S = (0.0, 86400.0)
 RESUME_OUTAGE_S = (0.0, 30 * 86400.0)  # an outage up to a run's longest duration
+PROGRESS_SECONDS = (1.0, 86400.0)    # between progress lines: from every poll to once a day
 PROCESSES = (1, 1024)                # processes or CPUs on one node
 CPUS = (0, 1024)
 FRONTENDS = (0, 256)                  # --frontends: 0, the master serves gRPC itself; one per core is plenty

@@ -7,10 +7,13 @@ TensorFlow) that output is held back: when the dataset is bad, the one-line
 error is all that is printed; when it is good, the held lines are written out
 unchanged, so a normal start shows everything TensorFlow said (e.g. that no
 CUDA driver was found). TF_CPP_MIN_LOG_LEVEL is set before TensorFlow is
-imported: 2 (errors only) by default, since TensorFlow's C++ warnings repeat
-every epoch in training (end-of-sequence rendezvous), and TensorFlow's own
-errors (out of memory, XLA) still show; 0 (everything) with --log-level
-debug; a value already in the environment is kept.
+imported: 2 (errors only) at --log-level info, since TensorFlow's C++ warnings
+repeat every epoch in training (end-of-sequence rendezvous), and TensorFlow's
+own errors (out of memory, XLA) still show; 3 (none: its start-up lines about
+CUDA plugins are errors too) at warning and error, where a failure still ends
+as a Python exception and one line; 0 (everything) with debug. gRPC's C++ log
+(GRPC_VERBOSITY) shows errors only unless debug. A value already in the
+environment is kept.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from typing import Any, Callable, Optional, TypeVar
 import typer
 
 from aiperf_cli.options import (
-    ExitCode, checked_token, fail, fail_api, master_address, read_tls_ca, read_token_file, token_source,
+    DEFAULT_DATA_DIR, ExitCode, checked_token, fail, fail_api, master_address, read_tls_ca, read_token_file,
+    token_source,
 )
 from aiperf_cli.values import CPUS, PORT, PROCESSES, Backend, DatasetFormat, LogLevel, int_option
 
@@ -47,7 +51,9 @@ def setup_logging(level: str, path: Path | None = None) -> None:
 
 def quiet_tensorflow(level: str) -> None:
     """TF_CPP_MIN_LOG_LEVEL for `level`, unless the environment sets it; before TensorFlow is imported."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if level == "debug" else "2")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", {"debug": "0", "info": "2"}.get(level, "3"))
+    if level != "debug":
+        os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 
 def held_stderr(fn: Callable[[], T], show: Callable[[Optional[BaseException]], bool]) -> T:
@@ -77,12 +83,19 @@ def held_stderr(fn: Callable[[], T], show: Callable[[Optional[BaseException]], b
 def _token(token: Optional[str], token_file: Optional[Path]) -> str:
     """The worker token: --token / AIPERF_TOKEN, else the file of --token-file / AIPERF_TOKEN_FILE
     (the token first: the SLURM script exports both, and the file's path may not exist inside a
-    worker's container); none: one line, exit 2."""
+    worker's container), else .aiperf/worker.token in the current directory (where `aiperf master
+    serve` writes it, as the control commands read .aiperf/admin.token); none: one line, exit 2."""
+    from master.rpc.tokens import WORKER_TOKEN_FILE
+
     if token:
         return checked_token(token, token_source("--token", "AIPERF_TOKEN", token))
+    default = DEFAULT_DATA_DIR / WORKER_TOKEN_FILE
+    if token_file is None and default.exists():
+        token_file = default
     if token_file is not None:
         return read_token_file(token_file, "worker")
-    fail("no worker token: give --token or --token-file, or set AIPERF_TOKEN or AIPERF_TOKEN_FILE")
+    fail(f"no worker token: give --token or --token-file, set AIPERF_TOKEN or AIPERF_TOKEN_FILE, or run "
+         f"where {default} is (aiperf master serve writes it)")
 
 
 def _check_dataset(dataset: Optional[str], dataset_format: Optional[str], log_level: str) -> None:
@@ -127,7 +140,8 @@ def worker_cmd(
                                help="Master address HOST:PORT."),
     token: str = typer.Option(None, envvar="AIPERF_TOKEN", help="Worker token."),
     token_file: Optional[Path] = typer.Option(None, envvar="AIPERF_TOKEN_FILE",
-                                              help="Read the worker token from this file (when no --token)."),
+                                              help="Read the worker token from this file (when no --token; "
+                                                   "default: .aiperf/worker.token when it exists)."),
     name: Optional[str] = typer.Option(None, envvar="AIPERF_WORKER_NAME",
                                        help="Stable worker name (default: host name)."),
     dataset: Optional[str] = typer.Option(None, envvar="AIPERF_DATASET", help="Dataset path."),
@@ -150,12 +164,12 @@ def worker_cmd(
     checkpoints: Optional[str] = typer.Option(
         None, "--checkpoints", envvar="AIPERF_CHECKPOINTS",
         help="Checkpoint store URL: a directory (shared by all workers in a cluster) or an fsspec URL such as "
-             "s3://bucket/prefix (needs aiperf[object-store]); default: checkpoints under --state-dir."),
+             "s3://bucket/prefix (needs aiperf\\[object-store]); default: checkpoints under --state-dir."),
     log_level: LogLevel = typer.Option("info", case_sensitive=False, help="Log level (debug also shows "
                                        "TensorFlow's C++ logs)."),
     backend: Backend = typer.Option("tensorflow", "--backend", envvar="AIPERF_BACKEND", case_sensitive=False,
                                     help="The framework that trains, through Keras 3 (recorded at Register; "
-                                         "jax needs aiperf[jax] or JAX installed)."),
+                                         "jax needs aiperf\\[jax] or JAX installed)."),
     health_port: Optional[int] = int_option(None, "--health-port", span=PORT, envvar="AIPERF_WORKER_HEALTH_PORT",
                                             help="Serve GET /healthz on this port (all interfaces) for a "
                                                  "liveness probe: 200 while the heartbeat loop turns, else 503 "

@@ -32,7 +32,7 @@ from master.frontends.master_end import RelayServer, close_relay, relay_director
 from master.frontends.supervisor import FrontEndConfig, FrontEnds
 from master.observability.metrics import MasterMetrics
 from master.rpc.garbage_collector import StreamMemory, settle_collector
-from master.rpc.listener import listen, server_credentials
+from master.rpc.listener import check_port_free, listen, server_credentials
 from master.rpc.servicers import ControlServicer, WorkerServicer, add_to_server
 from master.rpc.tokens import Tokens, load_tokens
 from master.store.errors import StorageFull, Unavailable
@@ -191,6 +191,8 @@ def serve(config: MasterConfig) -> MasterHandle:
     c = config
     if c.frontends < 0:
         raise ValueError(f"frontends must be 0 or more, not {c.frontends}")
+    if not c.frontends:  # front ends share the port (SO_REUSEPORT): they report a taken one themselves
+        check_port_free(c.host, c.port)  # before the database is migrated: one line saying why
     data_dir = Path(c.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     credentials = server_credentials(c.tls_cert, c.tls_key)

@@ -344,7 +344,8 @@ def test_warmup_reuses_the_parents_hyperparameters_and_failures_reach_tpe(master
     from aiperf.hpo import Tuner
     from aiperf.hyperparameters import Hyperparameters
     from aiperf.morphism import deeper_at
-    from worker.agent import CUT_REASON_PREFIX, Outbox, tpe_observations
+    from aiperf.api import aiperf_pb2 as pb
+    from worker.agent import Outbox, tpe_observations
     from worker.trainer import TrainResult
 
     h = master_server()
@@ -370,7 +371,8 @@ def test_warmup_reuses_the_parents_hyperparameters_and_failures_reach_tpe(master
             reason="stop requested"))
         box.close()  # ids[3] is still training; ids[4] too
         agent._snapshot()
-        assert agent._history[ids[2]].reason == CUT_REASON_PREFIX + "stop requested"
+        cut = agent._history[ids[2]]  # "cut", not "failed", wherever the model is shown
+        assert cut.state == pb.MODEL_CUT and cut.reason == "stop requested"
 
         obs = tpe_observations(agent._history.values())
         assert obs == [({"batch_size": 64, "kernel_size": 5}, 0.65), ({"batch_size": 128, "kernel_size": 7}, 0.0)]

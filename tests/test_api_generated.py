@@ -30,7 +30,7 @@ def test_generated_modules_import_from_the_package():
     assert [v.name for v in aiperf_pb2.RunState.DESCRIPTOR.values][1:] == [
         "RUN_PENDING", "RUN_RUNNING", "RUN_STOPPING", "RUN_FINISHED", "RUN_ABORTED"]
     assert [v.name for v in aiperf_pb2.ModelState.DESCRIPTOR.values][1:] == [
-        "MODEL_QUEUED", "MODEL_TRAINING", "MODEL_DONE", "MODEL_FAILED", "MODEL_ABANDONED"]
+        "MODEL_QUEUED", "MODEL_TRAINING", "MODEL_DONE", "MODEL_FAILED", "MODEL_ABANDONED", "MODEL_CUT"]
     assert "api_version" in aiperf_pb2.RegisterRequest.DESCRIPTOR.fields_by_name
 
 

@@ -30,7 +30,7 @@ from tests.ports import free_port
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: connection refused at once
 CONTROL = ["--master", UNREACHABLE, "--admin-token", "t"]
-CONTROL_COMMANDS = ["status", "stop", "models", "scoreboard", "report", "workers"]  # each takes --run
+CONTROL_COMMANDS = ["status", "stop", "models", "scoreboard", "report", "workers", "wait"]  # each takes --run
 # The API's field types (protos/aiperf.proto) and the README's ranges.
 INT64_MAX, UINT32_MAX, UINT64_MAX = 2**63 - 1, 2**32 - 1, 2**64 - 1
 MAX_ID, MAX_SEED = limits.MAX_ID, limits.MAX_SEED  # the API's bounds, which the CLI's ranges follow
@@ -153,7 +153,7 @@ def test_master_address_is_checked(master: str) -> None:
 def test_an_unreachable_master_is_exit_3(args: list[str], tmp_path: Path) -> None:
     proc = aiperf(*args, "--master", f"127.0.0.1:{free_port()}", "--admin-token", "t", cwd=tmp_path)
     assert proc.returncode == 3
-    assert "unreachable, try again later" in error_line(proc)
+    assert "unreachable: nothing listens there (connection refused)" in error_line(proc)
 
 
 def test_refusals_by_the_master_are_exit_4(master_server: Any, tmp_path: Path) -> None:

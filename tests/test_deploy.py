@@ -543,7 +543,17 @@ def test_jobs_run_the_control_commands_once(target: str) -> None:
         assert term["topologyKey"] == "kubernetes.io/hostname"
         assert term["labelSelector"]["matchLabels"].items() <= spec_labels(job).items()
     else:
-        assert container["args"] == ["scoreboard"]
+        # waits for the run's end, writes the report to the workers' shared claim, prints the scoreboard
+        assert container["args"][:2] == ["wait", "--scoreboard"]
+        (mount,) = container["volumeMounts"]
+        assert option_value(container["args"], "--report") == mount["mountPath"]
+        (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+        assert volume["persistentVolumeClaim"]["claimName"] == "aiperf-checkpoints"
+        from aiperf_cli.options import ExitCode
+
+        # an invalid run (5) and a timeout (6) are answers, not failures to retry
+        assert failure_action(job, container["name"], ExitCode.INVALID) == "FailJob"
+        assert failure_action(job, container["name"], ExitCode.TIMEOUT) == "FailJob"
     # By the CLI's exit codes: a master that is not up yet (3) is retried; bad input (2)
     # and a refusal (4: "a run is already going") are final, so no second run starts.
     from aiperf_cli.options import ExitCode
@@ -736,8 +746,11 @@ def test_deployed_commands_serve_health_metrics_and_control_runs(tmp_path: Path)
         def job(target: str) -> subprocess.CompletedProcess:
             (container,) = pod_spec(render(target)[0])["containers"]
             env = _container_env(container, config, secrets)
+            args = _expand(container["args"], env)
+            if "--report" in args:  # the claim's mount, here
+                args[args.index("--report") + 1] = str(tmp_path)
             return subprocess.run(
-                [sys.executable, "-m", "aiperf_cli", *_expand(container["args"], env)],
+                [sys.executable, "-m", "aiperf_cli", *args],
                 env=base_env | env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
             )
 
@@ -753,10 +766,16 @@ def test_deployed_commands_serve_health_metrics_and_control_runs(tmp_path: Path)
         again = job("jobs/start-run")  # refused by the master: final
         assert again.returncode == 4 and again.stderr.startswith("aiperf: error:"), again.stderr
         assert "active" in again.stderr and failure_action(start_job, "start", again.returncode) == "FailJob"
-        board = job("jobs/scoreboard")
-        assert board.returncode == 0, board.stderr
+        stop = subprocess.run([sys.executable, "-m", "aiperf_cli", "stop", "--abort"], capture_output=True,
+                              env=base_env | {"AIPERF_MASTER": config["AIPERF_MASTER"],
+                                              "AIPERF_ADMIN_TOKEN": secrets["admin-token"]}, timeout=60)
+        assert stop.returncode == 0, stop.stderr
+        board = job("jobs/scoreboard")  # waits for the run's end: aborted at once, invalid
+        assert board.returncode == 5 and "run 1 aborted and is not valid" in board.stderr, board.stderr
         # the headline names the precision: the base config's official mixed_fp16, with XLA
-        assert "run 1 (official, mixed_fp16, XLA)" in board.stdout and "Valid" in board.stdout
+        assert "run 1 (official, mixed_fp16, XLA)" in board.stdout and "Validity checklist" in board.stdout
+        assert (tmp_path / "aiperf-run-1.html").read_text().startswith("<!DOCTYPE html>")
+        assert board.stdout.strip().splitlines()[-1].startswith("AIPERF_RESULT run_id=1 ")
     finally:
         proc.terminate()
         try:

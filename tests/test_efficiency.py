@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiperf import scoring
+from aiperf import scoring, units
 from aiperf.precision import PRECISIONS
 from aiperf.ruleset import RULES_VERSION
 from aiperf.states import RunState, WorkerState
@@ -153,8 +153,9 @@ def test_the_scoreboard_shows_both_efficiencies_and_the_rules_version(scored_run
     assert board["efficiency_vs_measured"] == pytest.approx(board["score"] / MEASURED)
     assert board["rules_version"] == board["scoring_rules_version"] == RULES_VERSION == "aiperf-rules 1.0"
     table = cli(capsys, "scoreboard")
-    assert f"{board['efficiency']:.2%} of 494.500 TFLOPS (datasheet)" in table
-    assert f"{board['efficiency_vs_measured']:.2%} of 300.000 TFLOPS (measured, checked)" in table
+    # one way to write a number (aiperf.units): 3 significant digits, fractions as %
+    assert f"{units.percent(board['efficiency'])} of 494 TFLOPS (datasheet)" in table
+    assert f"{units.percent(board['efficiency_vs_measured'])} of 300 TFLOPS (measured, checked)" in table
     assert "Rules" in table and "aiperf-rules 1.0" in table and "this master scores by" not in table
     # Prometheus: both, by their names
     from tests.test_run_metrics import scrape
@@ -192,8 +193,8 @@ def test_every_export_and_the_report_carry_both_efficiencies_and_the_rules_versi
     assert board["rules_version"] == RULES_VERSION and board["efficiency"] and board["efficiency_vs_measured"]
     (row,) = csv.DictReader(io.StringIO(cli(capsys, "export", "--format", "csv", "--table", "scoreboard")))
     assert row["rules_version"] == RULES_VERSION and row["efficiency_unknown_reason"] == ""
-    assert float(row["efficiency"]) == pytest.approx(board["efficiency"])
-    assert float(row["efficiency_vs_measured"]) == pytest.approx(board["efficiency_vs_measured"])
+    assert float(row["efficiency_fraction"]) == pytest.approx(board["efficiency"])
+    assert float(row["efficiency_vs_measured_fraction"]) == pytest.approx(board["efficiency_vs_measured"])
     log = tmp_path / "run.log"
     cli(capsys, "export", "--format", "mllog", "--out", str(log))
     lines, errors = parse_file(str(log), ruleset="4.0.0")

@@ -59,6 +59,8 @@ def test_json_export_holds_scoreboard_timeline_and_every_model(runs, capsys, mon
     board = data["scoreboard"]
     assert board["run_id"] == 1 and board["state"] == "aborted" and board["seed"] == 7
     assert board["total_ops"] == runs["ops"] and not board["valid"]
+    checks = {c["rule"]: c["state"] for c in board["checks"]}  # the checklist, as the scoreboard has it
+    assert checks["running_time"] == "failed" and checks["audit"] == "not applicable"  # aborted at once; smoke
     assert sorted(m["model_id"] for m in data["models"]) == sorted(runs["models"])
     assert len(data["timeline"]["points"]) == 3
     assert data["timeline"]["points"][-1]["ops"] == runs["ops"]
@@ -67,21 +69,26 @@ def test_json_export_holds_scoreboard_timeline_and_every_model(runs, capsys, mon
 def test_csv_tables(runs, capsys, tmp_path):
     out = tmp_path / "models.csv"
     rc, text, err = run(capsys, "export", "--run", "1", "--format", "csv", "--out", str(out))
-    assert rc == 0 and text == "", err
+    assert rc == 0 and text == f"wrote {out} ({out.stat().st_size:,} bytes)\n", err
     rows = list(csv.DictReader(out.open()))
     by_id = {int(r["model_id"]): r for r in rows}
     m1, m2 = runs["models"]
     assert set(by_id) == {m1, m2}
-    assert by_id[m1]["state"] == "done" and float(by_id[m1]["best_accuracy"]) == 0.5
+    # raw values, each column's unit in its name
+    assert by_id[m1]["state"] == "done" and float(by_id[m1]["best_accuracy_fraction"]) == 0.5
     assert by_id[m2]["parent_id"] == str(m1) and by_id[m2]["batch_size"] == "32"
-    assert by_id[m2]["best_accuracy"] == ""  # not known: an empty cell, not 0
+    assert by_id[m2]["best_accuracy_fraction"] == ""  # not known: an empty cell, not 0
+    assert float(by_id[m1]["created_at_unix_s"]) > 0 and int(by_id[m1]["flops_per_train_image_flop"]) > 0
 
     rc, text, _ = run(capsys, "export", "--run", "1", "--format", "csv", "--table", "timeline")
     points = list(csv.DictReader(io.StringIO(text)))
-    assert rc == 0 and len(points) == 3 and float(points[-1]["ops"]) == runs["ops"]
+    assert rc == 0 and len(points) == 3 and float(points[-1]["ops_flop"]) == runs["ops"]
+    assert list(points[0]) == ["elapsed_s", "ops_flop", "flops", "best_accuracy_fraction"]
     rc, text, _ = run(capsys, "export", "--run", "1", "--format", "csv", "--table", "scoreboard")
     (row,) = list(csv.DictReader(io.StringIO(text)))
-    assert rc == 0 and row["run_id"] == "1" and row["state"] == "aborted" and float(row["total_ops"]) == runs["ops"]
+    assert rc == 0 and row["run_id"] == "1" and row["state"] == "aborted" and float(row["total_ops_flop"]) == runs["ops"]
+    assert "score_flops" in row and "efficiency_fraction" in row and "elapsed_s" in row
+    assert row["check_running_time"] == "failed" and row["check_precision"] == "passed"  # one column per rule
 
 
 def test_mllog_export_is_read_back_by_the_mlperf_parser(runs, capsys, tmp_path):
@@ -145,9 +152,17 @@ def test_compare_prints_runs_side_by_side(runs, capsys):
     assert [b["run_id"] for b in boards] == [1, 2]
     assert [b["state"] for b in boards] == ["aborted", "running"]
     assert boards[0]["total_ops"] == runs["ops"] and boards[1]["total_ops"] == 0
+    data = json.loads(out)
+    assert data["ratios"]["score"][0] == 1.0  # the first run over itself
+    assert data["ratios"]["score"][1] == 0.0  # run 2 has scored nothing yet
+    differ = {d["key"]: d["values"] for d in data["differences"]}
+    assert differ["seed"] == [7, 0] and "profile" not in differ  # both smoke; seeds 7 and 0
     rc, out, err = run(capsys, "compare", "1", "2")
     assert rc == 0, err
     assert "run 1" in out and "run 2" in out and "aborted" in out and "running" in out
+    assert "score / run 1's" in out and "1.00x" in out and "0x" in out  # the ratios, as aiperf.units writes them
+    assert "What differs between the runs" in out and "seed" in out
+    assert "e+" not in out and "FLOPS" in out  # SI prefixes, never e-notation
 
 
 @pytest.mark.parametrize("argv, code, message", [

@@ -49,6 +49,9 @@ def test_show_and_flops_read_stdin():
     assert "depth:       50" in show.stdout
     table = aiperf("graph", "flops", "-", stdin=text)
     assert table.returncode == 0 and "train (forward+backward) per image" in table.stdout
+    # written as every table writes a count of operations (aiperf.units), not in e-notation
+    assert "e+" not in table.stdout and "e+" not in show.stdout
+    assert "FLOP" in table.stdout and "per image:   forward " in show.stdout
 
 
 @pytest.mark.parametrize("args,stdin,message", [

@@ -101,7 +101,7 @@ def test_deterministic_is_recorded_in_the_run_config(master_server, tmp_path, ca
     # `aiperf demo --deterministic` starts its run the same way
     monkeypatch.setattr(demo, "_watch", lambda *args: None)
     monkeypatch.setattr(demo, "fetch_report", lambda control, run_id: ({}, ""))
-    monkeypatch.setattr(demo, "scoreboard_table", lambda board: "")
+    monkeypatch.setattr(demo, "scoreboard_view", lambda board: "")
     with ControlClient(h.address, h.admin_token) as control:
         demo._run(Console(quiet=True), control, tmp_path, 5.0, 3, None, True)
     # what workers read comes from the run's config in SQL: a restarted master keeps it
@@ -131,7 +131,7 @@ def test_unreachable_master_and_wrong_token(cli, capsys, monkeypatch):
         s.bind(("127.0.0.1", 0))
         free = s.getsockname()[1]
     rc, _, err = run(capsys, "status", "--master", f"127.0.0.1:{free}")
-    assert rc == 3 and "unreachable, try again later" in err and len(err.strip().splitlines()) == 1
+    assert rc == 3 and "unreachable: nothing listens there" in err and len(err.strip().splitlines()) == 1
     rc, _, err = run(capsys, "status", "--admin-token", "wrong")
     assert rc == 4 and "refused the admin token" in err
 
@@ -245,6 +245,18 @@ def test_report_writes_a_self_contained_html_file(cli, capsys, tmp_path, small_g
     assert "Score over time (the paper&#x27;s Fig. 4)" in page or "Score over time (the paper's Fig. 4)" in page
     assert "regulated score -ln(Error(t))·FLOPS(t)" in page
     assert "Unofficial because</th><td>the smoke profile is never official" in page
+    # the checklist, one row per rule: running for seconds of its 2 minutes, the rule is pending
+    assert "<h3>Validity checklist</h3>" in page and '<tr class="pending"><td>Running time</td><td>pending' in page
+    assert '<tr class="not-applicable"><td>Audit</td>' in page  # smoke: the audit does not decide validity
+    # what the numbers mean: a note per score, a glossary; the best models in the master's ranking, the rule
+    # stated; the audits as a table (none yet); each worker's software
+    assert "<h2>What the numbers mean</h2>" in page and "<h3>Glossary</h3>" in page
+    assert "Error &lt; 1/e = 0.368" in page and "<dt>Regulated score</dt>" in page
+    assert "Ranked as the master ranks a run&#x27;s finished models" in page
+    assert f"<tr><td>1</td><td>{mid}</td><td>-</td><td>0.5000</td>" in page  # rank, id, predicted, best
+    assert "<h2>Audits</h2>" in page and "No model of this run has been audited" in page
+    assert "; software " in page
+    assert "not rates of work" in page  # the score chart's caption: why two lines sit above FLOPS
     for external in ("<script", "<link", 'src="http', 'href="http'):  # nothing fetched from the web
         assert external not in page
 

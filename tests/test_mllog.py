@@ -193,3 +193,21 @@ def test_a_profile_this_aiperf_does_not_know_logs_no_hyperparameters(tmp_path):
     log = tmp_path / "run.log"
     log.write_text(text)
     assert check_log(log).passed  # the open rules do not require them
+
+
+def test_the_validity_checklist_is_logged_and_the_checker_still_passes(tmp_path):
+    data = export([model(1)])
+    data["scoreboard"]["checks"] = [
+        {"rule": "running_time", "title": "Running time", "state": "passed", "figure": "0:01:40", "limit": ">= 0:01:40",
+         "detail": None},
+        {"rule": "error", "title": "Error", "state": "failed", "figure": "0.4000", "limit": "<= 0.30",
+         "detail": "error 0.4000 > maximum 0.30"}]
+    text = mllog.to_mllog(data, SUB)
+    logged = {d["key"]: d for d in lines(text)}
+    assert logged["aiperf_check_running_time"]["value"] == "passed"
+    assert logged["aiperf_check_error"]["value"] == "failed"
+    assert logged["aiperf_check_error"]["metadata"]["figure"] == "0.4000"
+    assert logged["aiperf_check_error"]["metadata"]["limit"] == "<= 0.30"
+    log = tmp_path / "run.log"
+    log.write_text(text)
+    assert check_log(log).passed

@@ -34,3 +34,15 @@ def test_the_chart_of_a_run_without_accuracy_has_a_zero_regulated_score():
     svg = score_chart(_board(regulated_score=0.0), [{"elapsed_s": 30.0, "ops": 300, "flops": 10.0,
                                                      "best_accuracy": None}])
     assert "regulated score" in svg
+
+
+def test_the_axis_is_labelled_in_the_unit_without_offset_text():
+    from aiperf_cli.report import flops_chart
+
+    points = [{"elapsed_s": 60.0 * i, "ops": 0, "flops": 3.7e9 + 1e7 * i, "best_accuracy": 0.5} for i in range(1, 6)]
+    for svg in (score_chart(_board(score=3.74e9, regulated_score=5e9), points),
+                flops_chart({**_board(score=3.74e9), "provisional": False, "final": True}, points)):
+        assert ">GFLOPS</text>" in svg  # the y axis: SI prefix and unit
+        assert not re.search(r">\s*(1e\d+|×10|\+\d\.\d+e\d+)", svg)  # no "1e9" offset text over the axis
+    svg = flops_chart({**_board(score=3.74e9), "provisional": False, "final": True}, points)
+    assert "score (final): 3.74 GFLOPS" in svg  # the marker has its legend entry, written as everywhere

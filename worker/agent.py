@@ -104,11 +104,7 @@ class RunContext:
     inherit: bool = False  # children start from their parent's weights (worker/inheritance.py)
 
 
-# A model cut before its first validation (the worker or its run stopped) is closed as
-# failed with a reason starting so: it says nothing about its hyperparameters, so TPE
-# leaves it out, while a model that failed on its own (out of memory, NaN loss) counts
-# as a failure.
-CUT_REASON_PREFIX = "cut: "
+GOODBYE_S = 5.0  # how long a stopping worker waits to tell the master it leaves
 # a FinishModel refused for its undeleted_checkpoints (another database, another worker's ids):
 # sent again without them, which are dropped (they were logged when their delete failed)
 REFUSED_UNDELETED = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT)
@@ -180,6 +176,8 @@ class Agent:
         finally:
             self._stop.set()
             hb.join(timeout=self.heartbeat_interval_s + 1)
+            if self.worker_id and not self._lost.is_set():  # lost at once, not alive for 3 intervals
+                self.stream.goodbye(self.worker_id, GOODBYE_S)
             self.stream.close()
             self.client.close()
             if self._stop_reason:  # what a signal's grace period got: the log line an operator reads
@@ -600,8 +598,10 @@ class Agent:
             # Cut (run stopping, worker stopping) before a first validation:
             # there is no accuracy to rank it by. Close it so the master need
             # not wait for it; the progress already reported stays counted.
-            self._send_finish(outbox, model_id, ModelState.FAILED, reason=CUT_REASON_PREFIX + (
-                result.reason or "stopped before its first validation"))
+            # cut, not failed: it says nothing about its hyperparameters, so TPE leaves it out,
+            # while a model that failed on its own (out of memory, NaN loss) counts as a failure
+            self._send_finish(outbox, model_id, ModelState.CUT,
+                              reason=result.reason or "stopped before its first validation")
             log.info("event=round_cut model=%d state=%s", model_id, result.state)
             return
         best = float(result.best_val_accuracy)
@@ -650,7 +650,7 @@ def tpe_observations(models: Iterable[pb.Model]) -> list[tuple[dict[str, int], f
     for m in sorted(models, key=lambda m: m.model_id):
         if m.state == pb.MODEL_DONE and m.has_accuracy:
             out.append((hyperparameters_dict(m.hyperparameters), m.predicted_accuracy or m.best_accuracy))
-        elif m.state == pb.MODEL_FAILED and not m.reason.startswith(CUT_REASON_PREFIX):
+        elif m.state == pb.MODEL_FAILED:
             out.append((hyperparameters_dict(m.hyperparameters), 0.0))
     return out
 

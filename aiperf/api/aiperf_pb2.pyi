@@ -29,6 +29,7 @@ class ModelState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_DONE: _ClassVar[ModelState]
     MODEL_FAILED: _ClassVar[ModelState]
     MODEL_ABANDONED: _ClassVar[ModelState]
+    MODEL_CUT: _ClassVar[ModelState]
 
 class WorkerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -78,6 +79,7 @@ MODEL_TRAINING: ModelState
 MODEL_DONE: ModelState
 MODEL_FAILED: ModelState
 MODEL_ABANDONED: ModelState
+MODEL_CUT: ModelState
 WORKER_STATE_UNSPECIFIED: WorkerState
 WORKER_ALIVE: WorkerState
 WORKER_LOST: WorkerState
@@ -385,12 +387,14 @@ class RegisterResponse(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., has_run: _Optional[bool] = ..., run: _Optional[_Union[RunInfo, _Mapping]] = ..., master_time: _Optional[float] = ..., api_version: _Optional[_Union[ApiVersion, str]] = ..., abandoned_model_ids: _Optional[_Iterable[int]] = ..., credential: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("worker_id", "model_id")
+    __slots__ = ("worker_id", "model_id", "leaving")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    LEAVING_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     model_id: int
-    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ...) -> None: ...
+    leaving: bool
+    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., leaving: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("has_run", "run", "master_time", "heartbeat_interval_s", "worker_state")
@@ -741,7 +745,7 @@ class GetScoreboardRequest(_message.Message):
     def __init__(self, run_id: _Optional[int] = ...) -> None: ...
 
 class Scoreboard(_message.Message):
-    __slots__ = ("run", "elapsed_s", "flops", "score", "provisional", "regulated_score", "valid_flops", "error", "best_accuracy", "target_accuracy", "valid", "invalid_reason", "official", "efficiency", "peak_flops", "total_ops", "worker_ops", "flops_mismatch_reports", "reports", "workers", "workers_alive", "accelerators", "models", "models_done", "best_model_id", "inventory", "master_software", "min_running_time_s", "score_time_s", "images_trained", "images_validated", "peak_verdict", "implausible_reports", "unofficial_reasons", "regulated_score_time_s", "valid_flops_time_s", "audit_status", "audit_model_id", "audit", "efficiency_vs_measured", "datasheet_peak_flops", "efficiency_unknown_reason", "scoring_rules_version")
+    __slots__ = ("run", "elapsed_s", "flops", "score", "provisional", "regulated_score", "valid_flops", "error", "best_accuracy", "target_accuracy", "valid", "invalid_reason", "official", "efficiency", "peak_flops", "total_ops", "worker_ops", "flops_mismatch_reports", "reports", "workers", "workers_alive", "accelerators", "models", "models_done", "best_model_id", "inventory", "master_software", "min_running_time_s", "score_time_s", "images_trained", "images_validated", "peak_verdict", "implausible_reports", "unofficial_reasons", "regulated_score_time_s", "valid_flops_time_s", "audit_status", "audit_model_id", "audit", "efficiency_vs_measured", "datasheet_peak_flops", "efficiency_unknown_reason", "scoring_rules_version", "checks")
     RUN_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
     FLOPS_FIELD_NUMBER: _ClassVar[int]
@@ -785,6 +789,7 @@ class Scoreboard(_message.Message):
     DATASHEET_PEAK_FLOPS_FIELD_NUMBER: _ClassVar[int]
     EFFICIENCY_UNKNOWN_REASON_FIELD_NUMBER: _ClassVar[int]
     SCORING_RULES_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
     run: RunInfo
     elapsed_s: float
     flops: float
@@ -828,7 +833,22 @@ class Scoreboard(_message.Message):
     datasheet_peak_flops: float
     efficiency_unknown_reason: str
     scoring_rules_version: str
-    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., flops: _Optional[float] = ..., score: _Optional[float] = ..., provisional: _Optional[bool] = ..., regulated_score: _Optional[float] = ..., valid_flops: _Optional[float] = ..., error: _Optional[float] = ..., best_accuracy: _Optional[float] = ..., target_accuracy: _Optional[float] = ..., valid: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., official: _Optional[bool] = ..., efficiency: _Optional[float] = ..., peak_flops: _Optional[float] = ..., total_ops: _Optional[float] = ..., worker_ops: _Optional[float] = ..., flops_mismatch_reports: _Optional[int] = ..., reports: _Optional[int] = ..., workers: _Optional[int] = ..., workers_alive: _Optional[int] = ..., accelerators: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelCount, _Mapping]]] = ..., models_done: _Optional[int] = ..., best_model_id: _Optional[int] = ..., inventory: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., master_software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., min_running_time_s: _Optional[float] = ..., score_time_s: _Optional[float] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., peak_verdict: _Optional[str] = ..., implausible_reports: _Optional[int] = ..., unofficial_reasons: _Optional[_Iterable[str]] = ..., regulated_score_time_s: _Optional[float] = ..., valid_flops_time_s: _Optional[float] = ..., audit_status: _Optional[str] = ..., audit_model_id: _Optional[int] = ..., audit: _Optional[_Union[Audit, _Mapping]] = ..., efficiency_vs_measured: _Optional[float] = ..., datasheet_peak_flops: _Optional[float] = ..., efficiency_unknown_reason: _Optional[str] = ..., scoring_rules_version: _Optional[str] = ...) -> None: ...
+    checks: _containers.RepeatedCompositeFieldContainer[ValidityCheck]
+    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., flops: _Optional[float] = ..., score: _Optional[float] = ..., provisional: _Optional[bool] = ..., regulated_score: _Optional[float] = ..., valid_flops: _Optional[float] = ..., error: _Optional[float] = ..., best_accuracy: _Optional[float] = ..., target_accuracy: _Optional[float] = ..., valid: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., official: _Optional[bool] = ..., efficiency: _Optional[float] = ..., peak_flops: _Optional[float] = ..., total_ops: _Optional[float] = ..., worker_ops: _Optional[float] = ..., flops_mismatch_reports: _Optional[int] = ..., reports: _Optional[int] = ..., workers: _Optional[int] = ..., workers_alive: _Optional[int] = ..., accelerators: _Optional[int] = ..., models: _Optional[_Iterable[_Union[ModelCount, _Mapping]]] = ..., models_done: _Optional[int] = ..., best_model_id: _Optional[int] = ..., inventory: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., master_software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., min_running_time_s: _Optional[float] = ..., score_time_s: _Optional[float] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., peak_verdict: _Optional[str] = ..., implausible_reports: _Optional[int] = ..., unofficial_reasons: _Optional[_Iterable[str]] = ..., regulated_score_time_s: _Optional[float] = ..., valid_flops_time_s: _Optional[float] = ..., audit_status: _Optional[str] = ..., audit_model_id: _Optional[int] = ..., audit: _Optional[_Union[Audit, _Mapping]] = ..., efficiency_vs_measured: _Optional[float] = ..., datasheet_peak_flops: _Optional[float] = ..., efficiency_unknown_reason: _Optional[str] = ..., scoring_rules_version: _Optional[str] = ..., checks: _Optional[_Iterable[_Union[ValidityCheck, _Mapping]]] = ...) -> None: ...
+
+class ValidityCheck(_message.Message):
+    __slots__ = ("rule", "state", "figure", "limit", "detail")
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FIGURE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    rule: str
+    state: str
+    figure: str
+    limit: str
+    detail: str
+    def __init__(self, rule: _Optional[str] = ..., state: _Optional[str] = ..., figure: _Optional[str] = ..., limit: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Audit(_message.Message):
     __slots__ = ("model_id", "run_id", "claimed_accuracy", "has_audited_accuracy", "audited_accuracy", "architecture_ok", "verdict", "auditor_host", "validation_images", "audited_at", "detail", "tolerance", "throughput", "worker_hardware", "auditor_hardware", "claimed_images_per_second", "audited_images_per_second", "worker_flops", "audited_flops", "throughput_tolerance", "node_audit", "inventory")

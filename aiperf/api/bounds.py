@@ -322,7 +322,7 @@ RULES: dict[Any, dict[str, Rule]] = {
         "cpu_model": Text(MAX_MODEL_NAME_CHARS),
         "backend": Enum(pb.Backend),  # UNSPECIFIED: a worker from before the field (TensorFlow)
     },
-    pb.HeartbeatRequest: {"worker_id": _ID, "model_id": _ID_OR_0},
+    pb.HeartbeatRequest: {"worker_id": _ID, "model_id": _ID_OR_0, "leaving": None},
     pb.ProgressReport: {
         "worker_id": _ID,
         "model_id": _ID,
@@ -356,7 +356,7 @@ RULES: dict[Any, dict[str, Rule]] = {
     pb.FinishModelRequest: {
         "worker_id": _ID,
         "model_id": _ID,
-        "state": Enum(pb.ModelState, pb.MODEL_DONE, pb.MODEL_FAILED),
+        "state": Enum(pb.ModelState, pb.MODEL_DONE, pb.MODEL_FAILED, pb.MODEL_CUT),
         "reason": Text(MAX_REASON_CHARS, multiline=True),
         "best_accuracy": _ACCURACY,
         "predicted_accuracy": _ACCURACY,

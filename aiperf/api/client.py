@@ -304,10 +304,11 @@ class WorkerClient(_Client):
             self._by_name[name] = reply.credential
         return reply
 
-    def heartbeat(self, worker_id: int, model_id: int = 0) -> pb.HeartbeatResponse:
-        """Say alive; the reply carries the run (state, config) and the worker's state.
+    def heartbeat(self, worker_id: int, model_id: int = 0, leaving: bool = False) -> pb.HeartbeatResponse:
+        """Say alive (leaving: the last beat of a worker that stops, which the master then counts
+        lost at once); the reply carries the run (state, config) and the worker's state.
         Sent on the client's Connect stream of this worker; retried on transient failures."""
-        return self._stream_for(worker_id).heartbeat(worker_id, model_id)
+        return self._stream_for(worker_id).heartbeat(worker_id, model_id, leaving)
 
     def get_history(
         self, worker_id: int, since_model_id: int = 0, run_id: int = 0, limit: int = 0, ranking: bool = True
@@ -396,7 +397,7 @@ class WorkerClient(_Client):
         checkpoint_sha256: str = "",
         undeleted: Sequence[tuple[int, str]] = (),
     ) -> pb.FinishModelResponse:
-        """End a model: state "done" or "failed" (with reason). best_accuracy is
+        """End a model: state "done", "failed" (with reason) or "cut" (the run's end stopped it). best_accuracy is
         the best observed validation accuracy; predicted_accuracy ranks it. A done
         model's checkpoint (worker/checkpoints.py) goes with it; the reply lists the
         worker's checkpoints retention lets go (delete_checkpoints); `undeleted` (model id, error)
@@ -404,7 +405,7 @@ class WorkerClient(_Client):
         Idempotent: finishing again with the same state is accepted. The reason is
         made to fit the master's bound (MAX_REASON_CHARS, printable; aiperf.api.bounds)."""
         if state not in FINISHED_MODEL_STATES:
-            raise ValueError(f"finish state must be '{ModelState.DONE}' or '{ModelState.FAILED}', not {state!r}")
+            raise ValueError(f"finish state must be one of {', '.join(FINISHED_MODEL_STATES)}, not {state!r}")
         req = pb.FinishModelRequest(
             worker_id=worker_id,
             model_id=model_id,

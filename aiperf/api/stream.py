@@ -96,10 +96,28 @@ class WorkerStream:
         self._open: _OpenStream | None = None
         self._closed = False
 
-    def heartbeat(self, worker_id: int, model_id: int = 0) -> pb.HeartbeatResponse:
+    def heartbeat(self, worker_id: int, model_id: int = 0, leaving: bool = False) -> pb.HeartbeatResponse:
         """As WorkerClient.heartbeat."""
-        msg = pb.WorkerMessage(heartbeat=pb.HeartbeatRequest(worker_id=worker_id, model_id=model_id))
+        msg = pb.WorkerMessage(heartbeat=pb.HeartbeatRequest(worker_id=worker_id, model_id=model_id,
+                                                             leaving=leaving))
         return self._retrying("Heartbeat", msg, worker_id).heartbeat
+
+    def goodbye(self, worker_id: int, timeout_s: float) -> bool:
+        """The last heartbeat of a worker that stops, `leaving`: the master counts it lost at once.
+        Best effort, waiting `timeout_s` at most (a master gone must not hold the stop); True when sent."""
+        sent = threading.Event()
+
+        def send() -> None:
+            try:
+                self.heartbeat(worker_id, leaving=True)
+                sent.set()
+            except ApiError as exc:
+                log.info("event=goodbye_unsent code=%s", exc.code.name)
+            except ValueError:  # the channel was closed under it, after the timeout: nothing to send on
+                log.info("event=goodbye_unsent reason=channel_closed")
+
+        threading.Thread(target=send, name="aiperf-goodbye", daemon=True).start()
+        return sent.wait(timeout_s)
 
     def report_progress(self, worker_id: int, model_id: int, seq: int, images_trained: int, images_validated: int,
                         epoch: int, worker_flops: int, val_accuracy: float | None = None) -> pb.ProgressAck:

@@ -19,7 +19,6 @@ worker's checkpoint store being readable from where the scoreboard is asked.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Callable, Protocol
 
 from aiperf import audit as rule
@@ -175,27 +174,22 @@ class Audits:
 
 
 def with_throughput_rule(result: scoring.ScoreResult, audits: list[AuditRecord]) -> scoring.ScoreResult:
-    """`result`, made invalid when the latest audit of any of the run's models found its worker's
-    claims TOO_FAST (any profile: a count of work the hardware cannot do)."""
+    """`result` with the throughput check: failed when the latest audit of any of the run's models
+    found its worker's claims TOO_FAST (any profile: a count of work the hardware cannot do)."""
     latest = {a.model_id: a for a in audits}  # oldest first: the last one of each model stays
     caught = [a for a in latest.values() if a.throughput == rule.TOO_FAST]
-    if not caught:
-        return result
-    why = "; ".join(f"model {a.model_id}'s worker claimed {a.claimed_images_per_second:.4g} images/s and "
-                    f"{a.worker_flops:.4g} FLOPS per device, the audit timed {a.audited_images_per_second:.4g} "
-                    f"images/s ({a.audited_flops:.4g} FLOPS) on {a.auditor_hardware}" for a in caught[:3])
-    return replace(result, valid=False, invalid_reasons=(*result.invalid_reasons, f"throughput audit: {why}"))
+    timed = sum(1 for a in latest.values() if a.audited_images_per_second)
+    why = [f"model {a.model_id}'s worker claimed {a.claimed_images_per_second:.4g} images/s and "
+           f"{a.worker_flops:.4g} FLOPS per device, the audit timed {a.audited_images_per_second:.4g} "
+           f"images/s ({a.audited_flops:.4g} FLOPS) on {a.auditor_hardware}" for a in caught]
+    return scoring.with_checks(result, [scoring.throughput_check(timed, why)])
 
 
 def with_audit_rule(result: scoring.ScoreResult, rules: scoring.ProfileRules,
                     audit: RegulatedAudit) -> scoring.ScoreResult:
-    """`result`, made invalid when the run is official and the model behind its regulated
-    score has not passed an audit (smoke runs: unchanged; see the module docstring)."""
-    if not rules.official or audit.model_id is None or audit.status == rule.STATUS_PASSED:
-        return result
-    why = (f"the model behind the regulated score (model {audit.model_id}) is not audited"
-           if audit.latest is None else
-           f"the model behind the regulated score (model {audit.model_id}) failed its audit: "
-           f"{audit.latest.verdict}")
-    reasons = (*result.invalid_reasons, why)
-    return replace(result, valid=False, invalid_reasons=reasons)
+    """`result` with the audit check: official runs need the model behind the regulated score to
+    have passed an audit (smoke runs: not applicable; see the module docstring)."""
+    latest = audit.latest
+    check = scoring.audit_check(rules.official, audit.model_id, audit.status == rule.STATUS_PASSED,
+                                latest.verdict if latest is not None else None)
+    return scoring.with_checks(result, [check])

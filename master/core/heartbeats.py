@@ -38,6 +38,7 @@ class Heartbeats:
         self._back: set[int] = set()  # lost workers that beat again, not written yet
         self._grace: dict[int, float] = {}  # worker -> not lost before this time (a restart's grace)
         self._heard: dict[int, float] = {}  # worker -> its last beat in this master's life
+        self._leaving: set[int] = set()  # said their last beat: lost at the next mark_silent
         # A restarted master gives every known alive worker a fresh grace period.
         for w in workers:
             self.learn(w, now)
@@ -91,10 +92,17 @@ class Heartbeats:
             self._grace.pop(worker_id, None)
             self._unwritten.pop(worker_id, None)
             self._lost.discard(worker_id)
+            self._leaving.discard(worker_id)
+
+    def leave(self, worker_id: int) -> None:
+        """The worker said it stops: the next mark_silent counts it lost, however recent its beat."""
+        with self._lock:
+            self._leaving.add(worker_id)
 
     def beat(self, worker_id: int, now: float) -> bool:
         """Record a heartbeat; True when the worker was lost until now."""
         with self._lock:
+            self._leaving.discard(worker_id)
             was_lost = worker_id in self._lost
             self._last[worker_id] = now
             self._heard[worker_id] = now
@@ -135,8 +143,10 @@ class Heartbeats:
         """Workers silent for more than limit_s become lost; returns them with their silence in seconds."""
         with self._lock:
             lost = {w: now - t for w, t in self._last.items()
-                    if w not in self._lost and now - t > limit_s and now >= self._grace.get(w, now)}
+                    if w not in self._lost and (w in self._leaving or (now - t > limit_s
+                                                                     and now >= self._grace.get(w, now)))}
             self._lost.update(lost)
+            self._leaving.difference_update(lost)
             for w in lost:
                 self._grace.pop(w, None)
         return lost

@@ -396,7 +396,8 @@ class Master:
             entry = self._flops.get(model_id)
         return entry is not None and self.budgets.cached(entry.worker_id, entry.run_id)
 
-    def heartbeat_in_memory(self, worker_id: int, *, credential: str) -> tuple[RunRecord | None, WorkerState] | None:
+    def heartbeat_in_memory(self, worker_id: int, *, credential: str,
+                            leaving: bool = False) -> tuple[RunRecord | None, WorkerState] | None:
         """heartbeat(), when it will not touch the database (the worker and its credential
         are known and, in a running run, it joined and its budget is cached): safe on an
         event loop. None (nothing done) when it would: call heartbeat on a pool."""
@@ -409,20 +410,25 @@ class Master:
             if not joined or not self.budgets.cached(worker_id, run.id):
                 return None  # heartbeat joins it and loads its budget
         self._credentials.verify(worker_id, credential)  # cached: no store (the worker is known)
-        return run, self._beat(worker_id)
+        return run, self._beat(worker_id, leaving)
 
-    def _beat(self, worker_id: int) -> WorkerState:
-        """Record the beat of an authorized worker; its state ("lost" once after it was)."""
+    def _beat(self, worker_id: int, leaving: bool = False) -> WorkerState:
+        """Record the beat of an authorized worker; its state ("lost" once after it was). Leaving:
+        its last, and the next tick counts it lost (a stopped worker does not read as alive)."""
         was_lost = self._heartbeats.beat(worker_id, self.clock())
         if was_lost:
             log.info("event=worker_back worker_id=%d", worker_id)
+        if leaving:
+            self._heartbeats.leave(worker_id)
+            log.info("event=worker_leaving worker_id=%d", worker_id)
         return WorkerState.LOST if was_lost else WorkerState.ALIVE
 
-    def heartbeat(self, worker_id: int, *, credential: str) -> tuple[RunRecord | None, WorkerState]:
+    def heartbeat(self, worker_id: int, *, credential: str,
+                  leaving: bool = False) -> tuple[RunRecord | None, WorkerState]:
         """The current run and the worker's state: "lost" once after the
         master gave up on it (its model was abandoned), else "alive"."""
         self._authorize(worker_id, credential)
-        state = self._beat(worker_id)
+        state = self._beat(worker_id, leaving)
         run = self.current_run()
         self._join(run, worker_id)
         return run, state
@@ -594,7 +600,7 @@ class Master:
         and the worker's checkpoints retention lets go (master/core/retention.py)."""
         self._authorize(fin.worker_id, credential)
         if fin.state not in FINISHED_MODEL_STATES:
-            raise InvalidArgument("state must be MODEL_DONE or MODEL_FAILED")
+            raise InvalidArgument("state must be MODEL_DONE, MODEL_FAILED or MODEL_CUT")
         retention.check_checkpoint(fin)
         for name, v in (("best_accuracy", fin.best_accuracy), ("predicted_accuracy", fin.predicted_accuracy)):
             if v is not None and not (0.0 <= v <= 1.0):

@@ -111,7 +111,7 @@ class ProgressReport:
 
 @dataclass(frozen=True)
 class ModelFinish:
-    """The end of a model: state "done" or "failed"."""
+    """The end of a model: state "done", "failed" or "cut"."""
 
     worker_id: int
     model_id: int

@@ -358,6 +358,8 @@ def scoreboard_message(sb: Scoreboard) -> pb.Scoreboard:
         valid_flops_time_s=r.valid_flops_time_s,
         images_trained=_uint64(sb.images_trained),
         images_validated=_uint64(sb.images_validated),
+        checks=[pb.ValidityCheck(rule=c.rule, state=c.state.value, figure=c.figure, limit=c.limit, detail=c.detail)
+                for c in r.checks],
         **_scoreboard_audit(sb),
     )
 

@@ -5,6 +5,8 @@ limits, the token check, the health service, TLS and the port.
 
 from __future__ import annotations
 
+import errno
+import socket
 from pathlib import Path
 from typing import Callable
 
@@ -28,6 +30,28 @@ def server_credentials(tls_cert: Path | None, tls_key: Path | None) -> grpc.Serv
     if tls_cert is None or tls_key is None:
         return None
     return grpc.ssl_server_credentials([(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())])
+
+
+def check_port_free(host: str, port: int) -> None:
+    """OSError naming the cause when `port` on `host` is already taken, checked with a plain bind
+    (SO_REUSEADDR, as gRPC binds) before anything else starts: gRPC itself only logs a C++ line
+    and fails to add the port, after the database has been migrated. Port 0: nothing to check."""
+    if not port:
+        return
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise OSError(f"cannot listen on {host}:{port}: the address does not resolve ({exc.strerror})") from None
+    family, kind, proto, _, where = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(where)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise OSError(f"cannot listen on {host}:{port}: the port is in use (another master or "
+                              f"service; pick another --port)") from None
+            raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 async def listen(address: str, credentials: grpc.ServerCredentials | None, tokens: Tokens,

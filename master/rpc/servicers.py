@@ -243,8 +243,8 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
             api_version=API_VERSION, abandoned_model_ids=reg.abandoned_model_ids, credential=reg.credential,
         )
 
-    def _beat(self, worker_id: int, credential: str) -> pb.MasterMessage:
-        return self._beat_reply(*self.m.heartbeat(worker_id, credential=credential))
+    def _beat(self, worker_id: int, credential: str, leaving: bool = False) -> pb.MasterMessage:
+        return self._beat_reply(*self.m.heartbeat(worker_id, credential=credential, leaving=leaving))
 
     async def _report(self, report: pb.ProgressReport, credential: str) -> pb.MasterMessage:
         result = await self.m.report_progress(cv.progress_report(report), credential=credential, pool=self.pool)
@@ -297,7 +297,8 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
         try:
             if checked(message).WhichOneof("body") != "heartbeat":  # the bounds refuse a message with neither
                 return None
-            beat = self.m.heartbeat_in_memory(message.heartbeat.worker_id, credential=credential)
+            beat = self.m.heartbeat_in_memory(message.heartbeat.worker_id, credential=credential,
+                                              leaving=message.heartbeat.leaving)
             return self._beat_reply(*beat) if beat is not None else None
         except Exception as exc:  # noqa: BLE001 - answered on the stream, which lives on
             return _error_message(exc)
@@ -308,7 +309,7 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
         try:
             if message.WhichOneof("body") == "heartbeat":
                 return await asyncio.get_running_loop().run_in_executor(
-                    self.pool, self._beat, message.heartbeat.worker_id, credential)
+                    self.pool, self._beat, message.heartbeat.worker_id, credential, message.heartbeat.leaving)
             return await self._report(message.progress, credential)
         except Exception as exc:  # noqa: BLE001 - answered on the stream, which lives on
             return _error_message(exc)

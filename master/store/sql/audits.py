@@ -1,4 +1,4 @@
-"""The audits table of `SqlStore` (master/store/sql/tables.py AuditRow; migrations 0006, 0013),
+"""The audits table of `SqlStore` (master/store/sql/tables.py AuditRow; migrations 0006, 0012),
 and the look-ups of models that audits and submissions make (the owners node audits draw
 from, the models of one architecture a descent is tried from).
 

@@ -490,7 +490,7 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
         checkpoint_sha256: str = "",
     ) -> ModelRecord:
         if state not in FINISHED_MODEL_STATES:
-            raise ValueError(f"finish state must be done or failed, not {state}")
+            raise ValueError(f"finish state must be one of {', '.join(FINISHED_MODEL_STATES)}, not {state}")
         with self._write() as s:
             row = s.scalars(select(ModelRow).where(ModelRow.id == model_id).with_for_update()).first()
             if row is None:

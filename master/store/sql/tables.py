@@ -183,6 +183,6 @@ class AuditRow(Base):
     worker_flops: Mapped[float] = mapped_column(Float, default=0.0)
     audited_flops: Mapped[float] = mapped_column(Float, default=0.0)
     throughput_tolerance: Mapped[float] = mapped_column(Float, default=0.0)
-    # a node audit and its inventory check (migration 0013; false and "" before it)
+    # a node audit and its inventory check (migration 0012; false and "" before it)
     node_audit: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     inventory: Mapped[str] = mapped_column(String(300), default="", server_default="")

@@ -1,8 +1,8 @@
 """node audits: an audit that timed a model the master drew for its worker on that worker's
 node, with the node's inventory compared with the worker's registration
 
-Revision ID: 0013
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-11-27 00:00:00
 
 Audits recorded before this revision are audits of the weights (node_audit false) with no
@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from alembic import op
 
 
-revision = '0013'
-down_revision = '0010'
+revision = '0012'
+down_revision = '0011'
 branch_labels = None
 depends_on = None
 
