@@ -378,6 +378,10 @@ VALIDITY_RULES: tuple[Rule, ...] = (
     Rule("throughput_audit", "Throughput audit", "no audit found a worker's claimed throughput more than "
                                                  f"{audit.THROUGHPUT_TOLERANCE:.0%} above the model's training "
                                                  "steps timed on the same hardware (too fast)"),
+    Rule("node_audits", "Node audits", "official runs: every worker's node audit passed (the model the master "
+                                       "drew for it timed on its own node within the throughput tolerance, and "
+                                       "the node's inventory matching what it registered); pending until each "
+                                       "worker's node is audited"),
 )
 RULE_TITLES: dict[str, str] = {r.key: r.title for r in VALIDITY_RULES}
 BLOCKING = (CheckState.FAILED, CheckState.PENDING)  # a run with a check in these states is not valid
@@ -490,6 +494,21 @@ def throughput_check(timed: int, caught: Sequence[str]) -> Check:
     if not timed:
         return Check("throughput_audit", CheckState.NOT_APPLICABLE, "no audit timed a model", limit)
     return Check("throughput_audit", CheckState.PASSED, f"{units.plural(timed, 'audit')} in bounds", limit)
+
+
+def node_audits_check(official: bool, workers: int, missing: Sequence[str], failed: Sequence[str]) -> Check:
+    """The node-audit rule: `workers` with a drawn model; `missing`, `failed`: why some are not passed
+    (no node audit yet; an audit too slow, not timed or with another inventory)."""
+    limit = "every worker's node passed (official runs)"
+    if not official:
+        return Check("node_audits", CheckState.NOT_APPLICABLE, "not an official run", limit)
+    if failed:
+        return Check("node_audits", CheckState.FAILED, f"{units.plural(len(failed), 'worker')} failed", limit,
+                     "node audits: " + "; ".join(failed[:3]))  # three say enough
+    if missing or not workers:
+        return Check("node_audits", CheckState.PENDING, f"{units.plural(len(missing), 'worker')} not audited", limit,
+                     "node audits: " + ("; ".join(missing[:3]) or "no worker has a drawn model yet"))
+    return Check("node_audits", CheckState.PASSED, f"{units.plural(workers, 'worker')} passed", limit)
 
 
 def with_checks(result: ScoreResult, checks: Iterable[Check]) -> ScoreResult:

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiperf.scoring import (
-    PROFILES, VALIDITY_RULES, Point, audit_check, rules_markdown, score_run, throughput_check, with_checks,
+    PROFILES, VALIDITY_RULES, Point, audit_check, node_audits_check, rules_markdown, score_run, throughput_check,
+    with_checks,
 )
 from aiperf.states import CheckState
 from aiperf_cli.explain import SUMMARY_PREFIX, summary_line
@@ -48,9 +49,10 @@ def test_error_above_the_limit_is_pending_then_failed_and_every_rule_is_listed_i
     assert _states(running)["error"] == CheckState.PENDING
     over = score_run(T0, T0 + 700, pts, SMOKE, "fp32", end=T0 + 600)
     assert _states(over)["error"] == CheckState.FAILED and "error 0.5000 > maximum 0.30" in over.invalid_reason
-    # the score-time rules, then the two the master adds after the audits
+    # the score-time rules, then the three the master adds after the audits
     assert [c.rule for c in over.checks] == [r.key for r in VALIDITY_RULES][:6]
-    full = with_checks(over, [throughput_check(0, []), audit_check(False, 3, False, None)])
+    full = with_checks(over, [node_audits_check(False, 0, [], []), throughput_check(0, []),
+                              audit_check(False, 3, False, None)])
     assert [c.rule for c in full.checks] == [r.key for r in VALIDITY_RULES]
 
 
@@ -154,3 +156,14 @@ def test_the_summary_line_parses_with_values_holding_spaces():
     assert fields["rules_version"] == "aiperf-rules 1.0" and fields["backends"] == "jax,tensorflow"
     assert float(fields["regulated_score_flops"]) == pytest.approx(9.54e9) and fields["efficiency"] == "none"
     assert fields["valid"] == "true" and float(fields["efficiency_vs_measured"]) == pytest.approx(0.0123)
+
+
+def test_node_audits_are_pending_until_each_worker_is_audited_and_fail_on_a_bad_one():
+    assert node_audits_check(False, 2, ["w1: none"], []).state == CheckState.NOT_APPLICABLE
+    assert node_audits_check(True, 0, [], []).state == CheckState.PENDING  # no drawn model yet
+    pending = node_audits_check(True, 2, ["worker 2 (b): no node audit of its drawn model 7"], [])
+    assert pending.state == CheckState.PENDING and "model 7" in pending.detail
+    failed = node_audits_check(True, 2, ["worker 2 (b): none"], ["worker 1 (a): the node's inventory differs"])
+    assert failed.state == CheckState.FAILED and "inventory" in failed.detail
+    passed = node_audits_check(True, 2, [], [])
+    assert passed.state == CheckState.PASSED and passed.figure == "2 workers passed"

@@ -127,14 +127,9 @@ class Audits:
         no TOO_FAST audit (any profile), every worker's node audit passed (official)."""
         audits = self.of_run(run.id)
         result = with_throughput_rule(with_audit_rule(result, rules, audit), audits)
-        if not rules.official:
-            return result
-        reasons = node_audits.node_audit_reasons(self.drawn(run), audits, joined)
-        if not reasons:
-            return result
-        shown = reasons[:3] + ([f"and {len(reasons) - 3} more workers"] if len(reasons) > 3 else [])
-        return replace(result, valid=False,
-                       invalid_reasons=(*result.invalid_reasons, "node audits: " + "; ".join(shown)))
+        drawn = self.drawn(run) if rules.official else {}
+        missing, failed = node_audits.node_audit_reasons(drawn, audits, joined)
+        return scoring.with_checks(result, [scoring.node_audits_check(rules.official, len(drawn), missing, failed)])
 
     def _throughput(self, model: ModelRecord, sub: AuditSubmission) -> rule.Throughput:
         """The model's and its worker's claims per device, from the master's own records, beside the

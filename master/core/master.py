@@ -1,28 +1,22 @@
 """The Master: run lifecycle, workers, verified FLOP accounting, scores.
 
-`Master` holds the logic and the in-memory caches (the workers' heartbeats
-in master/core/heartbeats.py, FLOP counts per model, the current run). It takes
-and returns plain types (master/core/requests.py, master/store/records.py); the servicers
-convert protobuf. All truth lives in the store: a restarted master continues
-a run where it stopped. Whether a model is the reporting worker's is checked
-by the store, inside the transaction that records the report or the finish.
-Whether a call comes from the worker it names is checked here, in
-`_authorize`, by every worker method but `register` (master/core/identity.py).
+`Master` holds the logic and the in-memory caches (the workers' heartbeats in master/core/heartbeats.py, FLOP
+counts per model, the current run). It takes and returns plain types (master/core/requests.py,
+master/store/records.py); the servicers convert protobuf. All truth lives in the store: a restarted master
+continues a run where it stopped. Whether a model is the reporting worker's is checked by the store, inside the
+transaction that records the report or the finish. Whether a call comes from the worker it names is checked here,
+in `_authorize`, by every worker method but `register` (master/core/identity.py).
 
-FLOPs are counted by the master, never taken from workers: at submission the
-graph JSON -> Graph.from_json -> with_inserted_kernel(graph, kernel_size) ->
-count_flops gives the per-image counts stored with the model; every report
-is counted as train * images_trained + eval * images_validated from them.
-The worker's own figure is stored next to it and a disagreement above 1% is
-flagged.
+FLOPs are counted by the master, never taken from workers: at submission the graph JSON -> Graph.from_json ->
+with_inserted_kernel(graph, kernel_size) -> count_flops gives the per-image counts stored with the model; every
+report is counted as train * images_trained + eval * images_validated from them. The worker's own figure is
+stored next to it and a disagreement above 1% is flagged.
 
-The master's clock defines a run's window [started_at, deadline]. Reports are stamped on
-receipt; one received after the deadline (or a stop) is recorded but not scored. The master
-stamps its liveness in the store every ALIVE_STAMP_S; on start it records the outage since the
-last stamp, and a run whose deadline passed meanwhile is stopped at its deadline before any
-request is served (the store never sets stopped_at after the deadline).
+The master's clock defines a run's window [started_at, deadline]. Reports are stamped on receipt; one received
+after the deadline (or a stop) is recorded but not scored. The master stamps its liveness in the store every
+ALIVE_STAMP_S; on start it records the outage since the last stamp, and a run whose deadline passed meanwhile is
+stopped at its deadline before any request is served (the store never sets stopped_at after the deadline).
 """
-
 from __future__ import annotations
 
 import asyncio

@@ -79,19 +79,21 @@ def inventory_check(registered: dict, node_accelerators: Sequence[dict], node_cp
 
 
 def node_audit_reasons(drawn: dict[int, int], audits: Sequence[AuditRecord],
-                       joined: Sequence[RunWorker]) -> list[str]:
-    """Why the run's node audits do not make it valid, [] when they do: for every worker with a
-    drawn model, the latest node audit of that model passed its throughput and inventory checks."""
+                       joined: Sequence[RunWorker]) -> tuple[list[str], list[str]]:
+    """Why the run's node audits do not make it valid, as (missing, failed), both [] when they do:
+    for every worker with a drawn model, the latest node audit of that model passed its throughput
+    and inventory checks; missing: no node audit of it yet."""
     latest = {a.model_id: a for a in audits if a.node_audit}  # oldest first: the last one stays
     names = {rw.worker.id: rw.worker.name for rw in joined}
-    reasons: list[str] = []
+    missing: list[str] = []
+    failed: list[str] = []
     for worker_id, model_id in sorted(drawn.items()):
         who = f"worker {worker_id} ({names.get(worker_id, '?')})"
         a = latest.get(model_id)
         if a is None:
-            reasons.append(f"{who}: no node audit of its drawn model {model_id}")
+            missing.append(f"{who}: no node audit of its drawn model {model_id}")
         elif a.throughput != rule.PASSED:
-            reasons.append(f"{who}: the node audit of model {model_id} is {a.throughput or rule.NOT_TIMED}")
+            failed.append(f"{who}: the node audit of model {model_id} is {a.throughput or rule.NOT_TIMED}")
         elif a.inventory != MATCHES:
-            reasons.append(f"{who}: the node's inventory {a.inventory or 'was not sent'}")
-    return reasons
+            failed.append(f"{who}: the node's inventory {a.inventory or 'was not sent'}")
+    return missing, failed
