@@ -40,12 +40,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import grpc  # noqa: E402
 
 from aiperf.api import aiperf_pb2 as pb  # noqa: E402
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient  # noqa: E402
 from aiperf.flops import count_flops  # noqa: E402
-from aiperf.resnet import resnet50  # noqa: E402
+from aiperf.profiles import get_profile  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 from worker.outbox import Outbox, call_until_done  # noqa: E402
 
@@ -186,7 +185,7 @@ def restart_scenario(workdir: Path, outage_s: float, workers: int = 3, train_s: 
     master = MasterProcess(workdir, f"sqlite:///{workdir / 'master.db'}", resume_outage_s)
     master.start()
     control = ControlClient(master.address, TOKENS["admin_token"])
-    graph = resnet50(input_size=32, channels=3, classes=10, width=0.25)
+    graph = get_profile("smoke").base_graph()  # a parentless submission is the seed
     sims = [SimWorker(master.address, f"w{i}", graph) for i in range(workers)]
     try:
         control.start_run(3600.0)
@@ -261,7 +260,7 @@ def db_outage_scenario(workdir: Path, down_s: float = 10.0) -> dict[str, Any]:
     try:
         pg.start()
         h = _in_process_master(pg.url, workdir)
-        graph = resnet50(input_size=32, channels=3, classes=10, width=0.25)
+        graph = get_profile("smoke").base_graph()  # a parentless submission is the seed
         ControlClient(h.address, h.admin_token).start_run(3600.0)
         stop = threading.Event()
         before: dict[str, int] = {}
@@ -348,7 +347,7 @@ def bounds_scenario(workdir: Path) -> dict[str, Any]:
     try:
         w = WorkerClient(h.address, h.worker_token, retries=0)
         c = ControlClient(h.address, h.admin_token, retries=0)
-        graph = resnet50(input_size=32, channels=3, classes=10, width=0.25)
+        graph = get_profile("smoke").base_graph()  # a parentless submission is the seed
         fc = count_flops(graph)
         accs = [Accelerator("A" * limits.MAX_MODEL_NAME_CHARS, limits.MAX_ACCELERATOR_MEMORY_BYTES,
                             limits.MAX_OPS_PER_S_PER_ACCELERATOR)] * limits.MAX_ACCELERATORS_PER_WORKER

@@ -210,7 +210,7 @@ def default_max_workers() -> int:
     """The master's own default number of gRPC/database threads (`serve`'s max_workers)."""
     import inspect
 
-    from master.server import MasterConfig, serve
+    from master.server import serve
     return int(inspect.signature(serve).parameters["max_workers"].default)
 
 

@@ -167,7 +167,6 @@ def check_inheritance(out: dict[str, Any], directory: Path) -> None:
     """Weights in and out through Keras: the TensorFlow parent's checkpoint (written by the test
     process) is inherited here, the child trained and its best weights stored for TensorFlow."""
     from aiperf.api import aiperf_pb2 as pb
-    from aiperf.morphism import deeper_at
     from aiperf.hyperparameters import Hyperparameters
     from worker.checkpoints import open_store
     from worker.inheritance import Inheritance

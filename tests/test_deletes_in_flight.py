@@ -224,7 +224,10 @@ def test_a_garbled_or_forged_deleting_list_deletes_nothing_but_its_own_checkpoin
         p.write_bytes(b"x")
         spared.append(p.as_uri())
     names = {"url": store.url, "out": out.as_uri(), **dict(zip(("k1", "k4", "kmax"), spared))}
-    fill = (lambda v: names.get(v.strip("{}"), v) if isinstance(v, str) and v[:1] + v[-1:] == "{}" else v)
+
+    def fill(v: object) -> object:
+        return names.get(v.strip("{}"), v) if isinstance(v, str) and v[:1] + v[-1:] == "{}" else v
+
     deleting, ours = [], set()
     for kind, value in entries:
         if kind == "ours":

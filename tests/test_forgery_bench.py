@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from aiperf.api import bounds
 from aiperf import limits
 from aiperf.profiles import SMOKE
 

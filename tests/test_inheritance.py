@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.graph import with_inserted_kernel
@@ -256,9 +255,9 @@ def test_no_inherit_is_in_the_run_config_and_the_scoreboard(master_server, tmp_p
     assert main(["start", "--duration", "10m", "--keep-checkpoints", "-1"]) == 2
     main(["stop", "--abort"])
     # `aiperf demo --no-inherit` starts its run the same way
-    import aiperf_cli.demo as demo
     from rich.console import Console
 
+    import aiperf_cli.demo as demo
     from aiperf.api.client import ControlClient
 
     monkeypatch.setattr(demo, "_watch", lambda *args: None)

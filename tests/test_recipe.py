@@ -12,8 +12,14 @@ import numpy as np
 import pytest
 
 from aiperf.profiles import OFFICIAL, SMOKE
-from tests.recipe_checks import (LEARNING_RATE, first_step, recipe, schedule_rates, smoothed_cross_entropy,
-                                 validation_loss)
+from tests.recipe_checks import (
+    LEARNING_RATE,
+    first_step,
+    recipe,
+    schedule_rates,
+    smoothed_cross_entropy,
+    validation_loss,
+)
 
 KERNELS = ("c1", "ins", "fc")  # the tiny graph's conv and dense layers
 

@@ -58,7 +58,7 @@ def test_status_before_the_first_run_lists_the_workers(cluster, capsys):
 def test_workers_show_state_heartbeat_and_current_model(cluster, capsys, small_graph):
     h, w, c = cluster
     a = w.register("node-a", "host-a", [H100])
-    b = w.register("node-b", "host-b", [])
+    w.register("node-b", "host-b", [])
     run_id = c.start_run(600, profile="smoke").config.run_id
     w.heartbeat(a.worker_id)
     sub = w.submit_model(a.worker_id, small_graph.to_json(), small_graph.hash(), parent_id=0, round=1,

@@ -6,7 +6,6 @@ import math
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
