@@ -2,8 +2,11 @@
 
 Rounds 1..`profile.warmup_rounds` of a worker train with their parent model's
 hyperparameters (the original's warm-up; the profile's defaults for a child
-without a trained parent, or where the profile says so). From the next round on, TPE proposes them: NNI's
-`HyperoptTuner` (algorithm ``tpe``, maximising), rebuilt for every proposal
+without a trained parent, or where the profile says so). After warm-up an
+architecture trains `Profile.trials_per_architecture` times (the original's
+maxTPEsearchNum, 2 for the official profile): the first like a warm-up round,
+the others with TPE's proposals; with one trial, TPE proposes every round's.
+TPE is NNI's `HyperoptTuner` (algorithm ``tpe``, maximising), rebuilt for every proposal
 from the run's whole hyperparameter history (all workers, from the master's
 SQL), so every worker and a restarted master see the same tuner state and
 nothing is pickled between processes.

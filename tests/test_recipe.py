@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiperf.profiles import OFFICIAL, SMOKE
 from tests.recipe_checks import (
@@ -166,3 +168,40 @@ def test_a_round_stops_early_once_the_validation_loss_is_flat_not_the_accuracy()
     flat = run(bn_momentum=1.0, early_stop_monitor="val_loss")
     assert flat.early_stopped and flat.epochs == 2 and "early stop" in flat.reason
     assert flat.val_losses[0] == pytest.approx(flat.val_losses[1], rel=1e-6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(losses=st.lists(st.integers(0, 500).map(lambda n: n / 100), min_size=1, max_size=25),
+       patience=st.integers(1, 6), min_delta=st.sampled_from([0.0, 0.001, 0.005, 0.025]))
+def test_early_stopping_on_validation_loss_stops_where_keras_does(losses, patience, min_delta):
+    """The original's rule is Keras's EarlyStopping(min_delta, patience) on val_loss: the same epochs.
+    Losses on a 0.01 grid: Keras compares in float32, so values apart by less than its precision
+    (1e-104 against 0) would compare otherwise than in Python's float64."""
+    import keras
+
+    from aiperf.flops import count_flops
+    from tests.recipe_checks import tiny_graph
+    from worker.trainer import EarlyStopping, _Tracker
+
+    class Model:
+        stop_training = False
+
+    oracle = keras.callbacks.EarlyStopping(monitor="val_loss", min_delta=min_delta, patience=patience)
+    oracle.set_model(Model())
+    oracle.on_train_begin()
+    keras_epochs = len(losses)
+    for epoch, loss in enumerate(losses):
+        oracle.on_epoch_end(epoch, {"val_loss": loss})
+        if oracle.model.stop_training:
+            keras_epochs = epoch + 1
+            break
+    t = _Tracker(count_flops(tiny_graph()), lambda p: None, lambda: False,
+                 EarlyStopping(patience, "val_loss", min_delta), interval_s=30)
+    ours = len(losses)
+    for epoch, loss in enumerate(losses, 1):
+        t.epoch = epoch
+        t._end_epoch(0.5, loss)
+        if t.early_stopped:
+            ours = epoch
+            break
+    assert ours == keras_epochs
