@@ -11,7 +11,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from aiperf import units
-from aiperf.scoring import VALID_FLOPS_EXPONENT, VALIDITY_RULES
+from aiperf.scoring import VALIDITY_RULES, VALID_FLOPS_EXPONENT
 from aiperf.states import CheckState, ModelState
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,7 +81,9 @@ def checks_table(d: dict[str, Any]) -> "Table":
     from rich.table import Table
 
     table = Table(title=f"Validity checklist: {validity_text(d)}", title_justify="left")
-    for name in ("rule", "state", "figure", "limit", "why"):
+    for name in ("rule", "state"):  # short words that a narrow terminal must not split
+        table.add_column(name, no_wrap=True)
+    for name in ("figure", "limit", "why"):
         table.add_column(name, overflow="fold")
     for c in d.get("checks") or []:
         style = STATE_STYLES.get(CheckState(c["state"]) if c["state"] in set(CheckState) else None, "")

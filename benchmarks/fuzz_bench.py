@@ -26,8 +26,8 @@ among the small integers the fuzzer produces, and StopRun never names its run.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
+import collections
 import logging
 import math
 import os
@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
-from aiperf import limits  # noqa: E402
 from aiperf.api import aiperf_pb2 as pb  # noqa: E402
+from aiperf import limits  # noqa: E402
 from aiperf.api import bounds  # noqa: E402
 from aiperf.api.calls import CREDENTIAL_METADATA  # noqa: E402
 

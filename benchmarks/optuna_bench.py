@@ -42,7 +42,8 @@ import grpc  # noqa: E402
 
 from aiperf.api import aiperf_pb2 as pb  # noqa: E402
 from aiperf.api import aiperf_pb2_grpc as pb_grpc  # noqa: E402
-from benchmarks.master_bench import ADMIN_TOKEN, Fleet, _cpu_s, _free_port, _pct, _serve, default_max_workers  # noqa: E402
+from benchmarks.master_bench import (  # noqa: E402
+    ADMIN_TOKEN, Fleet, _cpu_s, _free_port, _pct, _serve, default_max_workers)
 
 Write = Callable[[int], None]  # one closed-loop write (its step number), blocking until answered
 AsyncWrite = Callable[[int], Awaitable[object]]  # the same, awaited

@@ -38,10 +38,10 @@ sys.path.insert(0, str(ROOT))
 from aiperf.retention import StoredModel, checkpoints_to_delete, record_holders  # noqa: E402
 from aiperf.scoring import model_rank_key  # noqa: E402
 from benchmarks.pg_schema import temporary_schema  # noqa: E402
-from master.core.retention import AccuracyRecords, keep_checkpoints, release_checkpoints  # noqa: E402
-from master.store.records import NewRun, WorkerInput  # noqa: E402
-from master.store.sql.sql_store import SqlStore  # noqa: E402
 from master.store.sql.tables import ModelRow, ProgressRow  # noqa: E402
+from master.core.retention import AccuracyRecords, keep_checkpoints, release_checkpoints  # noqa: E402
+from master.store.sql.sql_store import SqlStore  # noqa: E402
+from master.store.records import NewRun, WorkerInput  # noqa: E402
 
 KEEP = 10
 

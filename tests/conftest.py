@@ -26,6 +26,17 @@ POSTGRES_ENV = "AIPERF_TEST_POSTGRES_URL"
 FRONTENDS_ENV = "AIPERF_TEST_FRONTENDS"
 
 
+# Files that take minutes, started first: with --dist loadfile each runs in one process while the
+# other works through the short files, rather than one of them running alone at the end.
+LONG_FILES = ("test_restart_outage.py", "test_e2e.py", "test_gpu_e2e.py", "test_e2e_restart.py",
+              "test_jax_backend.py", "test_db_outage.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its order
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "master_server" in metafunc.fixturenames and metafunc.definition.get_closest_marker("also_frontends"):
         metafunc.parametrize("frontends", [0, 2], ids=["master", "frontends"], indirect=True)

@@ -340,11 +340,11 @@ def test_the_round_counter_counts_the_models_the_master_created(master_server, s
 def test_warmup_reuses_the_parents_hyperparameters_and_failures_reach_tpe(master_server, small_graph):
     import dataclasses
 
-    from aiperf.api import aiperf_pb2 as pb
     from aiperf.api.client import ControlClient
     from aiperf.hpo import Tuner
     from aiperf.hyperparameters import Hyperparameters
     from aiperf.morphism import deeper_at
+    from aiperf.api import aiperf_pb2 as pb
     from worker.agent import Outbox, tpe_observations
     from worker.trainer import TrainResult
 

@@ -79,6 +79,7 @@ class Scenario:
 
         from aiperf.keras_builder import build_model
         from worker.checkpoints import open_store, save_model_weights
+
         from worker.inventory import inventory
 
         self.tmp = tmp

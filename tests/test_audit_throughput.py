@@ -203,8 +203,8 @@ def test_the_in_memory_batch_is_filled_from_a_small_split():
 def test_migration_0007_round_trips_and_older_audits_read_unchecked(db_url: str):
     """Down to 0006 and up again: an audit recorded before the throughput check keeps its verdict
     and reads "" and zeros for it (db_url: SQLite, and PostgreSQL when configured)."""
-    from master.store.records import AuditInput, NewModel, NewRun, WorkerInput
     from master.store.sql.sql_store import SqlStore
+    from master.store.records import AuditInput, NewModel, NewRun, WorkerInput
 
     s = SqlStore(db_url)
     try:

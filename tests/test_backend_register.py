@@ -70,8 +70,8 @@ def test_an_unknown_backend_is_refused(master_server):
 
 
 def test_migration_0009_round_trips_and_older_workers_read_as_tensorflow(db_url: str):
-    from master.store.records import WorkerInput
     from master.store.sql.sql_store import SqlStore
+    from master.store.records import WorkerInput
 
     s = SqlStore(db_url)
     try:
@@ -88,8 +88,8 @@ def test_migration_0009_round_trips_and_older_workers_read_as_tensorflow(db_url:
 
 
 def test_a_run_workers_inventory_keeps_the_backend_it_joined_with(db_url: str):
-    from master.store.records import NewRun, WorkerInput
     from master.store.sql.sql_store import SqlStore
+    from master.store.records import NewRun, WorkerInput
 
     s = SqlStore(db_url)
     try:

@@ -138,8 +138,8 @@ def test_any_report_is_an_answer_and_never_touches_another_workers_model(master_
 
 
 def test_migration_0008_round_trips_and_older_models_have_no_delete_error(db_url: str):
-    from master.store.records import NewModel, NewRun, WorkerInput
     from master.store.sql.sql_store import SqlStore
+    from master.store.records import NewModel, NewRun, WorkerInput
 
     s = SqlStore(db_url)
     try:

@@ -389,8 +389,8 @@ def test_retention_keeps_an_early_record_holder_outside_the_top_k(master_server,
 
 
 def test_migration_0005_round_trips_and_old_models_have_no_checkpoint(db_url: str):
-    from master.store.records import NewModel, NewRun, WorkerInput
     from master.store.sql.sql_store import SqlStore
+    from master.store.records import NewModel, NewRun, WorkerInput
 
     s = SqlStore(db_url)
     try:

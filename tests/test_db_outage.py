@@ -20,8 +20,8 @@ import pytest
 
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
-from benchmarks.throwaway_db import ThrowawayPostgres, can_mount, drain, fill, small_filesystem
 from master.store.sql.outages import SETTLE_S
+from benchmarks.throwaway_db import ThrowawayPostgres, can_mount, drain, fill, small_filesystem
 from tests.ports import free_port
 from tests.test_cli_exit import aiperf, error_line
 from worker import outbox as retries

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from master.store.records import NewModel, NewRun, ProgressInput, WorkerInput
 from master.store.sql.sql_store import SqlStore
+from master.store.records import NewModel, NewRun, ProgressInput, WorkerInput
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks" / "fuzz_bench.py"

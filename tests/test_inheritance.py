@@ -255,14 +255,14 @@ def test_no_inherit_is_in_the_run_config_and_the_scoreboard(master_server, tmp_p
     assert main(["start", "--duration", "10m", "--keep-checkpoints", "-1"]) == 2
     main(["stop", "--abort"])
     # `aiperf demo --no-inherit` starts its run the same way
+    import aiperf_cli.demo as demo
     from rich.console import Console
 
-    import aiperf_cli.demo as demo
     from aiperf.api.client import ControlClient
 
     monkeypatch.setattr(demo, "_watch", lambda *args: None)
     monkeypatch.setattr(demo, "fetch_report", lambda control, run_id: ({}, ""))
-    monkeypatch.setattr(demo, "scoreboard_table", lambda board: "")
+    monkeypatch.setattr(demo, "scoreboard_view", lambda board: "")
     with ControlClient(h.address, h.admin_token) as control:
         demo._run(Console(quiet=True), control, tmp_path, 5.0, 3, None, False, inherit=False)
         assert control.run_status(0).run.config.inherit is False

@@ -19,7 +19,6 @@ from aiperf.retention import record_holders
 from master.core.retention import AccuracyRecords, release_checkpoints
 from master.store.records import NewModel, NewRun, ProgressInput, WorkerInput
 
-
 def _load_bench():
     """benchmarks/retention_bench.py: its baseline (the rule over the whole history) is this test's oracle."""
     spec = importlib.util.spec_from_file_location(

@@ -146,8 +146,8 @@ def test_a_relayed_call_cancelled_in_flight_is_counted_cancelled():
     from concurrent.futures import ThreadPoolExecutor
     from types import SimpleNamespace
 
-    from master.frontends.master_end import RelayContext
     from master.observability.metrics import MasterMetrics
+    from master.frontends.master_end import RelayContext
     from master.rpc.servicers import _unary
 
     release = threading.Event()

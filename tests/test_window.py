@@ -20,10 +20,10 @@ from aiperf.flops import count_flops
 from aiperf_cli.records import run_status_to_dict, scoreboard_to_dict
 from aiperf_cli.report import fetch_report
 from aiperf_cli.tables import status_line
+from master.store.sql.tables import MasterLifeRow
+from master.store.sql.sql_store import SqlStore
 from master.store.errors import FailedPrecondition, InvalidArgument
 from master.store.records import INT64_MAX, NewModel, NewRun, Outage, ProgressInput, WorkerInput
-from master.store.sql.sql_store import SqlStore
-from master.store.sql.tables import MasterLifeRow
 from tests.fake_clock import FakeClock
 
 HP = {"batch_size": 32, "kernel_size": 3}

@@ -56,16 +56,8 @@ import numpy as np
 
 from aiperf.profiles import Profile
 from worker import jax_data
-from worker.rounds import (
-    Clock,
-    CompiledRound,
-    DataEnded,
-    StepSettings,
-    compiled_model,
-    decayed_kernels,
-    recipe_loss,
-    weight_penalty,
-)
+from worker.rounds import (Clock, CompiledRound, DataEnded, StepSettings, compiled_model, decayed_kernels,
+                           recipe_loss, weight_penalty)
 
 log = logging.getLogger(__name__)
 

@@ -39,53 +39,31 @@ from aiperf.ruleset import RULES_VERSION
 from aiperf.states import FINISHED_MODEL_STATES, OPEN_MODEL_STATES, ModelState, RunState, WorkerState
 from master.core import node_audits, restart, retention
 from master.core.audits import Audits
-from master.core.budget import ImplausibleReport, WorkerBudgets
-from master.core.budget import ModelFlops as _ModelFlops
+from master.core.budget import ImplausibleReport, WorkerBudgets, ModelFlops as _ModelFlops
 from master.core.devices import DeviceOwners
 from master.core.heartbeats import Heartbeats
 from master.core.identity import WorkerCredentials, credential_hash
 from master.core.officiality import run_config, unofficial_reasons
 from master.core.operations import RunOperations
 from master.core.progress_writer import ProgressWriter
+from master.core.resends import ResentReports
 from master.core.replies import (
-    History,
-    HyperparameterObservation,
-    ModelPage,
-    Registration,
-    RunStatus,
-    RunTimeline,
-    Scoreboard,
+    History, HyperparameterObservation, ModelPage, Registration, RunStatus, RunTimeline, Scoreboard,
 )
 from master.core.requests import ModelFinish, ModelSubmission, ProgressReport, ResourceSampleReport, RunSpec
-from master.core.resends import ResentReports
 from master.core.roster import Roster
-from master.core.run_rules import (
-    accelerator_peaks,
-    check_accelerators,
-    datasheet_peaks,
-    parse_graph,
-    peak_bounds,
-    peak_verdict,
-    rules_of,
-    with_checked_peaks,
-    worker_budget,
-)
 from master.core.submission_rules import check_submission
+from master.core.run_rules import (
+    accelerator_peaks, check_accelerators, datasheet_peaks, parse_graph, peak_bounds, peak_verdict, rules_of,
+    with_checked_peaks, worker_budget,
+)
 from master.core.versions import software_versions
 from master.observability.metrics import MasterMetrics
 from master.store.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResendNotRecorded
 from master.store.protocol import Store
 from master.store.records import (
-    ModelRecord,
-    NewModel,
-    NewRun,
-    ProgressInput,
-    ProgressResult,
-    ResourceSampleInput,
-    RunRecord,
-    RunWorker,
-    WorkerInput,
-    WorkerRecord,
+    ModelRecord, NewModel, NewRun, ProgressInput, ProgressResult, ResourceSampleInput, RunRecord, RunWorker,
+    WorkerInput, WorkerRecord,
 )
 
 log = logging.getLogger(__name__)

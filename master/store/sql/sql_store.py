@@ -21,44 +21,20 @@ from sqlalchemy.orm import Session, sessionmaker
 from aiperf.retention import StoredModel
 from aiperf.scoring import Point
 from aiperf.states import (
-    ACTIVE_RUN_STATES,
-    FINISHED_MODEL_STATES,
-    OPEN_MODEL_STATES,
-    OVER_RUN_STATES,
-    ModelState,
-    RunState,
-    WorkerState,
+    ACTIVE_RUN_STATES, FINISHED_MODEL_STATES, OPEN_MODEL_STATES, OVER_RUN_STATES, ModelState, RunState, WorkerState,
 )
 from master.store.errors import FailedPrecondition, NotFound, PermissionDenied
 from master.store.progress_rules import apply_reports
 from master.store.protocol import Store
 from master.store.records import (
-    ModelRecord,
-    NewModel,
-    NewRun,
-    Outage,
-    ProgressInput,
-    ProgressResult,
-    ResourceSampleInput,
-    ResourceSampleRecord,
-    RunRecord,
-    RunWorker,
-    WorkerInput,
-    WorkerRecord,
+    ModelRecord, NewModel, NewRun, Outage, ProgressInput, ProgressResult, ResourceSampleInput,
+    ResourceSampleRecord, RunRecord, RunWorker, WorkerInput, WorkerRecord,
 )
 from master.store.sql.audits import AuditSql
 from master.store.sql.engine import make_engine, migrate
 from master.store.sql.outages import STORE_WRITES, OutageLog, guard
 from master.store.sql.progress import ProgressSql, combine_sums, exact_sums
-from master.store.sql.tables import (
-    MasterLifeRow,
-    ModelRow,
-    ProgressRow,
-    ResourceSampleRow,
-    RunRow,
-    RunWorkerRow,
-    WorkerRow,
-)
+from master.store.sql.tables import MasterLifeRow, ModelRow, ProgressRow, ResourceSampleRow, RunRow, RunWorkerRow, WorkerRow
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+
 revision = '0009'
 down_revision = '0008'
 branch_labels = None
