@@ -121,3 +121,13 @@ def master_server(tmp_path: Path, frontends: int) -> Iterator[Callable[..., Any]
     yield start
     for h in handles:
         h.stop(grace_s=0)
+
+
+@pytest.fixture
+def cli(master_server: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A master that the control commands (`aiperf_cli.main.main`) talk to through AIPERF_MASTER and
+    AIPERF_ADMIN_TOKEN; its handle."""
+    h = master_server()
+    monkeypatch.setenv("AIPERF_MASTER", h.address)
+    monkeypatch.setenv("AIPERF_ADMIN_TOKEN", h.admin_token)
+    return h

@@ -18,7 +18,7 @@ from aiperf.scoring import (
 )
 from aiperf.states import CheckState
 from aiperf_cli.explain import SUMMARY_PREFIX, summary_line
-from aiperf_cli.main import main
+from tests.cli_runs import run_cli as _run
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = PROFILES["smoke"]  # minimum running time 120 s, maximum error 0.30
@@ -99,20 +99,6 @@ def test_the_docs_quote_the_one_list(doc):
 def test_rules_markdown_has_one_line_per_rule():
     lines = rules_markdown().splitlines()
     assert len(lines) == len(VALIDITY_RULES) and all(f"**{r.title}**" in lines[i] for i, r in enumerate(VALIDITY_RULES))
-
-
-@pytest.fixture
-def cli(master_server, monkeypatch):
-    h = master_server()
-    monkeypatch.setenv("AIPERF_MASTER", h.address)
-    monkeypatch.setenv("AIPERF_ADMIN_TOKEN", h.admin_token)
-    return h
-
-
-def _run(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def test_scoreboard_status_summary_and_explain_show_the_checklist(cli, capsys):

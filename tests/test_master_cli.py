@@ -14,23 +14,10 @@ import pytest
 
 from aiperf_cli.format import parse_duration
 from aiperf_cli.main import main
+from tests.cli_runs import run_cli as run
 
 SCOREBOARD_KEYS = {"run_id", "state", "profile", "elapsed_s", "flops", "score", "regulated_score", "valid_flops",
                    "error", "valid", "invalid_reason", "provisional", "workers", "accelerators", "models_done"}
-
-
-@pytest.fixture
-def cli(master_server, monkeypatch):
-    h = master_server()
-    monkeypatch.setenv("AIPERF_MASTER", h.address)
-    monkeypatch.setenv("AIPERF_ADMIN_TOKEN", h.admin_token)
-    return h
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 @pytest.mark.parametrize("text,seconds", [("1h", 3600), ("90m", 5400), ("1h30m", 5400), ("3600", 3600),

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from sqlalchemy import text
 
 from aiperf.states import FINISHED_MODEL_STATES, ModelState
@@ -47,14 +46,6 @@ def test_migration_0011_turns_the_old_cut_failures_into_cut_and_back(db_url):
     assert rows[old] == ("cut", "deadline reached")
     assert rows[new] == ("cut", "stop requested")
     assert rows[failed] == ("failed", "out of memory")
-
-
-@pytest.fixture
-def cli(master_server, monkeypatch):
-    h = master_server()
-    monkeypatch.setenv("AIPERF_MASTER", h.address)
-    monkeypatch.setenv("AIPERF_ADMIN_TOKEN", h.admin_token)
-    return h
 
 
 def test_a_cut_model_reads_cut_in_every_view(cli, capsys, small_graph):

@@ -9,9 +9,9 @@ import socket
 import pytest
 
 from aiperf.api import aiperf_pb2 as pb
-from aiperf_cli.main import main
 from aiperf_cli.options import ExitCode
 from aiperf_cli.watch import Follow, follow, progress_line
+from tests.cli_runs import run_cli as _run
 
 
 class FakeClock:
@@ -85,20 +85,6 @@ def test_the_timeout_ends_the_follow_and_a_silent_master_is_retried():
                  sleep=clock.sleep)
     assert follow(client, 0, how) is None
     assert clock.t == pytest.approx(9.0) and how.unreachable  # still silent at the end: exit 3 for `wait`
-
-
-@pytest.fixture
-def cli(master_server, monkeypatch):
-    h = master_server()
-    monkeypatch.setenv("AIPERF_MASTER", h.address)
-    monkeypatch.setenv("AIPERF_ADMIN_TOKEN", h.admin_token)
-    return h
-
-
-def _run(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def test_wait_exits_by_the_runs_validity_and_writes_the_report(cli, capsys, tmp_path):

@@ -697,4 +697,3 @@ class Master:
                    for r in self.store.resource_samples(run_id=run.id)]
         resources = timeline.resource_curve(run.started_at, samples, end, int(buckets) or TIMELINE_BUCKETS)
         return RunTimeline(run, curve, resources)
-

@@ -697,4 +697,3 @@ class SqlStore(AuditSql, Store):  # audits: master/store/sql/audits.py
                 )
                 for r in s.scalars(stmt)
             ]
-
