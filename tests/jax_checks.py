@@ -163,6 +163,33 @@ def check_out_of_memory(out: dict[str, Any]) -> None:
     out["oom"] = {"state": res.state, "reason": res.reason, "trained": res.images_trained}
 
 
+def check_planned_memory(out: dict[str, Any]) -> None:
+    """The memory XLA plans for the tiny graph's steps, then the same round on devices that report a
+    limit below it (the CPU reports none: the limit is the one thing given here)."""
+    from worker import jax_memory
+    from worker.trainer import train_model
+
+    planned: list[tuple[str, int, int | None]] = []
+    check_fits, device_limit = jax_memory.check_fits, jax_memory.device_limit
+
+    def recording(compiled: Any, devices: Any, images: int, what: str) -> None:
+        planned.append((what, images, jax_memory.planned_bytes(compiled)))
+        check_fits(compiled, devices, images, what)
+
+    jax_memory.check_fits = recording
+    try:
+        res = train_model(tiny_graph(), {"batch_size": 16, "kernel_size": 3}, NumpyData(), profile(), 1,
+                          on_progress=lambda p: None)
+        step = next(b for what, images, b in planned if what == "training step" and images == 32)
+        jax_memory.device_limit = lambda devices: step - 1
+        small = train_model(tiny_graph(), {"batch_size": 16, "kernel_size": 3}, NumpyData(), profile(), 1,
+                            on_progress=lambda p: None)
+    finally:
+        jax_memory.check_fits, jax_memory.device_limit = check_fits, device_limit
+    out["planned"] = {"state": res.state, "steps": planned, "small_state": small.state,
+                      "small_reason": small.reason, "small_trained": small.images_trained}
+
+
 def check_inheritance(out: dict[str, Any], directory: Path) -> None:
     """Weights in and out through Keras: the TensorFlow parent's checkpoint (written by the test
     process) is inherited here, the child trained and its best weights stored for TensorFlow."""
@@ -244,6 +271,7 @@ def main() -> int:
         ("round", lambda: check_round(out)),
         ("precisions", lambda: check_precisions(out)),
         ("out_of_memory", lambda: check_out_of_memory(out)),
+        ("planned_memory", lambda: check_planned_memory(out)),
         ("recipe", lambda: check_recipe(out)),
     ]
     if directory is not None:

@@ -110,6 +110,19 @@ def test_a_real_out_of_memory_error_fails_the_round(checked):
     assert oom["reason"].startswith("out of memory at batch size 16 per accelerator") and "RESOURCE_EXHAUSTED" in oom["reason"]
 
 
+def test_a_step_planned_beyond_the_devices_memory_fails_the_round_before_it_runs(checked):
+    _ok(checked, "planned_memory")
+    p = checked["planned"]
+    steps = {(what, images): planned for what, images, planned in p["steps"]}
+    assert p["state"] == "done" and {("training step", 32), ("evaluation step", 32)} <= set(steps)
+    assert all(b and b > 0 for b in steps.values())
+    # the 100-image split's remainder (4 images) is compiled too, and needs less than the full batch
+    assert steps[("training step", 4)] < steps[("training step", 32)]
+    assert p["small_state"] == "failed" and p["small_trained"] == 0
+    assert p["small_reason"].startswith("out of memory at batch size 16 per accelerator")
+    assert "XLA's plan for the training step at 32 images needs" in p["small_reason"]
+
+
 def test_checkpoints_are_interchangeable_between_the_backends(checked):
     """A JAX child inherits from a TensorFlow parent (same function), and a TensorFlow model
     reads the JAX child's checkpoint (same accuracy)."""

@@ -34,6 +34,10 @@ where images do not interact: the last batch is padded to the global batch and
 masked, so one step serves every batch. A batch of a size not planned (a
 dataset whose epochs vary) is compiled when it first comes, and logged.
 
+Each step's device memory is known once it is compiled (XLA assigns every
+buffer ahead of time): a step that needs more than a device holds fails the
+round while it is prepared, with both figures (`worker.jax_memory`).
+
 Batches are put on the devices two steps ahead (`jax.device_put` returns at
 once), so the copy overlaps the step before.
 """
@@ -55,7 +59,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from aiperf.profiles import Profile
-from worker import jax_data
+from worker import jax_data, jax_memory
 from worker.rounds import (Clock, CompiledRound, DataEnded, StepSettings, compiled_model, decayed_kernels,
                            recipe_loss, weight_penalty)
 
@@ -116,11 +120,12 @@ def one_device() -> tuple[str, Devices]:
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
-    """Whether `exc` is XLA running out of device memory (RESOURCE_EXHAUSTED)."""
+    """Whether `exc` is XLA running out of device memory (RESOURCE_EXHAUSTED), or a step whose
+    buffers were found too large for the device when it was compiled (`worker.jax_memory`)."""
     import jax
 
     text = str(exc)
-    return isinstance(exc, jax.errors.JaxRuntimeError) and (
+    return isinstance(exc, jax_memory.PlannedOutOfMemory) or isinstance(exc, jax.errors.JaxRuntimeError) and (
         "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
 
 
@@ -328,7 +333,9 @@ class _TrainSteps:
         sharding = self.devices.batch_sharding(images)
         x = jax.ShapeDtypeStruct((images, *self.input_shape), jnp.float32, sharding=sharding)
         y = jax.ShapeDtypeStruct((images, self.classes), jnp.float32, sharding=sharding)
-        return self.function.lower(self.state_spec, x, y).compile()
+        compiled = self.function.lower(self.state_spec, x, y).compile()
+        jax_memory.check_fits(compiled, self.devices.devices, images, "training step")
+        return compiled
 
 
 _compiling: set[threading.Thread] = set()  # compile_later's threads still running
@@ -401,7 +408,9 @@ def _eval_step(model: Any, devices: Devices, state: list[list[Any]], global_batc
     x = jax.ShapeDtypeStruct((global_batch, *model.input_shape[1:]), jnp.float32, sharding=sharding)
     y = jax.ShapeDtypeStruct((global_batch, int(model.output_shape[-1])), jnp.float32, sharding=sharding)
     real = jax.ShapeDtypeStruct((), jnp.int32, sharding=devices.replicated())
-    return jax.jit(evaluate).lower(*spec, x, y, real).compile()
+    compiled = jax.jit(evaluate).lower(*spec, x, y, real).compile()
+    jax_memory.check_fits(compiled, devices.devices, global_batch, "evaluation step")
+    return compiled
 
 
 def _train(round_: JaxRound, steps: _TrainSteps, iterator: Iterator[Any]) -> tuple[Any, int]:
