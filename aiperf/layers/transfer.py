@@ -37,6 +37,12 @@ class Origin:
     channel_map: np.ndarray | None
     zero: bool = False
 
+    def channels(self, layer_id: str) -> np.ndarray:
+        """`channel_map`, for a layer whose weights follow the channels it reads."""
+        if self.channel_map is None:
+            raise TransferError(f"layer {layer_id!r} reads a tensor not tied to the parent's channels")
+        return self.channel_map
+
 
 @dataclass(frozen=True)
 class TransferContext:
