@@ -328,7 +328,7 @@ class WorkerClient(_Client):
         graph_hash: str,
         parent_id: int,
         round: int,
-        hyperparameters: Mapping[str, int] | pb.Hyperparameters,
+        hyperparameters: Hyperparameters | Mapping[str, int] | pb.Hyperparameters,
         run_id: int = 0,
         queue: bool = False,
         dataset: Mapping[str, Any] | None = None,
@@ -515,8 +515,8 @@ class ControlClient(_Client):
         return reply
 
     def scoreboard(self, run_id: int = 0) -> pb.Scoreboard:
-        reply: pb.Scoreboard = self._call("GetScoreboard", self._stub.GetScoreboard, pb.GetScoreboardRequest(run_id=run_id),
-                                          retry=True)
+        req = pb.GetScoreboardRequest(run_id=run_id)
+        reply: pb.Scoreboard = self._call("GetScoreboard", self._stub.GetScoreboard, req, retry=True)
         return reply
 
     def list_models(
@@ -577,6 +577,6 @@ class ControlClient(_Client):
         return reply.audit
 
     def list_audits(self, run_id: int = 0) -> pb.ListAuditsResponse:
-        reply: pb.ListAuditsResponse = self._call("ListAudits", self._stub.ListAudits, pb.ListAuditsRequest(run_id=run_id),
-                                                  retry=True)
+        req = pb.ListAuditsRequest(run_id=run_id)
+        reply: pb.ListAuditsResponse = self._call("ListAudits", self._stub.ListAudits, req, retry=True)
         return reply

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from aiperf.layers.layer import Layer
 
 Weights = dict[str, list[np.ndarray]]
+ParentWeights = Mapping[str, Sequence[Any]]  # only read: a checkpoint's or a model's arrays
 
 
 class TransferError(ValueError):
@@ -48,7 +49,7 @@ class Origin:
 class TransferContext:
     """What a layer kind may consult while transferring one child."""
 
-    parent_weights: Weights
+    parent_weights: ParentWeights
     out: Weights  # the child's weights, filled layer by layer in graph order
     parent_channels: Callable[[str], int]  # channel count of a parent tensor
     parent_non_negative: frozenset[str]  # parent tensors that cannot be negative
@@ -64,7 +65,7 @@ def matching_input(layer: Layer, parent: Layer, inputs: Sequence[Origin]) -> Ori
     return x
 
 
-def parent_arrays(weights: Weights, layer_id: str, n: int) -> list[np.ndarray]:
+def parent_arrays(weights: ParentWeights, layer_id: str, n: int) -> list[np.ndarray]:
     """The `n` weight arrays of parent layer `layer_id`."""
     arrays = weights.get(layer_id)
     if arrays is None or len(arrays) != n:
