@@ -35,7 +35,7 @@ models):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from aiperf.layers import KINDS
 CUTOFF = 3.0
 HORIZON = CUTOFF + 2.0
 _CHUNK = 8192  # pairs per vectorised block: keeps the band arrays in cache
+_Cost = Callable[[np.ndarray, np.ndarray], np.ndarray]  # one edit operation's cost, pairwise
 # The dynamic programme runs in float32 (a quarter faster than float64): distances
 # are sums of a few dozen terms in [0, 1], exact to about 1e-6.
 
@@ -316,7 +317,8 @@ def _band_aligned(b: np.ndarray, T: int, length: int) -> np.ndarray:
 def _width_cost(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a: (P, 1, 1) one element per pair; b: (P, W, 1) the band. -> (P, W)."""
     a, b = a[..., 0], b[..., 0]
-    return np.abs(a - b) / np.maximum(a, b)
+    cost: np.ndarray = np.abs(a - b) / np.maximum(a, b)
+    return cost
 
 
 def _skip_cost(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -328,10 +330,11 @@ def _skip_cost(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     den = np.maximum(ua, ub)
     den += np.maximum(la, lb)
     num /= np.maximum(den, 1.0)  # lengths are >= 1: the guard never binds
-    return np.maximum(num, np.abs(ta - tb))  # the cost is <= 1, so this is "1 if types differ"
+    cost: np.ndarray = np.maximum(num, np.abs(ta - tb))  # the cost is <= 1, so this is "1 if types differ"
+    return cost
 
 
-def _term(sa: _Seqs, sb: _Seqs, ia: np.ndarray, ib: np.ndarray, cost,
+def _term(sa: _Seqs, sb: _Seqs, ia: np.ndarray, ib: np.ndarray, cost: _Cost,
           cap: np.ndarray) -> np.ndarray:
     """min(edit distance, cap) of sequence pairs (sa[ia[p]], sb[ib[p]]).
 
@@ -357,7 +360,7 @@ def _term(sa: _Seqs, sb: _Seqs, ia: np.ndarray, ib: np.ndarray, cost,
     return _banded(a, na, b, nb, cost, cap)
 
 
-def _banded(a: np.ndarray, la: np.ndarray, b: np.ndarray, lb: np.ndarray, cost,
+def _banded(a: np.ndarray, la: np.ndarray, b: np.ndarray, lb: np.ndarray, cost: _Cost,
             cap: float | np.ndarray) -> np.ndarray:
     """min(edit distance, cap) for each pair (a[p][:la[p]], b[p][:lb[p]]).
 
@@ -369,12 +372,12 @@ def _banded(a: np.ndarray, la: np.ndarray, b: np.ndarray, lb: np.ndarray, cost,
     finished early.
     """
     P = len(la)
-    capv = np.broadcast_to(np.asarray(cap, np.float64), (P,)).copy()
+    capv: np.ndarray = np.broadcast_to(np.asarray(cap, np.float64), (P,)).copy()
     if P == 0:
         return capv
     # Exact when one side is empty; the cap when lengths differ by the cap or more.
     gap = np.abs(la - lb).astype(np.float64)
-    res = np.minimum(gap, capv)
+    res: np.ndarray = np.minimum(gap, capv)
     live = np.flatnonzero((la > 0) & (lb > 0) & (gap < capv))
     if not len(live):
         return res

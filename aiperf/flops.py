@@ -8,7 +8,7 @@ does. A trained image costs forward + backward, a validated image forward.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from aiperf.graph import INPUT, Graph, Layer
 from aiperf.layers import KINDS
@@ -46,7 +46,7 @@ class FlopCount:
             raise ValueError("image counts must be non-negative")
         return self.train * images_trained + self.eval * images_validated
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"forward": dict(self.forward), "backward": dict(self.backward),
                 "train": self.train, "eval": self.eval}
 

@@ -243,12 +243,12 @@ def with_inserted_kernel(graph: Graph, kernel_size: int | None) -> Graph:
 def _check_meta(meta: Any) -> dict[str, Any]:
     if not isinstance(meta, Mapping):
         raise GraphError("'meta' must be an object")
-    meta = dict(meta)
+    checked: dict[str, Any] = dict(meta)
     try:
-        json.dumps(meta, sort_keys=True)
+        json.dumps(checked, sort_keys=True)
     except (TypeError, ValueError) as exc:
         raise GraphError(f"'meta' must be JSON-serialisable: {exc}") from None
-    return meta
+    return checked
 
 
 def _toposort(layers: tuple[Layer, ...]) -> tuple[Layer, ...]:

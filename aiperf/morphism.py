@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import random
+from functools import partial
 import re
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
@@ -398,21 +399,21 @@ def _attempts(graph: Graph, op: str, rng: random.Random, kernel_size: int,
     if op == "deeper":
         positions = deeper_positions(graph)
         rng.shuffle(positions)
-        out = [(3, lambda p=p: deeper_at(graph, p, kernel_size, parent_hash=parent_hash)) for p in positions]
+        out = [(3, partial(deeper_at, graph, p, kernel_size, parent_hash=parent_hash)) for p in positions]
     elif op == "wider":
         positions = wider_positions(graph)
         rng.shuffle(positions)
         for p in positions:
             extra = _widen_amount(graph.layer(p).filters, rng, space.widen_fractions)
-            out.append((0, lambda p=p, e=extra: wider_at(graph, p, e, parent_hash=parent_hash)))
+            out.append((0, partial(wider_at, graph, p, extra, parent_hash=parent_hash)))
     else:
         choices = _skip_choices(graph, space)
         rng.shuffle(choices)
         for r, t, s, new_add in choices:
             if new_add:  # projection conv, its BN and the add
-                out.append((3, lambda r=r, t=t: skip_add_at(graph, r, t, parent_hash=parent_hash)))
+                out.append((3, partial(skip_add_at, graph, r, t, parent_hash=parent_hash)))
             else:  # a BN gate, or a projection conv and its BN
-                out.append((2 if s else 1, lambda r=r, t=t: skip_at(graph, r, t, parent_hash=parent_hash)))
+                out.append((2 if s else 1, partial(skip_at, graph, r, t, parent_hash=parent_hash)))
     return out
 
 

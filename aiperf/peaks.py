@@ -89,7 +89,8 @@ class Datasheet:
     fp8: float | None = None
 
     def figure(self, column: str) -> float | None:
-        return getattr(self, column)
+        value: float | None = getattr(self, column)
+        return value
 
 
 _H100_SHEET = "NVIDIA H100 Tensor Core GPU datasheet"
@@ -219,13 +220,13 @@ def check_cpu_peak(cpus: int, dtype: str, measured_flops: float, model: str = "C
 
 def _figure(sheet: Datasheet, column: str) -> tuple[float, str]:
     """The figure bounding `column` on `sheet`, and its description."""
-    own = [(sheet.figure(c), c) for c in _BOUNDED_BY[column] if sheet.figure(c) is not None]
+    own = [(f, c) for c in _BOUNDED_BY[column] if (f := sheet.figure(c)) is not None]
     if own:
         value, c = max(own)
         return value, f"{c.upper()} dense"
     # No unit of this type: emulated on wider units, bounded by the fastest of them.
-    wider = [(sheet.figure(c), c) for c, bits in COLUMNS.items()
-             if bits >= _WIDTH[column] and sheet.figure(c) is not None]
+    wider = [(f, c) for c, bits in COLUMNS.items()
+             if bits >= _WIDTH[column] and (f := sheet.figure(c)) is not None]
     value, c = max(wider)
     return value, f"{c.upper()} dense (no {column} unit: emulated on wider units)"
 

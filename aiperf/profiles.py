@@ -215,7 +215,8 @@ class Profile:
         if unknown:
             raise ValueError(f"unknown profile setting(s): {', '.join(sorted(unknown))}")
         try:
-            return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+            kwargs: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+            return cls(**kwargs)
         except TypeError as exc:
             raise ValueError(f"incomplete profile: {exc}") from None
 

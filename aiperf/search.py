@@ -64,8 +64,10 @@ class HistoryEntry:
     @property
     def hash(self) -> str:
         if self.graph_hash is None:
-            object.__setattr__(self, "graph_hash", self.graph.hash())
-        return self.graph_hash  # type: ignore[return-value]
+            digest = self.graph.hash()
+            object.__setattr__(self, "graph_hash", digest)
+            return digest
+        return self.graph_hash
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import numpy as np
 
 from aiperf.graph import INPUT, INSERTED, Graph, Layer, with_inserted_kernel
 from aiperf.layers import KINDS
-from aiperf.layers.transfer import Origin, TransferContext, TransferError, Weights
+from aiperf.layers.transfer import Origin, ParentWeights, TransferContext, TransferError, Weights
 
 __all__ = ["TransferError", "Weights", "inherited_kernel_size", "transfer_weights"]
 
@@ -44,7 +44,7 @@ def inherited_kernel_size(parent: Graph, parent_kernel: int, chosen: int) -> int
     return chosen
 
 
-def transfer_weights(parent: Graph, parent_weights: Weights, child: Graph, *,
+def transfer_weights(parent: Graph, parent_weights: ParentWeights, child: Graph, *,
                      kernel_size: int | None = None) -> Weights:
     """Weights for `child` (as built, after `with_inserted_kernel`) that make it
     compute the same function as `parent` with `parent_weights` in inference mode.

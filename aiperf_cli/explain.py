@@ -86,7 +86,7 @@ def checks_table(d: dict[str, Any]) -> "Table":
     for name in ("figure", "limit", "why"):
         table.add_column(name, overflow="fold")
     for c in d.get("checks") or []:
-        style = STATE_STYLES.get(CheckState(c["state"]) if c["state"] in set(CheckState) else None, "")
+        style = STATE_STYLES.get(CheckState(c["state"]), "") if c["state"] in set(CheckState) else ""
         table.add_row(c["title"], f"[{style}]{c['state']}[/]" if style else c["state"], c["figure"], c["limit"],
                       c["detail"] or "")
     return table

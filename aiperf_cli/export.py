@@ -13,6 +13,7 @@ passes; aiperf_cli/mllog.py maps the run onto MLPerf's keys (docs/spec.md, "MLPe
 from __future__ import annotations
 
 import csv
+import enum
 import io
 import json
 from pathlib import Path
@@ -24,13 +25,16 @@ from aiperf import limits, units
 from aiperf.scoring import VALIDITY_RULES
 from aiperf_cli.options import Control, control_command, fail
 from aiperf_cli.records import model_to_dict, scoreboard_to_dict, timeline_to_dict
-from aiperf_cli.values import RUN_ID, _choices, int_option
+from aiperf_cli.values import RUN_ID, int_option
 
-ExportFormat = _choices("ExportFormat", ("json", "csv", "mllog"))
-CsvTable = _choices("CsvTable", ("models", "timeline", "scoreboard"))
+# Declared, not made by values._choices, so that the options' annotations are types to mypy.
+ExportFormat = enum.Enum("ExportFormat", [("json", "json"), ("csv", "csv"), ("mllog", "mllog")], type=str)
+CsvTable = enum.Enum("CsvTable", [("models", "models"), ("timeline", "timeline"), ("scoreboard", "scoreboard")],
+                     type=str)
 # mllog's submission_status: the values MLPerf's training 4.0.0 rules accept (common.yaml);
 # the default is MLPerf's research, development or internal category.
-SubmissionStatus = _choices("SubmissionStatus", ("research", "onprem", "cloud", "preview"))
+SubmissionStatus = enum.Enum("SubmissionStatus", [("research", "research"), ("onprem", "onprem"),
+                                                  ("cloud", "cloud"), ("preview", "preview")], type=str)
 DEFAULT_ORG = "unknown"  # submission_org: the run's record names no organisation
 MAX_SUBMISSION_TEXT = 256  # --org, --platform
 PAGE = limits.MAX_PAGE  # models per ListModels call: the master's page
@@ -74,6 +78,7 @@ def _model_row(m: dict[str, Any]) -> dict[str, Any]:
 
 def to_csv(data: dict[str, Any], table: str) -> str:
     """One table of the export as CSV (header first; empty cell for an unknown value)."""
+    fields: tuple[str, ...]
     if table == "models":
         fields, rows = MODEL_FIELDS, [_model_row(m) for m in data["models"]]
     elif table == "timeline":

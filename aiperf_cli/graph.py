@@ -12,7 +12,8 @@ import typer
 
 from aiperf import units
 
-from aiperf.flops import KINDS, count_flops
+from aiperf.flops import count_flops
+from aiperf.layers import KINDS
 from aiperf.graph import Graph, GraphError
 from aiperf_cli.options import fail, require_command
 from aiperf_cli.values import CLASSES, GRAPH_CHANNELS, INPUT_SIZE, MORPH_STEPS, PARAMS, SEED, WIDTH, LAYERS

@@ -38,7 +38,7 @@ import grpc
 import tenacity
 
 from aiperf.api import aiperf_pb2 as pb
-from aiperf.api.bounds import MAX_UNDELETED_PER_FINISH
+from aiperf.limits import MAX_UNDELETED_PER_FINISH
 from aiperf.api.client import Accelerator, ApiError, ResourceSample, WorkerClient, hyperparameters_dict
 from aiperf.api.enums import PRECISIONS, PROFILES
 from aiperf.graph import Graph
@@ -59,7 +59,9 @@ from worker.outbox import Outbox, call_until_done
 from worker.rounds import OOM_REASON_PREFIX, profile_after_out_of_memory
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from worker.data.base import Dataset
     from worker.lookahead import Basis, PlannedRound
+    from worker.monitor import ResourceSample as MonitorSample
     from worker.trainer import Progress, TrainResult
 
 log = logging.getLogger(__name__)
@@ -136,7 +138,7 @@ class Agent:
         self._stop_requested_at = 0.0
         self._history: dict[int, pb.Model] = {}
         self._graphs: dict[int, Graph] = {}  # parsed once per model
-        self._datasets: dict[tuple, Any] = {}
+        self._datasets: dict[tuple[str, str | None, int, bool], Dataset] = {}  # (kind, path, size, deterministic)
         self._closed_runs: set[int] = set()  # runs that refused new models (stopping, model limit)
         self.rounds_done = 0
         # what an earlier process with this name and master could not delete is sent with the first
@@ -201,6 +203,7 @@ class Agent:
                 from worker.gemm import measure_cpu_peak
 
                 self.cpu_peaks = measure_cpu_peak()
+        accelerator_peaks = self.peaks
         kept = self.credential_file.load() if self.credential_file is not None else ""
         # ALREADY_EXISTS: a live worker holds the name (this one's earlier life, when its state
         # directory was lost); the master frees the name once that worker is marked lost
@@ -209,7 +212,7 @@ class Agent:
                 name=self.config.name, host=socket.gethostname(),
                 accelerators=[Accelerator(a.model, a.memory_bytes, peak_flops_by_dtype=peaks, uuid=a.uuid,
                                           pci_bus_id=a.pci_bus_id)
-                              for a, peaks in zip(inv.accelerators, self.peaks)],
+                              for a, peaks in zip(inv.accelerators, accelerator_peaks)],
                 cpus=inv.cpus, memory_bytes=inv.memory_bytes, software=inv.software,
                 credential=kept,  # "" : the client presents the one it got for the name, if any
                 cpu_peak_flops_by_dtype=self.cpu_peaks, cpu_model=inv.cpu_model, backend=inv.backend),
@@ -298,7 +301,7 @@ class Agent:
             inherit=bool(cfg.inherit),
         )
 
-    def _dataset(self, ctx: RunContext):
+    def _dataset(self, ctx: RunContext) -> Dataset:
         from worker.data import load_dataset
 
         kind = self.config.dataset_kind or ctx.profile.dataset
@@ -391,8 +394,9 @@ class Agent:
         """The run's history, fresh from the master (retried until it answers; None when
         the worker stops first), as the entries selection reads."""
         fetched = tenacity.Retrying(
-            retry=tenacity.retry_if_result(lambda done: not done), wait=retries.RETRY_WAIT, sleep=self._stop.wait,
-            stop=lambda _state: self._stop.is_set(), retry_error_callback=lambda _state: False)
+            retry=tenacity.retry_if_result(lambda done: not done), wait=retries.RETRY_WAIT,
+            sleep=retries.interruptible(self._stop), stop=lambda _state: self._stop.is_set(),
+            retry_error_callback=lambda _state: False)
         if not fetched(self._fetch_history):
             return None
         return self._history_entries()
@@ -604,6 +608,7 @@ class Agent:
                               reason=result.reason or "stopped before its first validation")
             log.info("event=round_cut model=%d state=%s", model_id, result.state)
             return
+        assert result.best_val_accuracy is not None  # an epoch validated: val_accuracies has it
         best = float(result.best_val_accuracy)
         predicted = float(result.predicted_accuracy if result.predicted_accuracy is not None else best)
         self._send_finish(outbox, model_id, ModelState.DONE, best_accuracy=best, predicted_accuracy=predicted,
@@ -667,7 +672,7 @@ def set_determinism(on: bool) -> None:
     backend.set_determinism(on)
 
 
-def resource_samples(sample) -> list[ResourceSample]:
+def resource_samples(sample: MonitorSample) -> list[ResourceSample]:
     """A monitor sample as the API's samples: one host-wide, one per accelerator."""
     age = max(0.0, time.time() - sample.time)
     out = [ResourceSample(age_s=age, accelerator_index=-1, cpu_util=sample.cpu_percent / 100.0,

@@ -91,7 +91,8 @@ def local_distribution() -> Any:
 
 
 def one_device() -> tuple[str, Any]:
-    return module().one_device()
+    device: tuple[str, Any] = module().one_device()
+    return device
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -107,11 +108,13 @@ def set_determinism(on: bool) -> None:
 
 
 def count_correct(model: Any, batches: Iterable[tuple[Any, Any]]) -> tuple[int, int]:
-    return module().count_correct(model, batches)
+    counts: tuple[int, int] = module().count_correct(model, batches)
+    return counts
 
 
 def validation_batches(dataset: Any, batch_size: int) -> Iterable[tuple[Any, Any]]:
-    return module().validation_batches(dataset, batch_size)
+    batches: Iterable[tuple[Any, Any]] = module().validation_batches(dataset, batch_size)
+    return batches
 
 
 def in_memory_batches(batch: tuple[Any, Any]) -> Any:

@@ -50,6 +50,9 @@ from aiperf.search import Candidate, HistoryEntry, derive_seed, select_child
 
 log = logging.getLogger(__name__)
 
+# a job's child: its graph JSON, parent model id, predicted accuracy and UCB score
+_Generated = tuple[str, int | None, float | None, float | None]
+
 
 class GeneratorError(RuntimeError):
     """A generation job failed (the message carries the job's error)."""
@@ -113,8 +116,8 @@ class GeneratorPool:
         os.makedirs(os.path.join(self._dir, "graphs"))
         _write(os.path.join(self._dir, "base.json"), base.to_json())
         self._written: set[str] = set()
-        self._jobs: OrderedDict[tuple[int, str], Future] = OrderedDict()
-        self._retired: list[tuple[str, Future]] = []  # dropped jobs whose index may still be read
+        self._jobs: OrderedDict[tuple[int, str], Future[_Generated]] = OrderedDict()
+        self._retired: list[tuple[str, Future[_Generated]]] = []  # dropped jobs whose index may still be read
         self._lock = threading.RLock()
         self._closed = False
         self._executor = ProcessPoolExecutor(
@@ -239,7 +242,7 @@ class GeneratorPool:
     def _sweep(self) -> None:
         """Remove the index files no job reads any more."""
         live = {digest for _, digest in self._jobs}
-        keep: list[tuple[str, Future]] = []
+        keep: list[tuple[str, Future[_Generated]]] = []
         for digest, future in self._retired:
             if not future.done():
                 keep.append((digest, future))
@@ -290,7 +293,7 @@ def _exit_with_parent(parent_pid: int, period_s: float = 1.0) -> None:
             os._exit(0)
 
 
-def _generate(job: _Job) -> tuple[str, int | None, float | None, float | None]:
+def _generate(job: _Job) -> _Generated:
     global _CACHE
     if _CACHE is None:
         _CACHE = DistanceCache()

@@ -92,8 +92,11 @@ class Inheritance:
     def __init__(self, store: CheckpointStore | None, scratch: Path | None = None,
                  kept: UndeletedFile | None = None) -> None:
         self.store = store
-        self._tmp = None if scratch is not None else tempfile.TemporaryDirectory(prefix="aiperf-ckpt-")
-        self.scratch = scratch if scratch is not None else Path(self._tmp.name)  # type: ignore[union-attr]
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if scratch is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="aiperf-ckpt-")
+            scratch = Path(self._tmp.name)
+        self.scratch = scratch
         self.scratch.mkdir(parents=True, exist_ok=True)
         self._kept = kept
         loaded = kept.load() if kept is not None else Kept()

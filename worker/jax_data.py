@@ -30,7 +30,8 @@ Batch = tuple[np.ndarray, np.ndarray]
 def train_batches(dataset: Any, batch_size: int, seed: int = 0) -> Iterable[Batch]:
     """Shuffled (augmented where the dataset augments) training batches; each iteration one epoch."""
     if hasattr(dataset, "numpy_train"):
-        return dataset.numpy_train(batch_size, seed=seed)
+        own: Iterable[Batch] = dataset.numpy_train(batch_size, seed=seed)
+        return own
     if _tensorflow_installed() and hasattr(dataset, "train"):
         return _TfEpochs(lambda: dataset.train(batch_size, seed=seed))
     return ArrayBatches(dataset).train(batch_size, seed)
@@ -39,7 +40,8 @@ def train_batches(dataset: Any, batch_size: int, seed: int = 0) -> Iterable[Batc
 def validation_batches(dataset: Any, batch_size: int) -> Iterable[Batch]:
     """Validation batches in a fixed order, the same on every iteration."""
     if hasattr(dataset, "numpy_validation"):
-        return dataset.numpy_validation(batch_size)
+        own: Iterable[Batch] = dataset.numpy_validation(batch_size)
+        return own
     if _tensorflow_installed() and hasattr(dataset, "validation"):
         return _TfEpochs(lambda: dataset.validation(batch_size))
     return ArrayBatches(dataset).validation(batch_size)
@@ -66,7 +68,8 @@ class _TfEpochs:
         self._data = make()
 
     def __iter__(self) -> Iterator[Batch]:
-        return self._data.as_numpy_iterator()
+        batches: Iterator[Batch] = self._data.as_numpy_iterator()
+        return batches
 
 
 class ArrayBatches:
@@ -95,10 +98,12 @@ class ArrayBatches:
         if images.shape[-1] == 1:
             images = np.repeat(images, 3, axis=-1)
         mean, std = np.asarray(d._mean, np.float32), np.asarray(d._std, np.float32)
-        return (images - mean) / std
+        normalised: np.ndarray = (images - mean) / std
+        return normalised
 
     def labels(self, labels: np.ndarray) -> np.ndarray:
-        return np.eye(self.dataset.num_classes, dtype=np.float32)[np.asarray(labels)]
+        one_hot: np.ndarray = np.eye(self.dataset.num_classes, dtype=np.float32)[np.asarray(labels)]
+        return one_hot
 
     def augmented(self, images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Pad by 1/8 of the side with zeros and crop back at a random offset; flip where the kind flips."""
@@ -146,4 +151,5 @@ def resize_bilinear(images: np.ndarray, size: int) -> np.ndarray:
     y0, y1, wy = axis(images.shape[1])
     x0, x1, wx = axis(images.shape[2])
     rows = images[:, y0] * (1 - wy)[None, :, None, None] + images[:, y1] * wy[None, :, None, None]
-    return rows[:, :, x0] * (1 - wx)[None, None, :, None] + rows[:, :, x1] * wx[None, None, :, None]
+    resized: np.ndarray = rows[:, :, x0] * (1 - wx)[None, None, :, None] + rows[:, :, x1] * wx[None, None, :, None]
+    return resized

@@ -26,6 +26,13 @@ TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXC
 RETRY_WAIT: tenacity.wait.wait_base = tenacity.wait_exponential(multiplier=0.5, max=10)
 
 
+def interruptible(stopping: threading.Event) -> Callable[[float], None]:
+    """tenacity's sleep between retries, cut short when `stopping` is set."""
+    def sleep(seconds: float) -> None:
+        stopping.wait(seconds)
+    return sleep
+
+
 def call_until_done(call: Callable[[], T], stopping: threading.Event,
                     on_retry: Callable[[ApiError, float], None],
                     also: frozenset[grpc.StatusCode] = frozenset()) -> T:
@@ -41,9 +48,16 @@ def call_until_done(call: Callable[[], T], stopping: threading.Event,
         return (isinstance(exc, ApiError) and (exc.code in retryable or is_transient(exc))
                 and not stopping.is_set())
 
+    def retried(state: tenacity.RetryCallState) -> None:
+        # tenacity calls this after a failed attempt that `worth_retrying` took: an ApiError
+        assert state.outcome is not None and state.next_action is not None
+        exc = state.outcome.exception()
+        assert isinstance(exc, ApiError)
+        on_retry(exc, state.next_action.sleep)
+
     retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception(worth_retrying), wait=RETRY_WAIT, sleep=stopping.wait, reraise=True,
-        before_sleep=lambda state: on_retry(state.outcome.exception(), state.next_action.sleep))
+        retry=tenacity.retry_if_exception(worth_retrying), wait=RETRY_WAIT, sleep=interruptible(stopping),
+        reraise=True, before_sleep=retried)
     return retrying(call)
 
 

@@ -149,7 +149,7 @@ def learning_rate_schedule(profile: Profile, epochs: int, steps_per_epoch: int) 
 def _epochwise_linear_class() -> type:
     import keras
 
-    class EpochwiseLinear(keras.optimizers.schedules.LearningRateSchedule):
+    class EpochwiseLinear(keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[misc]  # Keras: untyped
         """lr·max(0, 1 − ⌊step/steps_per_epoch⌋/final_epochs)."""
 
         def __init__(self, learning_rate: float, steps_per_epoch: int, final_epochs: int) -> None:

@@ -107,7 +107,7 @@ def count_correct(model: Any, batches: Iterable[tuple[Any, Any]]) -> tuple[int, 
     (images, one-hot labels)."""
     import tensorflow as tf
 
-    @tf.function(autograph=False, reduce_retracing=True)
+    @tf.function(autograph=False, reduce_retracing=True)  # type: ignore[untyped-decorator]  # TF: untyped
     def step(x: Any, y: Any) -> tuple[Any, Any]:
         predicted = model(x, training=False)
         hits = tf.equal(tf.argmax(y, -1), tf.argmax(predicted, -1))
@@ -122,7 +122,8 @@ def count_correct(model: Any, batches: Iterable[tuple[Any, Any]]) -> tuple[int, 
 
 def validation_batches(dataset: Any, batch_size: int) -> Iterable[tuple[Any, Any]]:
     """The dataset's validation split in batches, as this backend's steps take them."""
-    return dataset.validation(batch_size)
+    batches: Iterable[tuple[Any, Any]] = dataset.validation(batch_size)
+    return batches
 
 
 def in_memory_batches(batch: tuple[Any, Any]) -> Any:

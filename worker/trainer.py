@@ -359,10 +359,13 @@ def _validate(compiled: CompiledRound, steps: int, tracker: "_Tracker") -> tuple
         totals[1] += images
         totals[2] += float(figures[2])
 
+    eval_step = compiled.eval_step
+    if eval_step is None:
+        raise ValueError("the round was compiled without evaluation: it cannot validate")
     pending = None
     try:
         for _ in range(steps):
-            launched = compiled.eval_step(compiled.validation_iterator)
+            launched = eval_step(compiled.validation_iterator)
             if pending is not None:
                 add(pending)
             pending = launched

@@ -440,9 +440,9 @@ def _compile(message: Any, rules: dict[str, Rule]) -> Callable[[Any], None]:
         for oneof, by_field in oneofs:
             which = msg.WhichOneof(oneof)
             if which is None:
-                exc = BoundsError(f"set one of {', '.join(by_field)}")
-                exc.path.insert(0, oneof)
-                raise exc
+                unset = BoundsError(f"set one of {', '.join(by_field)}")
+                unset.path.insert(0, oneof)
+                raise unset
             try:
                 by_field[which](getattr(msg, which))
             except BoundsError as exc:

@@ -57,7 +57,10 @@ def with_retries(method: str, attempts: int, once: Callable[[], T], log: logging
     and retries silently, where each retry here is logged."""
 
     def logged(state: tenacity.RetryCallState) -> None:
-        exc = state.outcome.exception()  # an ApiError: `transient` let it through
+        # tenacity calls this only after a failed attempt, and `is_transient` retries only ApiErrors
+        assert state.outcome is not None
+        exc = state.outcome.exception()
+        assert isinstance(exc, ApiError)
         log.warning("event=retry method=%s code=%s attempt=%d", method, exc.code.name, state.attempt_number)
 
     retrying = tenacity.Retrying(

@@ -208,7 +208,7 @@ class _Client:
             raise ApiError(grpc.StatusCode.UNAVAILABLE, f"master {self.address} unreachable") from None
 
     def _call(self, method: str, fn: Callable[..., T], request: Any, retry: bool = False,
-              metadata: tuple | None = None) -> T:
+              metadata: tuple[tuple[str, str], ...] | None = None) -> T:
         def once() -> T:
             try:
                 return fn(request, timeout=self.timeout_s, metadata=metadata or self._metadata)
@@ -246,7 +246,7 @@ class WorkerClient(_Client):
         with self._lock:
             self._credentials[worker_id] = credential
 
-    def _worker_metadata(self, worker_id: int) -> tuple:
+    def _worker_metadata(self, worker_id: int) -> tuple[tuple[str, str], ...]:
         credential = self.credential(worker_id)
         return self._metadata + (((CREDENTIAL_METADATA, credential),) if credential else ())
 
@@ -298,7 +298,7 @@ class WorkerClient(_Client):
             cpu_model=cpu_model,
             backend=BACKEND_VALUES[backend] if backend else pb.BACKEND_UNSPECIFIED,
         )
-        reply = self._call("Register", self._stub.Register, req, retry=True)
+        reply: pb.RegisterResponse = self._call("Register", self._stub.Register, req, retry=True)
         with self._lock:
             self._credentials[reply.worker_id] = reply.credential
             self._by_name[name] = reply.credential
@@ -317,8 +317,9 @@ class WorkerClient(_Client):
         graph JSON, and (`ranking`) the ids of all DONE models ranked best first."""
         req = pb.GetHistoryRequest(worker_id=worker_id, run_id=run_id, since_model_id=since_model_id, limit=limit,
                                    without_ranking=not ranking)
-        return self._call("GetHistory", self._stub.GetHistory, req, retry=True,
-                          metadata=self._worker_metadata(worker_id))
+        reply: pb.GetHistoryResponse = self._call("GetHistory", self._stub.GetHistory, req, retry=True,
+                                                  metadata=self._worker_metadata(worker_id))
+        return reply
 
     def submit_model(
         self,
@@ -327,7 +328,7 @@ class WorkerClient(_Client):
         graph_hash: str,
         parent_id: int,
         round: int,
-        hyperparameters: Mapping[str, int] | pb.Hyperparameters,
+        hyperparameters: Hyperparameters | Mapping[str, int] | pb.Hyperparameters,
         run_id: int = 0,
         queue: bool = False,
         dataset: Mapping[str, Any] | None = None,
@@ -352,14 +353,18 @@ class WorkerClient(_Client):
         if dataset is not None:
             req.has_dataset = True
             req.dataset.CopyFrom(pb.DatasetInfo(**dataset))
-        return self._call("SubmitModel", self._stub.SubmitModel, req, metadata=self._worker_metadata(worker_id))
+        reply: pb.SubmitModelResponse = self._call("SubmitModel", self._stub.SubmitModel, req,
+                                                   metadata=self._worker_metadata(worker_id))
+        return reply
 
     def get_hyperparameter_history(self, worker_id: int, run_id: int = 0) -> pb.GetHyperparameterHistoryResponse:
         """(model_id, round, worker_id, hyperparameters, accuracy) of the run's DONE
         models; accuracy is the predicted one when known, else the best observed."""
         req = pb.GetHyperparameterHistoryRequest(worker_id=worker_id, run_id=run_id)
-        return self._call("GetHyperparameterHistory", self._stub.GetHyperparameterHistory, req, retry=True,
-                          metadata=self._worker_metadata(worker_id))
+        reply: pb.GetHyperparameterHistoryResponse = self._call(
+            "GetHyperparameterHistory", self._stub.GetHyperparameterHistory, req, retry=True,
+            metadata=self._worker_metadata(worker_id))
+        return reply
 
     def report_progress(
         self,
@@ -419,8 +424,9 @@ class WorkerClient(_Client):
             undeleted_checkpoints=[pb.CheckpointNotDeleted(model_id=m, error=clip_text(e, MAX_REASON_CHARS))
                                    for m, e in undeleted],
         )
-        return self._call("FinishModel", self._stub.FinishModel, req, retry=True,
-                          metadata=self._worker_metadata(worker_id))
+        reply: pb.FinishModelResponse = self._call("FinishModel", self._stub.FinishModel, req, retry=True,
+                                                   metadata=self._worker_metadata(worker_id))
+        return reply
 
     def send_resource_samples(self, worker_id: int, samples: Sequence[ResourceSample]) -> int:
         """Send resource samples; returns how many were stored."""
@@ -438,8 +444,9 @@ class WorkerClient(_Client):
                 for s in samples
             ],
         )
-        return self._call("SendResourceSamples", self._stub.SendResourceSamples, req,
-                          metadata=self._worker_metadata(worker_id)).stored
+        reply: pb.SendResourceSamplesResponse = self._call("SendResourceSamples", self._stub.SendResourceSamples, req,
+                                                           metadata=self._worker_metadata(worker_id))
+        return reply.stored
 
 
 class ControlClient(_Client):
@@ -494,17 +501,23 @@ class ControlClient(_Client):
             no_inherit=not inherit,
             keep_checkpoints=keep_checkpoints,
         )
-        return self._call("StartRun", self._stub.StartRun, req).run
+        reply: pb.StartRunResponse = self._call("StartRun", self._stub.StartRun, req)
+        return reply.run
 
     def stop_run(self, run_id: int = 0, abort: bool = False, reason: str = "") -> pb.RunInfo:
         req = pb.StopRunRequest(run_id=run_id, abort=abort, reason=reason)
-        return self._call("StopRun", self._stub.StopRun, req).run
+        reply: pb.StopRunResponse = self._call("StopRun", self._stub.StopRun, req)
+        return reply.run
 
     def run_status(self, run_id: int = 0) -> pb.RunStatus:
-        return self._call("GetRunStatus", self._stub.GetRunStatus, pb.GetRunStatusRequest(run_id=run_id), retry=True)
+        reply: pb.RunStatus = self._call("GetRunStatus", self._stub.GetRunStatus, pb.GetRunStatusRequest(run_id=run_id),
+                                         retry=True)
+        return reply
 
     def scoreboard(self, run_id: int = 0) -> pb.Scoreboard:
-        return self._call("GetScoreboard", self._stub.GetScoreboard, pb.GetScoreboardRequest(run_id=run_id), retry=True)
+        req = pb.GetScoreboardRequest(run_id=run_id)
+        reply: pb.Scoreboard = self._call("GetScoreboard", self._stub.GetScoreboard, req, retry=True)
+        return reply
 
     def list_models(
         self, run_id: int = 0, state: str | None = None, limit: int = 0, offset: int = 0, include_graph: bool = False
@@ -516,17 +529,20 @@ class ControlClient(_Client):
             offset=offset,
             include_graph=include_graph,
         )
-        return self._call("ListModels", self._stub.ListModels, req, retry=True)
+        reply: pb.ListModelsResponse = self._call("ListModels", self._stub.ListModels, req, retry=True)
+        return reply
 
     def timeline(self, run_id: int = 0, max_points: int = 0, buckets: int = 0) -> pb.Timeline:
         """FLOPS(t), best accuracy and resource means over the run (see aiperf.timeline)."""
         req = pb.GetTimelineRequest(run_id=run_id, max_points=max_points, buckets=buckets)
-        return self._call("GetTimeline", self._stub.GetTimeline, req, retry=True)
+        reply: pb.Timeline = self._call("GetTimeline", self._stub.GetTimeline, req, retry=True)
+        return reply
 
     def list_runs(self, limit: int = 0, offset: int = 0) -> pb.ListRunsResponse:
         """Every run, newest first (limit 0: the master's default page of 100)."""
         req = pb.ListRunsRequest(limit=limit, offset=offset)
-        return self._call("ListRuns", self._stub.ListRuns, req, retry=True)
+        reply: pb.ListRunsResponse = self._call("ListRuns", self._stub.ListRuns, req, retry=True)
+        return reply
 
     def list_workers(self, state: str | None = None, run_id: int = 0, limit: int = 0,
                      offset: int = 0) -> pb.ListWorkersResponse:
@@ -536,7 +552,8 @@ class ControlClient(_Client):
             raise ValueError(f"unknown worker state {state!r}")
         req = pb.ListWorkersRequest(state=WORKER_STATE_VALUES[state] if state else pb.WORKER_STATE_UNSPECIFIED,
                                     run_id=run_id, limit=limit, offset=offset)
-        return self._call("ListWorkers", self._stub.ListWorkers, req, retry=True)
+        reply: pb.ListWorkersResponse = self._call("ListWorkers", self._stub.ListWorkers, req, retry=True)
+        return reply
 
     def record_audit(self, model_id: int, *, verdict: str, architecture_ok: bool,
                      audited_accuracy: float | None = None, validation_images: int = 0,
@@ -556,7 +573,10 @@ class ControlClient(_Client):
             req.node_audit, req.node_cpu_model, req.node_cpus = True, node.cpu_model, int(node.cpus)
             req.node_accelerators.extend(pb.Accelerator(model=a.model, uuid=a.uuid, pci_bus_id=a.pci_bus_id,
                                                         memory_bytes=int(a.memory_bytes)) for a in node.accelerators)
-        return self._call("RecordAudit", self._stub.RecordAudit, req).audit
+        reply: pb.RecordAuditResponse = self._call("RecordAudit", self._stub.RecordAudit, req)
+        return reply.audit
 
     def list_audits(self, run_id: int = 0) -> pb.ListAuditsResponse:
-        return self._call("ListAudits", self._stub.ListAudits, pb.ListAuditsRequest(run_id=run_id), retry=True)
+        req = pb.ListAuditsRequest(run_id=run_id)
+        reply: pb.ListAuditsResponse = self._call("ListAudits", self._stub.ListAudits, req, retry=True)
+        return reply

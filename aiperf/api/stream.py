@@ -85,8 +85,9 @@ class WorkerStream:
     Thread-safe: a heartbeat thread and a progress sender can share one.
     """
 
-    def __init__(self, stub: pb_grpc.WorkerServiceStub, metadata: tuple, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 retries: int = 3, credential: Callable[[int], str] | None = None) -> None:
+    def __init__(self, stub: pb_grpc.WorkerServiceStub, metadata: tuple[tuple[str, str], ...],
+                 timeout_s: float = DEFAULT_TIMEOUT_S, retries: int = 3,
+                 credential: Callable[[int], str] | None = None) -> None:
         self._stub = stub
         self._metadata = metadata
         self._credential = credential or (lambda _worker_id: "")  # worker id -> its credential

@@ -39,8 +39,8 @@ class Add(LayerKind):
         live = [t for t in inputs if not t.zero]
         if sorted(t.source or "" for t in live) != sorted(parent.inputs):
             raise TransferError(f"add {layer.id!r}: child inputs do not match the parent's {list(parent.inputs)}")
-        first = live[0].channel_map
-        if any(not np.array_equal(t.channel_map, first) for t in live[1:]):
+        first = live[0].channels(layer.id)
+        if any(not np.array_equal(t.channels(layer.id), first) for t in live[1:]):
             raise TransferError(f"add {layer.id!r}: its inputs were widened differently")
         return Origin(layer.id, first)
 

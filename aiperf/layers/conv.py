@@ -51,7 +51,7 @@ class Conv(LayerKind):
     def inherit(self, layer: Layer, parent: Layer, inputs: Sequence[Origin], ctx: TransferContext) -> Origin:
         """Net2Net: a replicated input channel's weights are shared among its copies;
         new filters replicate old ones; an inserted kernel follows the kernel size."""
-        m_in = matching_input(layer, parent, inputs).channel_map
+        m_in = matching_input(layer, parent, inputs).channels(layer.id)
         kernel, *bias = parent_arrays(ctx.parent_weights, layer.id, 2 if parent.use_bias else 1)
         counts = replication_counts(m_in, kernel.shape[2], layer.id)
         m_out = np.arange(layer.filters) % kernel.shape[3]
@@ -73,14 +73,15 @@ def _identity(layer: Layer, x: Origin, ctx: TransferContext) -> Origin:
     if layer.stride != 1 or layer.padding != "same" or x.source is None:
         raise TransferError(f"inserted conv {layer.id!r} must be stride 1, 'same' and read a parent tensor")
     n = ctx.parent_channels(x.source)
-    counts = replication_counts(x.channel_map, n, layer.id)
+    m_in = x.channels(layer.id)
+    counts = replication_counts(m_in, n, layer.id)
     m_out = np.arange(layer.filters) % n
     if layer.filters < n:
         raise TransferError(f"inserted conv {layer.id!r} has fewer filters than the {n} channels it must keep")
-    w = np.zeros((layer.kernel, layer.kernel, len(x.channel_map), layer.filters), np.float32)
+    w = np.zeros((layer.kernel, layer.kernel, len(m_in), layer.filters), np.float32)
     c = layer.kernel // 2
-    hit = x.channel_map[:, None] == m_out[None, :]
-    w[c, c] = hit / counts[x.channel_map][:, None]
+    hit = m_in[:, None] == m_out[None, :]
+    w[c, c] = hit / counts[m_in][:, None]
     ctx.out[layer.id] = [w] + _zero_bias(layer)
     return Origin(x.source, m_out)
 
@@ -89,8 +90,9 @@ def _projection(layer: Layer, x: Origin, ctx: TransferContext) -> Origin:
     """A skip projection: seeded He-normal weights (zero weights would leave the
     branch without gradient); the batch norm after it zeroes the branch."""
     rng = np.random.default_rng(layer_seed(layer.id))
-    fan_in = layer.kernel * layer.kernel * len(x.channel_map)
-    w = rng.normal(0.0, np.sqrt(2.0 / fan_in), (layer.kernel, layer.kernel, len(x.channel_map), layer.filters))
+    c_in = len(x.channels(layer.id))
+    fan_in = layer.kernel * layer.kernel * c_in
+    w = rng.normal(0.0, np.sqrt(2.0 / fan_in), (layer.kernel, layer.kernel, c_in, layer.filters))
     ctx.out[layer.id] = [w.astype(np.float32)] + _zero_bias(layer)
     return Origin(None, None)
 

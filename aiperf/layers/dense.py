@@ -45,7 +45,7 @@ class Dense(LayerKind):
     def inherit(self, layer: Layer, parent: Layer, inputs: Sequence[Origin], ctx: TransferContext) -> Origin:
         """A replicated input unit's weights are shared among its copies; the
         units themselves may not change (they are the classes)."""
-        m_in = matching_input(layer, parent, inputs).channel_map
+        m_in = matching_input(layer, parent, inputs).channels(layer.id)
         kernel, bias = parent_arrays(ctx.parent_weights, layer.id, 2)
         if layer.units != kernel.shape[1]:
             raise TransferError(f"dense {layer.id!r}: units changed from {kernel.shape[1]} to {layer.units}")

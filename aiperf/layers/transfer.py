@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from aiperf.layers.layer import Layer
 
 Weights = dict[str, list[np.ndarray]]
+ParentWeights = Mapping[str, Sequence[Any]]  # only read: a checkpoint's or a model's arrays
 
 
 class TransferError(ValueError):
@@ -37,12 +38,18 @@ class Origin:
     channel_map: np.ndarray | None
     zero: bool = False
 
+    def channels(self, layer_id: str) -> np.ndarray:
+        """`channel_map`, for a layer whose weights follow the channels it reads."""
+        if self.channel_map is None:
+            raise TransferError(f"layer {layer_id!r} reads a tensor not tied to the parent's channels")
+        return self.channel_map
+
 
 @dataclass(frozen=True)
 class TransferContext:
     """What a layer kind may consult while transferring one child."""
 
-    parent_weights: Weights
+    parent_weights: ParentWeights
     out: Weights  # the child's weights, filled layer by layer in graph order
     parent_channels: Callable[[str], int]  # channel count of a parent tensor
     parent_non_negative: frozenset[str]  # parent tensors that cannot be negative
@@ -58,7 +65,7 @@ def matching_input(layer: Layer, parent: Layer, inputs: Sequence[Origin]) -> Ori
     return x
 
 
-def parent_arrays(weights: Weights, layer_id: str, n: int) -> list[np.ndarray]:
+def parent_arrays(weights: ParentWeights, layer_id: str, n: int) -> list[np.ndarray]:
     """The `n` weight arrays of parent layer `layer_id`."""
     arrays = weights.get(layer_id)
     if arrays is None or len(arrays) != n:

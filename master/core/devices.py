@@ -13,13 +13,13 @@ calls `check` and `registered` under its register lock.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from master.store.errors import AlreadyExists, InvalidArgument
 from master.store.records import WorkerInput, WorkerRecord
 
 
-def uuids_of(accelerators: Iterable[dict]) -> list[str]:
+def uuids_of(accelerators: Iterable[dict[str, Any]]) -> list[str]:
     return [str(a["uuid"]) for a in accelerators if a.get("uuid")]
 
 

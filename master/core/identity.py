@@ -37,7 +37,6 @@ from master.store.records import WorkerRecord
 log = logging.getLogger(__name__)
 
 CREDENTIAL_BYTES = 32  # 256 random bits (at least 128 are required)
-_UNKNOWN = object()  # a worker whose hash is not cached yet
 VOID_HASH = "void"  # the stored hash of a credential voided after a conflict: no credential hashes to it
 
 
@@ -100,9 +99,10 @@ class WorkerCredentials:
     def matches(self, worker_id: int, credential: str) -> bool:
         """True when `credential` is the worker's own (never for a worker without one)."""
         with self._lock:  # one acquisition on the hot path: the hash and the last proof together
-            stored = self._hashes.get(worker_id, _UNKNOWN)
+            cached = worker_id in self._hashes
+            stored = self._hashes.get(worker_id)
             proven = self._proven.get(worker_id)
-        if stored is _UNKNOWN:
+        if not cached:
             stored = self._hash_of(worker_id)
         if stored is None or not credential or len(credential) > MAX_CREDENTIAL_CHARS:
             return False

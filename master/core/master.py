@@ -27,7 +27,7 @@ import threading
 import time
 from concurrent.futures import Executor
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from aiperf import scoring, timeline
 from aiperf.api import bounds
@@ -107,7 +107,7 @@ class Master:
         self._tick_lock = threading.Lock()
         self._flops: collections.OrderedDict[int, _ModelFlops] = collections.OrderedDict()
         self.budgets = WorkerBudgets(lambda w, r: worker_budget(store, w, r))
-        self._datasets: dict[tuple[int, int], dict] = {}  # (run, worker) -> the dataset recorded
+        self._datasets: dict[tuple[int, int], dict[str, Any]] = {}  # (run, worker) -> the dataset recorded
         self.audits = Audits(store, clock)  # RecordAudit / ListAudits call it directly
         self._joined: set[tuple[int, int]] = set()
         self.operations = RunOperations(store)
@@ -461,7 +461,7 @@ class Master:
             while len(self._flops) > FLOP_CACHE_SIZE:
                 self._flops.popitem(last=False)
 
-    def _record_dataset(self, run_id: int, worker_id: int, dataset: dict) -> None:
+    def _record_dataset(self, run_id: int, worker_id: int, dataset: dict[str, Any]) -> None:
         """Record the dataset a submission names ({}: none), when it is not the one recorded."""
         if self._datasets.get((run_id, worker_id)) != dataset:
             self.store.record_dataset(run_id, worker_id, dataset, self.clock())

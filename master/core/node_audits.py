@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from aiperf import audit as rule
 from aiperf import peaks
@@ -51,7 +51,7 @@ def _name(model: str) -> str:
     return sheet.name if sheet is not None else peaks.normalise(model)
 
 
-def inventory_check(registered: dict, node_accelerators: Sequence[dict], node_cpu_model: str,
+def inventory_check(registered: dict[str, Any], node_accelerators: Sequence[dict[str, Any]], node_cpu_model: str,
                     node_cpus: int) -> str:
     """MATCHES, or "differs: ..." naming the first difference: every accelerator the worker
     registered must be on the node, by its UUID, with the same model (its datasheet entry, or

@@ -144,9 +144,9 @@ class _LoopWaker:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._lock = threading.Lock()
-        self._ready: list[tuple[asyncio.Future, list[ProgressResult] | None, BaseException | None]] = []
+        self._ready: list[tuple[asyncio.Future[list[ProgressResult]], list[ProgressResult] | None, BaseException | None]] = []
 
-    def resolve(self, future: asyncio.Future, results: list[ProgressResult] | None, exc: BaseException | None) -> None:
+    def resolve(self, future: asyncio.Future[list[ProgressResult]], results: list[ProgressResult] | None, exc: BaseException | None) -> None:
         with self._lock:
             self._ready.append((future, results, exc))
             first = len(self._ready) == 1

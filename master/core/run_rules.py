@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiperf import limits
 from aiperf import peaks as peak_checks
@@ -27,18 +27,18 @@ def _run_dtype(run: RunRecord) -> str | None:
     return PRECISIONS[run.precision].gemm_dtype if run.precision in PRECISIONS else None
 
 
-def _check_of(a: dict, dtype: str | None) -> dict | None:
+def _check_of(a: dict[str, Any], dtype: str | None) -> dict[str, Any] | None:
     """The recorded check of an accelerator's rate of `dtype`; one made now for a
     record from before checks were recorded; None when no rate was measured."""
     if dtype is None:
         return None
-    recorded = a.get("peak_checks", {}).get(dtype)
+    recorded: dict[str, Any] | None = a.get("peak_checks", {}).get(dtype)
     if recorded is not None:
         return recorded
     return next((c for d, c in checked_rates(a).items() if d == dtype), None)
 
 
-def checked_rates(a: dict) -> dict[str, dict]:
+def checked_rates(a: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Every measured rate of an accelerator checked against its datasheet
     (aiperf/peaks.py): compute type -> the PeakCheck as a dict. The single
     `peak_flops` of an older worker stands for every compute type it did not measure."""
@@ -50,7 +50,7 @@ def checked_rates(a: dict) -> dict[str, dict]:
             for dtype, rate in sorted(rates.items()) if rate > 0}
 
 
-def checked_cpu_rates(cpus: int, rates: dict[str, float]) -> dict[str, dict]:
+def checked_cpu_rates(cpus: int, rates: dict[str, float]) -> dict[str, dict[str, Any]]:
     """A CPU's measured rates checked against the physical bound of `cpus` logical
     CPUs (aiperf/peaks.py check_cpu_peak): compute type -> the PeakCheck as a dict."""
     return {dtype: peak_checks.check_cpu_peak(min(max(1, cpus), limits.MAX_CPUS), dtype, rate).to_dict()
@@ -69,11 +69,11 @@ def with_checked_peaks(info: WorkerInput) -> WorkerInput:
     return replace(info, accelerators=[{**a, "peak_checks": checked_rates(a)} for a in info.accelerators], cpu=cpu)
 
 
-def _cpu_check(cpu: dict, dtype: str | None) -> dict | None:
+def _cpu_check(cpu: dict[str, Any], dtype: str | None) -> dict[str, Any] | None:
     return cpu.get("peak_checks", {}).get(dtype) if dtype is not None else None
 
 
-def _worker_checks(accelerators: list[dict], cpu: dict, dtype: str | None) -> list[dict | None]:
+def _worker_checks(accelerators: list[dict[str, Any]], cpu: dict[str, Any], dtype: str | None) -> list[dict[str, Any] | None]:
     """The check behind each peak of one worker: one per accelerator, or its CPU's when it has none."""
     if accelerators:
         return [_check_of(a, dtype) for a in accelerators]
@@ -137,7 +137,7 @@ def datasheet_peaks(run: RunRecord, joined: list[RunWorker]) -> DatasheetPeaks:
     return DatasheetPeaks(tuple(figures), "" if figures else "no accelerator took part")
 
 
-def worker_peak(run: RunRecord, accelerators: list[dict], cpu: dict | None = None) -> float:
+def worker_peak(run: RunRecord, accelerators: list[dict[str, Any]], cpu: dict[str, Any] | None = None) -> float:
     """The sum of a worker's accepted peaks for the run's precision (0: none known)."""
     checks = _worker_checks(accelerators, cpu or {}, _run_dtype(run))
     return sum(float(c["accepted_flops"]) for c in checks if c is not None)
@@ -157,7 +157,7 @@ def worker_ceiling(run: RunRecord, worker: WorkerInput) -> Ceiling:
     return ceiling_of(sum(accelerator_bounds(worker.accelerators, dtype)), len(worker.accelerators))
 
 
-def accelerator_bounds(accelerators: list[dict], dtype: str | None) -> list[float]:
+def accelerator_bounds(accelerators: list[dict[str, Any]], dtype: str | None) -> list[float]:
     """Each accelerator's bound at `dtype`: its accepted peak, never above the datasheet table's
     fastest entry for the compute type, which also bounds one without a measured rate (0 for
     all when the run has no GEMM compute type: the constant ceiling applies)."""

@@ -13,6 +13,7 @@ otherwise score more FLOPs per second than the benchmark's networks reach.
 from __future__ import annotations
 
 import functools
+from typing import Any, Protocol
 
 from aiperf.graph import Graph
 from aiperf.lineage import LineageError, check_descent
@@ -26,7 +27,7 @@ from master.store.records import ModelRecord, RunRecord
 TWINS_CHECKED = 8  # models of the parent's architecture a refused descent is tried from (the failure path only)
 
 
-class SubmissionStore(ModelStore, WorkerStore):
+class SubmissionStore(ModelStore, WorkerStore, Protocol):
     """What the submission rules read: the parent model and the worker's inventory."""
 
 
@@ -36,7 +37,7 @@ def seed_graph(profile_name: str) -> Graph:
     return PROFILES[profile_name].base_graph()
 
 
-def batch_sizes(profile: Profile, accelerators: list[dict]) -> tuple[int, ...]:
+def batch_sizes(profile: Profile, accelerators: list[dict[str, Any]]) -> tuple[int, ...]:
     """The profile's batch sizes for the worker's smallest accelerator (the worker's own choice, worker/agent.py)."""
     memory = min((int(a.get("memory_bytes", 0)) for a in accelerators), default=0)
     return profile.for_accelerator_memory(memory).batch_sizes

@@ -89,7 +89,7 @@ class RelayClient(FrameConnection):
                 future.set_exception(RelayLost())
 
 
-async def _relayed(relay: RelayClient, method: int, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+async def _relayed(relay: RelayClient, method: int, request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
     """The master's reply to one relayed request; its refusal ends the call with the master's status."""
     credential = worker_credential(context.invocation_metadata()).encode()
     try:
@@ -103,14 +103,14 @@ async def _relayed(relay: RelayClient, method: int, request: bytes, context: grp
     return payload
 
 
-def _handler(relay: RelayClient, method: int, streaming: bool) -> grpc.RpcMethodHandler:
+def _handler(relay: RelayClient, method: int, streaming: bool) -> grpc.RpcMethodHandler[Any, Any]:
     """A pass-through handler: requests and replies stay bytes (no serializers)."""
     if not streaming:
-        async def unary(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        async def unary(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
             return await _relayed(relay, method, request, context)
         return grpc.unary_unary_rpc_method_handler(unary)
 
-    async def stream(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+    async def stream(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[bytes]:
         try:
             async for request in requests:  # one reply per message, in order (as the master's own Connect)
                 yield await _relayed(relay, method, request, context)
@@ -121,7 +121,7 @@ def _handler(relay: RelayClient, method: int, streaming: bool) -> grpc.RpcMethod
 
 def add_relay_handlers(server: grpc.aio.Server, relay: RelayClient) -> None:
     """Every method of both services, passed to the master through the relay."""
-    services: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
+    services: dict[str, dict[str, grpc.RpcMethodHandler[Any, Any]]] = {}
     for index, (service, name, streaming) in enumerate(METHODS):
         services.setdefault(service, {})[name] = _handler(relay, index, streaming)
     for service, handlers in services.items():

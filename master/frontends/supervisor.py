@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from master.frontends.wire import METHODS_DIGEST
 from master.rpc.tokens import Tokens
@@ -78,7 +79,7 @@ def start_frontend(config: FrontEndConfig, port: int,
         proc.stdin.write(config.as_json(port).encode() + b"\n")  # stdin stays open: the master's orders
         proc.stdin.flush()
         deadline = time.monotonic() + START_TIMEOUT_S
-        ready: list[object] = []
+        ready: list[IO[bytes]] = []
         while not ready and time.monotonic() < deadline and not (cancel is not None and cancel.is_set()):
             ready, _, _ = select.select([proc.stdout], [], [], 0.2)  # slices: a stop need not wait a minute
         line = proc.stdout.readline().decode(errors="replace").strip() if ready else ""

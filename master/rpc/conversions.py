@@ -7,7 +7,7 @@ messages. Nothing here reads the store or decides anything.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.enums import (
@@ -123,7 +123,7 @@ def resource_samples(req: pb.SendResourceSamplesRequest) -> list[ResourceSampleR
     ]
 
 
-def _state_filter(state: int, names: dict[int, str], what: str) -> str | None:
+def _state_filter(state: int, names: Mapping[int, str], what: str) -> str | None:
     """A list call's state filter: None for UNSPECIFIED (all), else the state's name."""
     if not state:
         return None

@@ -139,7 +139,7 @@ def refusal(exc: Exception, method: str) -> tuple[grpc.StatusCode, str]:
     return code, message
 
 
-def rpc(fn: Callable[[Any, Any], T]) -> Callable[[Any, Any, grpc.aio.ServicerContext], Any]:
+def rpc(fn: Callable[[Any, Any], T]) -> Callable[[Any, Any, grpc.aio.ServicerContext[Any, Any]], Any]:
     """Serve a synchronous method as an asyncio gRPC handler: the request's
     bounds are checked and the body runs on the servicer's thread pool (it may
     touch the database); every error becomes a status code (`refusal`)."""
@@ -148,13 +148,13 @@ def rpc(fn: Callable[[Any, Any], T]) -> Callable[[Any, Any, grpc.aio.ServicerCon
         return fn(self, checked(request))
 
     @functools.wraps(fn)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> T:
         return await _unary(self, fn.__name__, context, body, self, request)
 
     return wrapper
 
 
-def worker_rpc(fn: Callable[[Any, Any, str], T]) -> Callable[[Any, Any, grpc.aio.ServicerContext], Any]:
+def worker_rpc(fn: Callable[[Any, Any, str], T]) -> Callable[[Any, Any, grpc.aio.ServicerContext[Any, Any]], Any]:
     """As `rpc`, for a worker call after Register: the body also gets the
     call's worker credential (empty when the metadata has none)."""
 
@@ -162,14 +162,14 @@ def worker_rpc(fn: Callable[[Any, Any, str], T]) -> Callable[[Any, Any, grpc.aio
         return fn(self, checked(request), credential)
 
     @functools.wraps(fn)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> T:
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> T:
         credential = worker_credential(context.invocation_metadata())
         return await _unary(self, fn.__name__, context, body, self, request, credential)
 
     return wrapper
 
 
-async def _unary(servicer: Any, method: str, context: grpc.aio.ServicerContext,
+async def _unary(servicer: Any, method: str, context: grpc.aio.ServicerContext[Any, Any],
                  body: Callable[..., T], *args: Any) -> T:
     """Run a unary call's body on the servicer's pool and count how the call ended."""
     try:
@@ -193,7 +193,7 @@ def _handled(servicer: Any, method: str, code: str) -> None:
     servicer.m.metrics.grpc_handled.labels(servicer.SERVICE, method, code).inc()
 
 
-async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], code: grpc.StatusCode, message: str) -> NoReturn:
     """End the call with the status code and message."""
     await context.abort(code, message)
     raise AssertionError("unreachable")  # context.abort raises
@@ -274,7 +274,7 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
             *self.m.hyperparameter_history(request.worker_id, request.run_id, credential=credential))
 
     async def Connect(self, request_iterator: AsyncIterator[pb.WorkerMessage],
-                      context: grpc.aio.ServicerContext) -> AsyncIterator[pb.MasterMessage]:
+                      context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[pb.MasterMessage]:
         # One reply per message, in order; a refused message (undecodable, out of
         # bounds, refused by the master) gets an error reply and the stream stays open.
         # The stream's credential comes with its metadata; every message must name

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -62,7 +62,7 @@ class ArrayDataset(ListedDataset):
             image = tf.image.grayscale_to_rgb(image)
         return normalise_image(image, self._mean, self._std)
 
-    def _plain_example(self, image: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:  # type: ignore[override]
+    def _plain_example(self, image: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return self._prepare(image), self._one_hot(label)
 
     def _augmented_example(self, element: Any, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -82,7 +82,7 @@ class ArrayDataset(ListedDataset):
     def _numpy_fill(self, inputs: np.ndarray, augment: bool) -> Fill:
         size, mean, std, flip = self.image_size, self._mean, self._std, self._flip
 
-        def fill(indices: list[int], draws: np.ndarray | None, out: np.ndarray) -> None:
+        def fill(indices: Sequence[int], draws: np.ndarray | None, out: np.ndarray) -> None:
             images = inputs[indices]
             if draws is None:
                 prepare_arrays_into(images, size, mean, std, out)

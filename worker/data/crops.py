@@ -13,7 +13,10 @@ window is a function of the image's size and those numbers.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import numpy as np
 
 # Validation keeps the central 87.5% of the shorter side (224 out of 256).
 CENTRAL_FRACTION = 0.875
@@ -48,7 +51,7 @@ def central_window(height: int, width: int) -> Window:
     return (height - side) // 2, (width - side) // 2, side, side
 
 
-def random_window(height: int, width: int, draws: Sequence[float]) -> Window:
+def random_window(height: int, width: int, draws: Sequence[float] | np.ndarray) -> Window:
     """An Inception-style random-sized crop of an image ``height`` x ``width``.
 
     `draws`: at least WINDOW_DRAWS uniform floats in [0, 1), four per attempt. The
@@ -73,7 +76,7 @@ def random_window(height: int, width: int, draws: Sequence[float]) -> Window:
     return 0, 0, height, width
 
 
-def _crop(height: int, width: int, aspect: float, u: Sequence[float]) -> Window | None:
+def _crop(height: int, width: int, aspect: float, u: Sequence[float] | np.ndarray) -> Window | None:
     """One attempt at a crop of `aspect` (width / height); `u`: 3 uniform floats (height, top, left)."""
     min_area = CROP_AREA_RANGE[0] * width * height
     max_area = CROP_AREA_RANGE[1] * width * height

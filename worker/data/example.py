@@ -59,7 +59,8 @@ def serialised(encoded: bytes, label_value: int) -> bytes:
     feature = example.features.feature
     feature[FEATURE_IMAGE].bytes_list.value.append(encoded)
     feature[FEATURE_LABEL].int64_list.value.append(label_value)
-    return example.SerializeToString()
+    data: bytes = example.SerializeToString()
+    return data
 
 
 def example_class() -> Any:

@@ -58,7 +58,7 @@ def split_sizes(dataset: Dataset) -> tuple[int, int]:
 
 
 def _listing(dataset: Dataset) -> Iterator[bytes]:
-    if hasattr(dataset, "train_files"):  # imagenet-tfrecord
+    if hasattr(dataset, "train_files") and hasattr(dataset, "validation_files"):  # imagenet-tfrecord
         for split, files in (("train", dataset.train_files), ("validation", dataset.validation_files)):
             for f in files:
                 yield f"{split} {os.path.basename(f)} {file_stamp(f)[0]}\n".encode()

@@ -9,7 +9,7 @@ and the images read and decoded as the pipeline runs.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -64,7 +64,7 @@ class ImageFolder(ListedDataset):
             where=train_dir,
         )
 
-    def _plain_example(self, path: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:  # type: ignore[override]
+    def _plain_example(self, path: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         image = imagenet_eval_image(tensorflow().io.read_file(path), self.image_size)
         return image, self._one_hot(label)
 
@@ -76,7 +76,7 @@ class ImageFolder(ListedDataset):
     def _numpy_fill(self, inputs: np.ndarray, augment: bool) -> Fill:
         size = self.image_size
 
-        def fill(indices: list[int], draws: np.ndarray | None, out: np.ndarray) -> None:
+        def fill(indices: Sequence[int], draws: np.ndarray | None, out: np.ndarray) -> None:
             for n, index in enumerate(indices):
                 path = str(inputs[index])
                 encoded = read_file(path)

@@ -24,6 +24,7 @@ from worker.data.crops import (
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import tensorflow as tf
+    from tensorflow import Tensor  # the closures below shadow `tf` with the lazily imported module
 
 # Per-channel normalisation on the 0..255 scale.
 IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
@@ -84,11 +85,11 @@ def _decode_crop(encoded: tf.Tensor, window: Callable[[tf.Tensor], tf.Tensor]) -
     """Decode the part ``[top, left, height, width] = window(image shape)`` (JPEGs decode only that part)."""
     tf = tensorflow()
 
-    def jpeg() -> tf.Tensor:
+    def jpeg() -> Tensor:
         crop = window(tf.image.extract_jpeg_shape(encoded))
         return tf.image.decode_and_crop_jpeg(encoded, crop, channels=3)
 
-    def other() -> tf.Tensor:
+    def other() -> Tensor:
         image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
         crop = window(tf.shape(image))
         # 3 channels, not -1: the count stays static, and `normalise_image` needs it
@@ -101,7 +102,7 @@ def _random_window(seed: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor]:
     """An Inception-style random-sized crop window."""
     tf = tensorflow()
 
-    def window(shape: tf.Tensor) -> tf.Tensor:
+    def window(shape: Tensor) -> Tensor:
         begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
             shape,
             bounding_boxes=tf.zeros([1, 0, 4], tf.float32),

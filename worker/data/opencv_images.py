@@ -44,7 +44,8 @@ def opencv() -> Any:
 def decode(encoded: bytes, where: str) -> np.ndarray:
     """An encoded image -> uint8 RGB ``[h, w, 3]``; ``DatasetError`` naming `where`."""
     cv2 = opencv()
-    image = cv2.imdecode(np.frombuffer(encoded, np.uint8), cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION)
+    image: np.ndarray | None = cv2.imdecode(np.frombuffer(encoded, np.uint8),
+                                            cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION)
     if image is None:
         raise DatasetError(f"{where}: image fails to decode (damaged, truncated or not an image)")
     if image.shape[0] < 1 or image.shape[1] < 1:

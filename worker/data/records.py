@@ -204,5 +204,5 @@ def _open_binary(path: str, buffering: int = -1) -> Any:
 
 def _masked_crc32c(data: bytes) -> int:
     """TFRecord's masked CRC-32C of `data` (tensorflow/core/lib/hash/crc32c.h, Mask)."""
-    crc = google_crc32c.value(data)
+    crc: int = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF

@@ -23,7 +23,7 @@ from __future__ import annotations
 import glob
 import os
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -70,7 +70,7 @@ class ImageNetTFRecords(Dataset):
         self._shard_files = self.train_files[index::count] if self._file_sharded else self.train_files
 
     @cached_property
-    def train_size(self) -> int:  # type: ignore[override]
+    def train_size(self) -> int:
         if self.spec.shard is None or self._file_sharded:
             return sum(self._counts(self._shard_files))
         index, count = self.spec.shard
@@ -78,7 +78,7 @@ class ImageNetTFRecords(Dataset):
         return total // count + (1 if index < total % count else 0)
 
     @cached_property
-    def validation_size(self) -> int:  # type: ignore[override]
+    def validation_size(self) -> int:
         return sum(self._counts(self.validation_files))
 
     # -- opening checks --------------------------------------------------------
@@ -145,7 +145,7 @@ class ImageNetTFRecords(Dataset):
         files = tensorflow().data.Dataset.from_tensor_slices(self.validation_files)
         return _interleaved_records(files, len(self.validation_files), self.spec.deterministic)
 
-    def _plain_example(self, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:  # type: ignore[override]
+    def _plain_example(self, record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         encoded, label = self._parse(record)
         return imagenet_eval_image(encoded, self.image_size), label
 
@@ -178,7 +178,7 @@ class ImageNetTFRecords(Dataset):
     def _numpy_split(self, *, train: bool, augment: bool) -> Split:
         size = self.image_size
 
-        def fill(records: list[tuple[bytes, str]], draws: np.ndarray | None, out: np.ndarray) -> None:
+        def fill(records: Sequence[tuple[bytes, str]], draws: np.ndarray | None, out: np.ndarray) -> None:
             for n, (encoded, where) in enumerate(records):
                 if draws is None:
                     imagenet_eval_into(encoded, size, out[n], where)

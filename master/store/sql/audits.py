@@ -86,12 +86,13 @@ class AuditSql:
 
     def accuracy_model_at(self, run_id: int, t: float) -> int | None:
         with self._read() as s:
-            return s.scalar(
+            model_id: int | None = s.scalar(
                 select(ProgressRow.model_id)
                 .where(ProgressRow.run_id == run_id, ProgressRow.t <= t, ProgressRow.accuracy.is_not(None))
                 .order_by(ProgressRow.accuracy.desc(), ProgressRow.t, ProgressRow.id)
                 .limit(1)
             )
+            return model_id
 
 
 __all__ = ["AuditSql"]
