@@ -257,6 +257,14 @@ def compile_round(settings: StepSettings, dataset: Any, profile: Profile, *, war
     return round_
 
 
+def planned_step_bytes(settings: StepSettings, profile: Profile, images: int) -> int | None:
+    """The memory per device XLA plans for one training step of the round at `images` images,
+    compiled as `compile_round` compiles it (`worker.jax_memory.planned_bytes`); nothing runs."""
+    model = compiled_model(settings, profile)
+    state, _ = _initial_state(model, settings.strategy)
+    return jax_memory.planned_bytes(_TrainSteps(model, settings.strategy, state, profile).unchecked(images))
+
+
 def _initial_state(model: Any, devices: Devices) -> tuple[list[list[Any]], dict[int, tuple[int, int]]]:
     """The model's variables as arrays replicated on the devices, and where each variable is."""
     import jax
@@ -327,15 +335,19 @@ class _TrainSteps:
                 _compiling.discard(threading.current_thread())
 
     def _compile(self, images: int) -> Any:
+        compiled = self.unchecked(images)
+        jax_memory.check_fits(compiled, self.devices.devices, images, "training step")
+        return compiled
+
+    def unchecked(self, images: int) -> Any:
+        """The step for batches of `images`, compiled whether or not it fits the devices."""
         import jax
         import jax.numpy as jnp
 
         sharding = self.devices.batch_sharding(images)
         x = jax.ShapeDtypeStruct((images, *self.input_shape), jnp.float32, sharding=sharding)
         y = jax.ShapeDtypeStruct((images, self.classes), jnp.float32, sharding=sharding)
-        compiled = self.function.lower(self.state_spec, x, y).compile()
-        jax_memory.check_fits(compiled, self.devices.devices, images, "training step")
-        return compiled
+        return self.function.lower(self.state_spec, x, y).compile()
 
 
 _compiling: set[threading.Thread] = set()  # compile_later's threads still running
