@@ -188,11 +188,11 @@ def test_a_heartbeat_flush_lets_a_waiting_report_batch_in_between_its_chunks(sto
     import threading
     import time
 
-    import master.store.sql.sql_store as sql_store
+    import master.store.sql.workers as sql_workers
 
     run, worker = _run(store), _worker(store)
     model = _model(store, run, worker)
-    monkeypatch.setattr(sql_store, "HEARTBEAT_CHUNK", 2)
+    monkeypatch.setattr(sql_workers, "HEARTBEAT_CHUNK", 2)
     events: list[str] = []
     write_chunk = store._sql.write_heartbeats
 
