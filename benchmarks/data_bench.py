@@ -32,7 +32,7 @@ pipeline without TensorFlow at >= 0.9 of tf.data's images per CPU-second
 ResNet-50 in mixed precision) needs at the measured rate. Where TensorFlow is
 not installed, only the pipeline without it is measured (its figures alone).
 
-Usage: python benchmarks/data_bench.py [--rounds 5] [--batches 30] [--warmup 10] [--short]
+Usage: python -m benchmarks.data_bench [--rounds 5] [--batches 30] [--warmup 10] [--short]
 """
 
 from __future__ import annotations
@@ -42,14 +42,12 @@ import gc
 import importlib.util
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 H100_IMAGES_PER_S = 3000  # ResNet-50, mixed precision, one H100 (issue 15)
 IMAGE_SIZE = 224

@@ -39,7 +39,7 @@ GEMM rate.
 
 Without an accelerator (NVML sees none) it prints SKIP and exits 2, unless --allow-cpu.
 
-Usage: python benchmarks/gpu_bench.py [--batch 256] [--loop async|sync] [--precisions mixed_bf16,mixed_fp16,fp32]
+Usage: python -m benchmarks.gpu_bench [--batch 256] [--loop async|sync] [--precisions mixed_bf16,mixed_fp16,fp32]
        [--xla on,off] [--size 224] [--width 1.0] [--classes 1000] [--out results.jsonl]
 """
 
@@ -56,15 +56,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiperf.flops import count_flops  # noqa: E402
-from aiperf.keras_builder import build_model  # noqa: E402
-from aiperf.peaks import check_peak  # noqa: E402
-from aiperf.precision import get_precision  # noqa: E402
-from aiperf.resnet import resnet50  # noqa: E402
-from worker import monitor  # noqa: E402
-from worker.gemm import best_rate, gemm_flops, jax_products  # noqa: E402
+from aiperf.flops import count_flops
+from aiperf.keras_builder import build_model
+from aiperf.peaks import check_peak
+from aiperf.precision import get_precision
+from aiperf.resnet import resnet50
+from worker import monitor
+from worker.gemm import best_rate, gemm_flops, jax_products
 
 # Compute types measured: the workers' three, plus float32 with TF32 forbidden
 # (the frameworks run float32 products on TF32 tensor cores by default on Ampere and later).

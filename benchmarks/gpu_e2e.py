@@ -50,12 +50,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks.idle_bench import handover_gaps
+from benchmarks.synthetic_imagenet import write_dataset
 
-from idle_bench import handover_gaps  # noqa: E402  (benchmarks/ beside this file)
-from synthetic_imagenet import write_dataset  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Recorder:
@@ -272,7 +270,7 @@ def audit_figures(args: argparse.Namespace, cluster: Cluster, rec: Recorder) -> 
 def baseline_figures(args: argparse.Namespace, cluster: Cluster, rec: Recorder, batch: int, precision: str) -> None:
     """benchmarks/gpu_bench.py's keras.applications ResNet-50 at the seed round's batch and precision."""
     out = cluster.out / "gpu_bench.jsonl"
-    argv = [sys.executable, str(ROOT / "benchmarks" / "gpu_bench.py"), "--paths", "keras", "--precisions", precision,
+    argv = [sys.executable, "-m", "benchmarks.gpu_bench", "--paths", "keras", "--precisions", precision,
             "--batch", str(batch), "--size", str(args.bench_size), "--classes", str(args.bench_classes),
             "--gemm-types", "", "--xla", "on", "--seconds", str(args.bench_seconds), "--windows", "2",
             "--out", str(out)] + (["--allow-cpu"] if args.allow_cpu else [])

@@ -23,7 +23,7 @@ on the look-ahead thread; the gap from A's last step to B's first step (less
 one step), in seconds and as a share of a 15-epoch ImageNet round at the
 measured images/s (RESULT handover_gap_s=... handover_share_of_round=...).
 
-Usage: python benchmarks/idle_bench.py [--minutes 5] [--only on|off] [--official]
+Usage: python -m benchmarks.idle_bench [--minutes 5] [--only on|off] [--official]
 (--minutes 1: about 2.5 minutes in all on 2 cores; the default 5: about 11).
 """
 
@@ -33,7 +33,6 @@ import argparse
 import logging
 import os
 import sqlite3
-import sys
 import tempfile
 import threading
 import time
@@ -42,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
 OFFICIAL_ROUND_EPOCHS = 15

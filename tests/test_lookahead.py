@@ -3,12 +3,9 @@ only on the very basis it was prepared on, and the same children with it on or o
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +16,6 @@ from aiperf.profiles import SMOKE
 from aiperf.search import Candidate, HistoryEntry
 from worker.lookahead import Basis, LookAhead, PlannedRound
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "idle_bench.py"
 
 
 class FakePrepared:
@@ -196,20 +192,12 @@ def test_a_round_prepared_on_the_look_ahead_thread_while_another_trains_trains_l
 # ---------------------------------------------------------------- the agent, a real master
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("idle_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["idle_bench"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 def test_the_agent_chooses_the_same_children_with_the_look_ahead_on_or_off(tmp_path):
     # a deterministic run: round 1's accuracy (which round 3's child depends on) repeats itself
+    from benchmarks import idle_bench as bench
     from worker.agent import set_determinism
 
-    bench = _bench()
     try:
         on = bench.run_demo(10, True, tmp_path, seed=3, max_rounds=3, max_epochs=1, deterministic=True)
         off = bench.run_demo(10, False, tmp_path, seed=3, max_rounds=3, max_epochs=1, deterministic=True)

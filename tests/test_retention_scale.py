@@ -5,9 +5,7 @@ the pure rule's (aiperf/retention.py) over the whole history, on SQLite and Post
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -16,19 +14,11 @@ from hypothesis import strategies as st
 
 from aiperf.api.client import Accelerator, ControlClient, WorkerClient
 from aiperf.retention import record_holders
+# its baseline (the rule over the whole history) is this test's oracle
+from benchmarks import retention_bench as BENCH
 from master.core.retention import AccuracyRecords, release_checkpoints
 from master.store.records import NewModel, NewRun, ProgressInput, WorkerInput
 
-def _load_bench():
-    """benchmarks/retention_bench.py: its baseline (the rule over the whole history) is this test's oracle."""
-    spec = importlib.util.spec_from_file_location(
-        "retention_bench", Path(__file__).resolve().parent.parent / "benchmarks" / "retention_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _load_bench()
 ACCURACY = st.sampled_from([0.1, 0.25, 0.5, 0.75, 0.9])  # few values: ties in the ranking and the records
 
 
