@@ -41,7 +41,7 @@ from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.profiles import get_profile
-from tests.ports import free_port
+from tests.support.ports import free_port
 from worker.outbox import Outbox, call_until_done
 
 ROOT = Path(__file__).resolve().parent.parent

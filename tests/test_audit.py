@@ -34,7 +34,7 @@ from aiperf.graph import Graph, with_inserted_kernel
 from aiperf.morphism import deeper_at, deeper_positions
 from aiperf.profiles import OFFICIAL
 from aiperf.resnet import resnet50
-from tests.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 H100 = Accelerator("NVIDIA H100 80GB HBM3", 80 << 30, 0.0, {"float32": 4e14, "float16": 8e14}, uuid="GPU-audit-1")
 # what an official run's worker reports of its dataset: ImageNet-1k's split sizes (docs/spec.md)

@@ -22,8 +22,8 @@ from aiperf.api import bounds
 from aiperf.api.client import ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
-from tests.fake_clock import FakeClock
-from tests.schema_round_trip import down_and_up
+from tests.support.fake_clock import FakeClock
+from tests.support.schema_round_trip import down_and_up
 from tests.test_audit import TOKENS, tiny_graph
 
 CPU = "Test CPU 9000"

@@ -21,7 +21,7 @@ from aiperf.api.client import Accelerator, ControlClient, ResourceSample, Worker
 from aiperf.flops import count_flops
 from aiperf.peaks import largest_bound
 from aiperf.profiles import SMOKE
-from tests.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 HP = {"batch_size": 32, "kernel_size": 3}
 # a submission's batch is one of its profile's sizes (the master's submission rules), which stay far

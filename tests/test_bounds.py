@@ -28,7 +28,7 @@ from aiperf.flops import count_flops
 from master.core.progress_writer import ProgressWriter
 from master.store.sql.sql_store import SqlStore
 from master.store.records import NewModel, NewRun, ProgressInput, WorkerInput
-from tests.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
 HP = {"batch_size": 32, "kernel_size": 3}

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.bounds import MAX_CHECKPOINT_URI_CHARS, MAX_ID, MAX_REASON_CHARS, MAX_UNDELETED_PER_FINISH, clip_text
 from aiperf.api.client import ApiError, ControlClient
-from tests.schema_round_trip import down_and_up
+from tests.support.schema_round_trip import down_and_up
 from tests.test_checkpoints import HP, _children, _done, _file, _worker
 from worker.checkpoints import CheckpointError, CheckpointStore
 from worker.inheritance import Inheritance

@@ -20,7 +20,7 @@ from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
 from aiperf.retention import StoredModel, checkpoints_to_delete, kept_checkpoints, record_holders
-from tests.schema_round_trip import down_and_up
+from tests.support.schema_round_trip import down_and_up
 from worker.checkpoints import Checkpoint, CheckpointError, LocalStore, open_store, read_checkpoint
 
 HP = {"batch_size": 32, "kernel_size": 3}

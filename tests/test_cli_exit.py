@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from aiperf import limits
 from aiperf_cli.main import main
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: connection refused at once
 CONTROL = ["--master", UNREACHABLE, "--admin-token", "t"]

@@ -14,7 +14,7 @@ import pytest
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import ApiError, ControlClient, WorkerClient
-from tests.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 HP = {"batch_size": 32, "kernel_size": 3}
 

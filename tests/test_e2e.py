@@ -29,7 +29,7 @@ import pytest
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import ControlClient
 from aiperf.graph import Graph
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -284,7 +284,7 @@ def test_smoke_run_end_to_end(smoke_run):
 def test_mllog_export_of_the_smoke_run_passes_mlperf_compliance_checker(smoke_run):
     from mlperf_logging.compliance_checker.mlp_parser import parse_file
 
-    from tests.mlperf_checker import check_log
+    from tests.support.mlperf_checker import check_log
 
     cluster, run_id, _, _ = smoke_run
     log = cluster.dir / "smoke.mllog"

@@ -21,7 +21,7 @@ from aiperf.states import RunState, WorkerState
 from aiperf_cli.main import main
 from master.core.run_rules import datasheet_peaks
 from master.store.records import RunRecord, RunWorker, WorkerRecord
-from tests.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 # Dense datasheet figures (FLOPS) per GEMM compute type, from the vendors' documents, not from
 # aiperf/peaks.py. float32 is TF32 where the chip has it (TensorFlow's default for float32 matrix

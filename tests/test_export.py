@@ -129,7 +129,7 @@ def test_mllog_export_is_read_back_by_the_mlperf_parser(runs, capsys, tmp_path):
 
 
 def test_mllog_export_passes_the_mlperf_compliance_checker(runs, capsys, tmp_path):
-    from tests.mlperf_checker import check_log
+    from tests.support.mlperf_checker import check_log
 
     out = tmp_path / "run1.log"
     rc, _, err = run(capsys, "export", "--run", "1", "--format", "mllog", "--out", str(out), "--org", "ACME Labs",

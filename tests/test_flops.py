@@ -5,7 +5,7 @@ import pytest
 from aiperf.flops import count_flops
 from aiperf.graph import INPUT, Graph, conv, dense, simple
 from aiperf.resnet import resnet50
-from tests.graphs import insert_block
+from tests.support.graphs import insert_block
 
 IMAGENET_TRAIN = 1_281_167
 IMAGENET_VAL = 50_000

@@ -67,7 +67,7 @@ from master.frontends.wire import (
     parse_reply,
     reply_frame,
 )
-from tests.ports import free_port
+from tests.support.ports import free_port
 from tests.test_master_service import clients, register, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

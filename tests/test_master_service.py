@@ -21,7 +21,7 @@ from aiperf.api.enums import MODEL_STATES
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
 from aiperf.morphism import deeper_at, deeper_positions
-from tests.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 # every test here runs twice: the master serving gRPC itself, and through two front ends
 pytestmark = pytest.mark.also_frontends

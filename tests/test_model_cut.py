@@ -10,7 +10,7 @@ from sqlalchemy import text
 from aiperf.states import FINISHED_MODEL_STATES, ModelState
 from aiperf_cli.main import main
 from master.store.sql.sql_store import SqlStore
-from tests.schema_round_trip import down_and_up
+from tests.support.schema_round_trip import down_and_up
 from tests.test_store import _model, _run, _worker
 
 HP = {"batch_size": 32, "kernel_size": 3}

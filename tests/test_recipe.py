@@ -1,5 +1,5 @@
 """The training recipe (docs/spec.md, "The training recipe") on TensorFlow, with the same checks as
-the JAX backend's (tests/recipe_checks.py; tests/test_jax_backend.py runs them there): label smoothing,
+the JAX backend's (tests/support/recipe_checks.py; tests/test_jax_backend.py runs them there): label smoothing,
 weight decay on kernels only, the learning-rate schedules, early stopping on validation loss, and the
 official profile's values, each the original AIPerf's."""
 
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiperf.profiles import OFFICIAL, SMOKE
-from tests.recipe_checks import (
+from tests.support.recipe_checks import (
     LEARNING_RATE,
     first_step,
     recipe,
@@ -109,7 +109,7 @@ def test_the_validation_loss_is_the_smoothed_cross_entropy_of_the_trained_weight
 
 def test_early_stopping_on_validation_loss_ignores_accuracy_and_small_improvements():
     from aiperf.flops import count_flops
-    from tests.recipe_checks import tiny_graph
+    from tests.support.recipe_checks import tiny_graph
     from worker.trainer import EarlyStopping, _Tracker
 
     def run(monitor: str, epochs: list[tuple[float, float]]) -> int:
@@ -149,7 +149,7 @@ def test_the_run_record_the_scoreboard_and_the_report_show_the_recipe():
 
 
 def test_a_round_stops_early_once_the_validation_loss_is_flat_not_the_accuracy():
-    from tests.recipe_checks import tiny_graph
+    from tests.support.recipe_checks import tiny_graph
     from tests.test_trainer import TinyDataset
     from worker.trainer import train_model
 
@@ -180,7 +180,7 @@ def test_early_stopping_on_validation_loss_stops_where_keras_does(losses, patien
     import keras
 
     from aiperf.flops import count_flops
-    from tests.recipe_checks import tiny_graph
+    from tests.support.recipe_checks import tiny_graph
     from worker.trainer import EarlyStopping, _Tracker
 
     class Model:

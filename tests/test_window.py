@@ -24,7 +24,7 @@ from master.store.sql.tables import MasterLifeRow
 from master.store.sql.sql_store import SqlStore
 from master.store.errors import FailedPrecondition, InvalidArgument
 from master.store.records import INT64_MAX, NewModel, NewRun, Outage, ProgressInput, WorkerInput
-from tests.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 HP = {"batch_size": 32, "kernel_size": 3}
 UINT64_MAX = 2**64 - 1

@@ -1,5 +1,5 @@
 """The training recipe measured on whichever backend this process runs (worker.backend): the same
-code for TensorFlow (tests/test_recipe.py) and JAX (tests/jax_checks.py, a process of its own).
+code for TensorFlow (tests/test_recipe.py) and JAX (tests/support/jax_checks.py, a process of its own).
 
 Figures only; the tests compare them with what the recipe's formulas give (docs/spec.md, "The
 training recipe"): the first step's loss against the label-smoothed cross-entropy of the model's

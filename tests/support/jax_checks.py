@@ -1,7 +1,7 @@
 """The JAX backend's checks, run in a process of their own (tests/test_jax_backend.py).
 
 Keras fixes its backend at import, and the test process runs Keras on TensorFlow, so these run
-as `python tests/jax_checks.py OUT.json [INHERIT_DIR]` with KERAS_BACKEND=jax, two virtual CPU
+as `python tests/support/jax_checks.py OUT.json [INHERIT_DIR]` with KERAS_BACKEND=jax, two virtual CPU
 devices (XLA_FLAGS=--xla_force_host_platform_device_count=2) and TensorFlow made unimportable
 (`block_tensorflow`, as on a GPU node without it). Each check writes its figures into OUT.json;
 the tests assert on them.
@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class TensorFlowBlocker(importlib.abc.MetaPathFinder):
@@ -218,9 +218,8 @@ def check_audit_and_peaks(out: dict[str, Any], directory: Path) -> None:
 
 
 def check_recipe(out: dict[str, Any]) -> None:
-    """The training recipe's figures (tests/recipe_checks.py) on JAX, as tests/test_recipe.py on TensorFlow."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from recipe_checks import first_step, recipe, schedule_rates, to_json, validation_loss
+    """The training recipe's figures (tests/support/recipe_checks.py) on JAX, as tests/test_recipe.py on TensorFlow."""
+    from tests.support.recipe_checks import first_step, recipe, schedule_rates, to_json, validation_loss
 
     data = NumpyData(n_train=64, n_val=24)
     out["recipe"] = {
