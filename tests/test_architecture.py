@@ -317,3 +317,37 @@ def test_each_limit_is_defined_once() -> None:
     bad = [f"{_module_name(path)}:{line} {name}" for path in _sources() if _module_name(path) != "aiperf.limits"
            for name, line in _assigned_names(ast.parse(path.read_text())) if name in table]
     assert not bad, "a limit of aiperf/limits.py assigned elsewhere: " + ", ".join(bad)
+
+
+# ---------------------------------------------------------------- tests share helpers through tests/support
+
+
+def _test_modules_imported(source: str) -> list[str]:
+    """The test modules (test_*) that `source` imports: `from tests.test_x import ...`,
+    `from test_x import ...`, `import tests.test_x`, `from tests import test_x`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names if node.module == "tests"]
+        else:
+            continue
+        found += [n for n in names if any(part.startswith("test_") for part in n.split("."))]
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    # A helper two test files need lives in tests/support/: importing a test module runs its
+    # module-level code and collects its tests twice under another name.
+    files = sorted((ROOT / "tests").rglob("*.py")) + sorted((ROOT / "benchmarks").glob("*.py"))
+    bad = [f"{p.relative_to(ROOT).as_posix()} imports {m}" for p in files
+           for m in _test_modules_imported(p.read_text(encoding="utf-8"))]
+    assert not bad, "move what is shared to tests/support/:\n" + "\n".join(bad)
+
+
+def test_the_test_import_check_sees_every_form() -> None:
+    source = ("import os\nfrom tests.support.ports import free_port\nfrom tests.test_a import x\n"
+              "def f():\n    from test_b import y\n    import tests.test_c\n    from tests import test_d, support\n")
+    assert _test_modules_imported(source) == ["tests.test_a", "test_b", "tests.test_c", "tests.test_d"]
+

@@ -15,8 +15,8 @@ from aiperf.api.client import Accelerator, ApiError
 from aiperf.audit import same_hardware
 from aiperf.flops import count_flops
 from aiperf.scoring import Point
-from tests.test_master_service import HP, FakeClock, clients
-from tests.test_official import IMAGENET
+from tests.support.fake_clock import FakeClock
+from tests.support.master_clients import HP, IMAGENET, clients
 
 H100 = "NVIDIA H100 80GB HBM3"
 

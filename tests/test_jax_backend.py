@@ -21,7 +21,7 @@ tf = pytest.importorskip("tensorflow")
 
 pytestmark = pytest.mark.slow
 
-CHECKS = Path(__file__).resolve().parent / "support" / "jax_checks.py"
+ROOT = Path(__file__).resolve().parents[1]
 # One device and two: XLA adds the halves' gradients and batch-norm statistics in another order
 LOSS_RTOL = 1e-5
 
@@ -41,7 +41,7 @@ def checked(tmp_path_factory) -> dict[str, Any]:
     from worker.rounds import layer_weights
 
     directory = tmp_path_factory.mktemp("jax")
-    from tests.support.jax_checks import tiny_graph
+    from tests.support.graphs import tiny_graph
 
     parent_graph = tiny_graph()
     child_graph = deeper_at(parent_graph, "r1")
@@ -59,8 +59,8 @@ def checked(tmp_path_factory) -> dict[str, Any]:
     (directory / "parent.json").write_text(json.dumps({"graph": parent_graph.to_json(), "uri": ckpt.uri,
                                                        "sha256": ckpt.sha256, "child": child_graph.to_json()}))
     out = directory / "out.json"
-    proc = subprocess.run([sys.executable, str(CHECKS), str(out), str(directory)], env=jax_env(),
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, "-m", "tests.support.jax_checks", str(out), str(directory)],
+                          env=jax_env(), capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0 and out.exists(), proc.stderr[-4000:]
     result = json.loads(out.read_text())
     result.update(directory=directory, parent_logits=np.asarray(model(x, training=False)),
@@ -169,8 +169,7 @@ def test_without_tensorflow_the_in_memory_kinds_read_as_their_tf_data_pipeline_d
 def test_the_training_recipe_on_jax(checked):
     """The same figures as tests/test_recipe.py on TensorFlow: label smoothing, weight decay on the
     kernels only, both learning-rate schedules and the validation loss, each against its formula."""
-    from tests.support.recipe_checks import LEARNING_RATE, smoothed_cross_entropy
-    from tests.test_recipe import kernel_squares
+    from tests.support.recipe_checks import LEARNING_RATE, kernel_squares, smoothed_cross_entropy
 
     _ok(checked, "recipe")
     r = checked["recipe"]

@@ -15,6 +15,7 @@ from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import SMOKE
 from aiperf.search import Candidate, HistoryEntry
 from worker.lookahead import Basis, LookAhead, PlannedRound
+from tests.support.master_clients import wait_for
 
 
 
@@ -61,9 +62,7 @@ def test_a_round_prepared_on_the_same_basis_is_handed_over_any_other_is_discarde
         # the history changed in a way that can change the child (an accuracy arrived): discarded
         gate.clear()
         ahead.start(basis(3))
-        deadline = time.monotonic() + 30  # until the look-ahead thread has begun planning it
-        while len(planned_on) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: len(planned_on) >= 2, 30, "the look-ahead thread to begin planning it", 0.01)
         first = planned_on[-1]
         gate.set()
         again = ahead.take(basis(3, accuracy=0.5))
@@ -120,9 +119,7 @@ def test_a_discarded_preparation_still_running_is_released_when_it_ends():
         time.sleep(0.05)
         used = ahead.take(basis(2, accuracy=0.9)).prepared  # planned inline while the look-ahead waits
         gate.set()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not (len(made) == 2 and made[1].released):
-            time.sleep(0.01)
+        wait_for(lambda: len(made) == 2 and made[1].released, 10, "the stale preparation's release", 0.01)
     assert used is made[0] and not used.released
     assert made[1].released, "the stale preparation was released when it finished"
 

@@ -15,8 +15,6 @@ from master.store.records import WorkerInput
 from master.store.sql.sql_store import SqlStore
 from tests.support.fake_clock import FakeClock
 
-HP = {"batch_size": 32, "kernel_size": 3}
-
 
 def _life(url: str, clock: FakeClock, **kwargs: object) -> Master:
     return Master(SqlStore(url), heartbeat_interval_s=5.0, clock=clock, **kwargs)

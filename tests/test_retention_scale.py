@@ -136,16 +136,16 @@ def test_a_master_keeps_the_record_holders_it_hears_of_after_its_first_finish(ma
     nothing but finishes at 0.8 (its best enters the time line at FinishModel); m3 reports 0.9;
     m4 reports 0.4. m1, m2 and m3 each held the run's best accuracy, so only m4 is let go, here
     and after a restart of the master on the same database."""
-    from tests.test_checkpoints import _children, _finish_stored
+    from tests.support.checkpoint_runs import finish_stored, morph_children
 
     h = master_server()
     ControlClient(h.address, h.admin_token).start_run(600, profile="smoke", seed=1, keep_checkpoints=1)
     w = WorkerClient(h.address, h.worker_token, retries=0)
     wid = w.register(name="n", host="n", accelerators=[Accelerator("Tesla V100", 32 << 30)]).worker_id
     deleted, ids = [], []
-    for i, (graph, acc, report) in enumerate(zip([small_graph, *_children(small_graph, 3)], (0.5, 0.8, 0.9, 0.4),
+    for i, (graph, acc, report) in enumerate(zip([small_graph, *morph_children(small_graph, 3)], (0.5, 0.8, 0.9, 0.4),
                                                  (True, False, True, True))):
-        mid, r = _finish_stored(w, wid, graph, i + 1, acc, report)
+        mid, r = finish_stored(w, wid, graph, i + 1, acc, report)
         deleted += [d.model_id for d in r.delete_checkpoints]
         ids.append(mid)
     assert deleted == [ids[3]]
