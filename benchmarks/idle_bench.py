@@ -73,16 +73,25 @@ class DemoResult:
         return sum(s.share for s in self.shares) / len(self.shares) if self.shares else 0.0
 
 
-def training_intervals(rows: list[tuple[int, int, float, int, int]]) -> dict[int, list[tuple[float, float]]]:
-    """Per worker, the intervals in training steps from progress rows (model, worker, t, trained,
-    validated) ordered by model and seq: between two reports of one model, when the later one
-    carries trained images and no validated ones."""
-    out: dict[int, list[tuple[float, float]]] = {}
+def training_spans(rows: list[tuple[int, int, float, int, int]]) -> list[tuple[int, float, float, int]]:
+    """The spans in training steps from progress rows (model, worker, t, trained, validated) ordered
+    by model and seq, as (model, start, end, images trained): between two reports of one model, when
+    the later one carries trained images and no validated ones."""
+    spans: list[tuple[int, float, float, int]] = []
     previous: tuple[int, float] | None = None  # (model, t)
-    for model, worker, t, trained, validated in rows:
+    for model, _worker, t, trained, validated in rows:
         if previous is not None and previous[0] == model and trained > 0 and validated == 0 and t > previous[1]:
-            out.setdefault(worker, []).append((previous[1], t))
+            spans.append((model, previous[1], t, trained))
         previous = (model, t)
+    return spans
+
+
+def training_intervals(rows: list[tuple[int, int, float, int, int]]) -> dict[int, list[tuple[float, float]]]:
+    """Per worker, its intervals in training steps (training_spans; a model is one worker's)."""
+    owner = {model: worker for model, worker, *_ in rows}
+    out: dict[int, list[tuple[float, float]]] = {}
+    for model, start, end, _images in training_spans(rows):
+        out.setdefault(owner[model], []).append((start, end))
     return out
 
 
