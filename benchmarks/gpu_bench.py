@@ -1,4 +1,4 @@
-"""The GPU path on one accelerator: GEMM rate per compute type, ResNet-50 training images/s (issue 16).
+"""The GPU path on one accelerator: GEMM rate per compute type, ResNet-50 training images/s.
 
 For each compute type, the dense n×n GEMM rate against the accelerator's
 datasheet figure (`aiperf.peaks.check_peak`, the check the master applies to a
@@ -33,7 +33,7 @@ configuration starts after --budget-s seconds.
            images_per_s_<precision>[_xla|_noxla]=<ours> efficiency_<precision>[...]=<0..1> gpu_util_mean=<%>
            worker_images_per_s_<precision>[...]=... worker_vs_keras_applications_<precision>[...]=<worker / keras>
 
-Goals (issue 16): path ratio >= 0.95 in every precision; GPU utilisation >= 90%
+Goals (docs/benchmarks.md): path ratio >= 0.95 in every precision; GPU utilisation >= 90%
 during training steps; mixed-precision efficiency >= 0.30 of the measured fp16
 GEMM rate.
 

@@ -15,7 +15,7 @@ ends with
 
     RESULT training_share=<0..1> training_share_without_lookahead=<0..1> ratio_vs_without=<x>
 
-Goal (issue 15): training_share >= 0.70 over a 5-minute demo.
+Goal (docs/benchmarks.md): training_share >= 0.70 over a 5-minute demo.
 
 --official also measures the hand-over on the official shape (ResNet-50 at
 224x224, batch 16, random images): round A trains while round B is prepared

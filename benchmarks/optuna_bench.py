@@ -17,7 +17,7 @@ clients near one core would be.
     python -m benchmarks.optuna_bench [--clients 20,100] [--window 10] [--warmup 2]
 
 Prints writes/s and p50/p99 latency per N for both, and ends with
-`RESULT optuna_ratio_<N>=...` (our writes/s over Optuna's; issue 15 asks >= 10)
+`RESULT optuna_ratio_<N>=...` (our writes/s over Optuna's; the goal is >= 10)
 and `RESULT optuna_p99_ratio_<N>=...` (Optuna's p99 over ours). Prints `SKIP ...`
 without Optuna 4.2 or newer (`pip install 'optuna>=4.2'`; `make bench` installs it).
 About 2 minutes.

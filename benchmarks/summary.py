@@ -4,7 +4,7 @@ Each benchmark ends with lines ``RESULT key=value [key=value ...]``. This script
 either reads benchmark outputs already written (files, or stdin with ``-``) or,
 with --run, runs every benchmarks/*_bench.py itself (with its short options,
 unless --full), keeping each output in --logs, and prints the table at the end.
-A figure with a known goal (GOALS, from issue 15 and the docs) is checked
+A figure with a known goal (GOALS, docs/benchmarks.md) is checked
 against it; its baseline is another key of the same output (the same process's
 reference run) where there is one. docs/benchmarks.md lists the benchmarks and
 their keys.
@@ -81,11 +81,11 @@ GOALS: dict[str, Goal] = {
     "production_workers_held_postgres": Goal(">=", 10_000),
     "optuna_ratio_20": Goal(">=", 10.0, "", "writes/s vs Optuna's gRPC proxy"),
     "optuna_ratio_100": Goal(">=", 10.0, "", "writes/s vs Optuna's gRPC proxy"),
-    "path_ratio_mixed_bf16": Goal(">=", 0.95, "", "vs keras.applications (issue 16)"),
+    "path_ratio_mixed_bf16": Goal(">=", 0.95, "", "vs keras.applications"),
     "path_ratio_mixed_fp16": Goal(">=", 0.95, "", "vs keras.applications"),
     "path_ratio_fp32": Goal(">=", 0.95, "", "vs keras.applications"),
     "gpu_util_mean": Goal(">=", 90.0, "", "NVML, % during training steps"),
-    "worker_vs_keras_applications_mixed_bf16": Goal(">=", 0.95, "", "the worker's own round (issue 30)"),
+    "worker_vs_keras_applications_mixed_bf16": Goal(">=", 0.95, "", "the worker's own round"),
     "worker_vs_keras_applications_mixed_fp16": Goal(">=", 0.95, "", "the worker's own round"),
     "worker_vs_keras_applications_fp32": Goal(">=", 0.95, "", "the worker's own round"),
     "efficiency_mixed_fp16": Goal(">=", 0.30, "", "of the measured fp16 GEMM rate"),

@@ -6,6 +6,9 @@ still a dependency: it only moves the failure to run time.
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -351,3 +354,33 @@ def test_the_test_import_check_sees_every_form() -> None:
               "def f():\n    from test_b import y\n    import tests.test_c\n    from tests import test_d, support\n")
     assert _test_modules_imported(source) == ["tests.test_a", "test_b", "tests.test_c", "tests.test_d"]
 
+
+# ---------------------------------------------------------------- comments say why, not which issue
+
+ISSUE_NUMBER = re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE)
+
+
+def _issue_references(source: str) -> list[int]:
+    """Lines of `source` whose comment or docstring names one of the project's issues by number."""
+    texts = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
+             if t.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc is not None:
+                texts.append((node.body[0].lineno, doc))
+    return sorted(line for line, text in texts if ISSUE_NUMBER.search(text))
+
+
+def test_no_comment_names_an_issue_number() -> None:
+    # A comment says why the code is so; the issue that asked for it is in the history, not here.
+    files = _sources() + sorted((ROOT / "tests").rglob("*.py")) + sorted((ROOT / "benchmarks").glob("*.py"))
+    bad = [f"{p.relative_to(ROOT).as_posix()}:{line}" for p in files
+           for line in _issue_references(p.read_text(encoding="utf-8"))]
+    assert not bad, "comments or docstrings naming an issue: " + ", ".join(bad)
+
+
+def test_the_issue_check_reads_comments_and_docstrings_only() -> None:
+    source = ('"""Module (Issue 12)."""\nx = "issue 3"  # see issue #4\n\n\ndef f():\n    """Per issue 5."""\n'
+              "    return 1  # tensorflow/tensorflow#97697 is upstream\n")
+    assert _issue_references(source) == [1, 2, 6]

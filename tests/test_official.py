@@ -1,4 +1,4 @@
-"""Issue 12 through the real server: a CPU worker's measured peak (checked by
+"""The official run's rules through the real server: a CPU worker's measured peak (checked by
 a physical bound), the locked official workload (settings, precision, XLA,
 the ImageNet split sizes, the dataset fingerprint), the per-worker ops budget
 and the refused reports stored per run and worker."""

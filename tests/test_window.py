@@ -1,4 +1,4 @@
-"""The master's clock defines a run's window, and totals cannot overflow (issue 11, items 4 and 5).
+"""The master's clock defines a run's window, and totals cannot overflow.
 
 Store rules on SQLite and PostgreSQL; the rest through a real master on a real
 port with a real SQLite file, restarted on the same file across a deadline with
