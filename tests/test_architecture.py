@@ -384,3 +384,29 @@ def test_the_issue_check_reads_comments_and_docstrings_only() -> None:
     source = ('"""Module (Issue 12)."""\nx = "issue 3"  # see issue #4\n\n\ndef f():\n    """Per issue 5."""\n'
               "    return 1  # tensorflow/tensorflow#97697 is upstream\n")
     assert _issue_references(source) == [1, 2, 6]
+
+
+# ---------------------------------------------------------------- benchmarks: a package of the checkout
+
+
+def test_the_benchmarks_are_a_package_that_edits_no_import_path() -> None:
+    # run as `python -m benchmarks.NAME`: they import each other as modules, not by a path put first
+    bench = ROOT / "benchmarks"
+    assert (bench / "__init__.py").is_file()
+    bad = [f"benchmarks/{p.name}:{n}" for p in sorted(bench.glob("*.py"))
+           for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+           if "sys.path" in line or "noqa: E402" in line]
+    assert not bad, f"import path edits: {bad}"
+
+
+def test_an_install_brings_neither_benchmarks_nor_tests() -> None:
+    import configparser
+
+    from setuptools import find_packages
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    find = cfg["options.packages.find"]
+    installed = set(find_packages(str(ROOT), include=find["include"].split(), exclude=find["exclude"].split()))
+    assert {"aiperf", "master", "worker", "aiperf_cli"} <= installed
+    assert not {p for p in installed if p.split(".")[0] in ("benchmarks", "tests")}, installed
