@@ -49,7 +49,7 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
-	$(PY) benchmarks/summary.py --run --logs bench-logs $(BENCH_ARGS)
+	$(PY) -m benchmarks.summary --run --logs bench-logs $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache bench-logs

@@ -6,7 +6,7 @@ fills (a limit is a uint32) or from physics (a TCP port, a run of at most 30 day
 built with `int_option` / `float_option` refuses anything else, NaN and
 infinities included, while its arguments are parsed: one line naming the
 option and the range, exit code 2, before any request is built (protobuf
-raises ValueError on an out-of-range field, which used to escape as a
+raises ValueError on an out-of-range field, which would escape as a
 traceback).
 
 Choices are Enums, so that a wrong value gets the parser's error listing the

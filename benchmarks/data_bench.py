@@ -26,13 +26,13 @@ iterator for a while, and their CPU would be counted against the next one).
            data_ratio_nontf_vs_tfdata=<without TensorFlow / tf.data, worst source>
            nontf_images_per_cpu_second=<without TensorFlow, same source> nontf_cores_per_h100=<at its rate>
 
-Goals: ratio vs plain >= 0.97 and >= 250 images per CPU-second (issue 15); the
-pipeline without TensorFlow at >= 0.9 of tf.data's images per CPU-second
-(issue 30). Also printed: the cores one H100 (about 3,000 images/s training
+Goals (docs/benchmarks.md): ratio vs plain >= 0.97 and >= 250 images per CPU-second;
+the pipeline without TensorFlow at >= 0.9 of tf.data's images per CPU-second.
+Also printed: the cores one H100 (about 3,000 images/s training
 ResNet-50 in mixed precision) needs at the measured rate. Where TensorFlow is
 not installed, only the pipeline without it is measured (its figures alone).
 
-Usage: python benchmarks/data_bench.py [--rounds 5] [--batches 30] [--warmup 10] [--short]
+Usage: python -m benchmarks.data_bench [--rounds 5] [--batches 30] [--warmup 10] [--short]
 """
 
 from __future__ import annotations
@@ -42,16 +42,14 @@ import gc
 import importlib.util
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-H100_IMAGES_PER_S = 3000  # ResNet-50, mixed precision, one H100 (issue 15)
+H100_IMAGES_PER_S = 3000  # ResNet-50, mixed precision, one H100: the rate a node must feed
 IMAGE_SIZE = 224
 BATCH = 64
 CLASSES = 10

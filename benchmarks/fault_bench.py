@@ -14,7 +14,7 @@ Scenarios, each on a fresh master (a subprocess serving gRPC on a loopback port)
   (tests/test_bound_edges.py's path), refused or stored, never INTERNAL.
 - credentials: a copied credential used while its owner is alive (accepted: 1).
 
-    PYTHONPATH=$PWD python benchmarks/fault_bench.py [--outages 45,90] [--workers 3]
+    python -m benchmarks.fault_bench [--outages 45,90] [--workers 3]
 
 Ends with `RESULT models_abandoned_after_restart=... acked_lost=...
 internal_during_db_outage=... cli_exit_during_db_outage=... stolen_credential_accepted=...`
@@ -37,16 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
+from aiperf.flops import count_flops
+from aiperf.profiles import get_profile
+from tests.support.ports import free_port
+from worker.outbox import Outbox, call_until_done
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-
-from aiperf.api import aiperf_pb2 as pb  # noqa: E402
-from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient  # noqa: E402
-from aiperf.flops import count_flops  # noqa: E402
-from aiperf.profiles import get_profile  # noqa: E402
-from tests.ports import free_port  # noqa: E402
-from worker.outbox import Outbox, call_until_done  # noqa: E402
 
 log = logging.getLogger("fault_bench")
 

@@ -12,9 +12,9 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from aiperf.flops import count_flops  # noqa: E402
-from aiperf.graph import Graph  # noqa: E402
-from aiperf.resnet import resnet50  # noqa: E402
+from aiperf.flops import count_flops
+from aiperf.graph import Graph
+from aiperf.resnet import resnet50
 
 TARGET_MS = 5.0
 

@@ -9,7 +9,7 @@ when a report is refused. Printed per lie: the score it reached over the honest
 score (the forgery ratio; <= 1.0 means the lie gained nothing), its valid-FLOPS
 ratio, whether the run stays valid, and the calls refused.
 
-    PYTHONPATH=$PWD python benchmarks/forgery_bench.py [--json] [--audit]
+    python -m benchmarks.forgery_bench [--json] [--audit]
 
 `two_models_at_peak` reports the peak's worth of work on two models at once:
 with one budget per worker (master/core/budget.py) it reaches the peak once, not
@@ -42,14 +42,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient  # noqa: E402
-from aiperf.flops import count_flops  # noqa: E402
-from aiperf.graph import Graph, with_inserted_kernel  # noqa: E402
-from aiperf.morphism import deeper_at, deeper_positions  # noqa: E402
-from aiperf.resnet import resnet50  # noqa: E402
+from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
+from aiperf.flops import count_flops
+from aiperf.graph import Graph, with_inserted_kernel
+from aiperf.morphism import deeper_at, deeper_positions
+from aiperf.resnet import resnet50
 
 H100 = "NVIDIA H100 80GB HBM3"
 PEAK = 4e14            # the honest worker's measured float32 (TF32) GEMM rate; H100 SXM datasheet: 494.5 TF

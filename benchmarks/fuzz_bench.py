@@ -14,7 +14,7 @@ aiperf/api/bounds.py (physics included: a model's operations fit its
 worker's ceiling rate since its submission), and the good worker's failed
 calls. The last three must be 0; so must UNKNOWN.
 
-    python benchmarks/fuzz_bench.py [--requests 10000] [--seed 1] [--quick] [--db URL] [--master-log FILE]
+    python -m benchmarks.fuzz_bench [--requests 10000] [--seed 1] [--quick] [--db URL] [--master-log FILE]
                                     [--frontends N]
 
 What an admin may legitimately do to the good worker (stop its run) and what
@@ -40,15 +40,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-import grpc  # noqa: E402
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
-
-from aiperf.api import aiperf_pb2 as pb  # noqa: E402
-from aiperf import limits  # noqa: E402
-from aiperf.api import bounds  # noqa: E402
-from aiperf.api.calls import CREDENTIAL_METADATA  # noqa: E402
+from aiperf.api import aiperf_pb2 as pb
+from aiperf import limits
+from aiperf.api import bounds
+from aiperf.api.calls import CREDENTIAL_METADATA
 
 WORKER_TOKEN, ADMIN_TOKEN = "fuzz-worker-token", "fuzz-admin-token"
 QUICK_REQUESTS = 600
@@ -103,10 +101,12 @@ class MasterProcess:
         self.start()
 
     def start(self) -> None:
-        code = ("import sys; sys.path.insert(0, sys.argv[1]); import fuzz_bench; "
-                "fuzz_bench._serve(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))")
-        self.proc = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent), self.db_url,
-                                      str(self.port), self.data_dir, str(self.frontends)], stderr=self.log)
+        code = ("import sys; from benchmarks import fuzz_bench; "
+                "fuzz_bench._serve(sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))")
+        root = str(Path(__file__).resolve().parent.parent)  # where `benchmarks` is a package
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+        self.proc = subprocess.Popen([sys.executable, "-c", code, self.db_url, str(self.port), self.data_dir,
+                                      str(self.frontends)], stderr=self.log, env=env)
         with grpc.insecure_channel(self.address) as channel:
             grpc.channel_ready_future(channel).result(timeout=120)
 

@@ -1,4 +1,4 @@
-"""The GPU path on one accelerator: GEMM rate per compute type, ResNet-50 training images/s (issue 16).
+"""The GPU path on one accelerator: GEMM rate per compute type, ResNet-50 training images/s.
 
 For each compute type, the dense n×n GEMM rate against the accelerator's
 datasheet figure (`aiperf.peaks.check_peak`, the check the master applies to a
@@ -33,13 +33,13 @@ configuration starts after --budget-s seconds.
            images_per_s_<precision>[_xla|_noxla]=<ours> efficiency_<precision>[...]=<0..1> gpu_util_mean=<%>
            worker_images_per_s_<precision>[...]=... worker_vs_keras_applications_<precision>[...]=<worker / keras>
 
-Goals (issue 16): path ratio >= 0.95 in every precision; GPU utilisation >= 90%
+Goals (docs/benchmarks.md): path ratio >= 0.95 in every precision; GPU utilisation >= 90%
 during training steps; mixed-precision efficiency >= 0.30 of the measured fp16
 GEMM rate.
 
 Without an accelerator (NVML sees none) it prints SKIP and exits 2, unless --allow-cpu.
 
-Usage: python benchmarks/gpu_bench.py [--batch 256] [--loop async|sync] [--precisions mixed_bf16,mixed_fp16,fp32]
+Usage: python -m benchmarks.gpu_bench [--batch 256] [--loop async|sync] [--precisions mixed_bf16,mixed_fp16,fp32]
        [--xla on,off] [--size 224] [--width 1.0] [--classes 1000] [--out results.jsonl]
 """
 
@@ -56,15 +56,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiperf.flops import count_flops  # noqa: E402
-from aiperf.keras_builder import build_model  # noqa: E402
-from aiperf.peaks import check_peak  # noqa: E402
-from aiperf.precision import get_precision  # noqa: E402
-from aiperf.resnet import resnet50  # noqa: E402
-from worker import monitor  # noqa: E402
-from worker.gemm import best_rate, gemm_flops, jax_products  # noqa: E402
+from aiperf.flops import count_flops
+from aiperf.keras_builder import build_model
+from aiperf.peaks import check_peak
+from aiperf.precision import get_precision
+from aiperf.resnet import resnet50
+from worker import monitor
+from worker.gemm import best_rate, gemm_flops, jax_products
 
 # Compute types measured: the workers' three, plus float32 with TF32 forbidden
 # (the frameworks run float32 products on TF32 tensor cores by default on Ampere and later).

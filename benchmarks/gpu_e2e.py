@@ -50,12 +50,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks.idle_bench import handover_gaps, training_spans
+from benchmarks.synthetic_imagenet import write_dataset
 
-from idle_bench import handover_gaps  # noqa: E402  (benchmarks/ beside this file)
-from synthetic_imagenet import write_dataset  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Recorder:
@@ -207,24 +205,18 @@ def training_figures(db: Path, run_id: int, rec: Recorder) -> tuple[int, str]:
         (precision,) = con.execute("SELECT precision FROM runs WHERE id = ?", (run_id,)).fetchone()
     rec.note("models", models=[dict(zip(("id", "round", "batch", "state", "epochs", "parent", "inherited_from",
                                          "reason"), m)) for m in models])
-    # in training steps: between two reports of one model, the later with trained images and no
-    # validated ones (the rule of benchmarks/idle_bench.py's shares)
-    spans: list[tuple[int, float, float]] = []
+    spans = training_spans(rows)  # the rule of benchmarks/idle_bench.py's shares
     images: dict[int, int] = {}
-    previous: tuple[int, float] | None = None
-    for model, _worker, t, trained, validated in rows:
-        if previous is not None and previous[0] == model and trained > 0 and validated == 0 and t > previous[1]:
-            spans.append((model, previous[1], t))
-            images[model] = images.get(model, 0) + trained
-        previous = (model, t)
+    for model, _start, _end, trained in spans:
+        images[model] = images.get(model, 0) + trained
     seed_model = next((m[0] for m in models if m[1] == 1), None)
-    per_model = {m: (images[m], sum(b - a for mm, a, b in spans if mm == m)) for m in images}
+    per_model = {m: (images[m], sum(b - a for mm, a, b, _ in spans if mm == m)) for m in images}
     if seed_model in per_model and per_model[seed_model][1] > 0:
         rec.result("gpu_train_images_per_s", per_model[seed_model][0] / per_model[seed_model][1])
     total_s = sum(s for _, s in per_model.values())
     if total_s > 0:
         rec.result("gpu_train_images_per_s_all", sum(i for i, _ in per_model.values()) / total_s)
-    busy = [u * 100 for t, u in samples if any(a <= t <= b for _, a, b in spans)]
+    busy = [u * 100 for t, u in samples if any(a <= t <= b for _, a, b, _ in spans)]
     if busy:
         rec.result("gpu_util_training_mean", statistics.fmean(busy))
     gaps = handover_gaps(sorted(rows, key=lambda r: (r[2], r[0])))
@@ -272,7 +264,7 @@ def audit_figures(args: argparse.Namespace, cluster: Cluster, rec: Recorder) -> 
 def baseline_figures(args: argparse.Namespace, cluster: Cluster, rec: Recorder, batch: int, precision: str) -> None:
     """benchmarks/gpu_bench.py's keras.applications ResNet-50 at the seed round's batch and precision."""
     out = cluster.out / "gpu_bench.jsonl"
-    argv = [sys.executable, str(ROOT / "benchmarks" / "gpu_bench.py"), "--paths", "keras", "--precisions", precision,
+    argv = [sys.executable, "-m", "benchmarks.gpu_bench", "--paths", "keras", "--precisions", precision,
             "--batch", str(batch), "--size", str(args.bench_size), "--classes", str(args.bench_classes),
             "--gemm-types", "", "--xla", "on", "--seconds", str(args.bench_seconds), "--windows", "2",
             "--out", str(out)] + (["--allow-cpu"] if args.allow_cpu else [])

@@ -15,7 +15,7 @@ ends with
 
     RESULT training_share=<0..1> training_share_without_lookahead=<0..1> ratio_vs_without=<x>
 
-Goal (issue 15): training_share >= 0.70 over a 5-minute demo.
+Goal (docs/benchmarks.md): training_share >= 0.70 over a 5-minute demo.
 
 --official also measures the hand-over on the official shape (ResNet-50 at
 224x224, batch 16, random images): round A trains while round B is prepared
@@ -23,7 +23,7 @@ on the look-ahead thread; the gap from A's last step to B's first step (less
 one step), in seconds and as a share of a 15-epoch ImageNet round at the
 measured images/s (RESULT handover_gap_s=... handover_share_of_round=...).
 
-Usage: python benchmarks/idle_bench.py [--minutes 5] [--only on|off] [--official]
+Usage: python -m benchmarks.idle_bench [--minutes 5] [--only on|off] [--official]
 (--minutes 1: about 2.5 minutes in all on 2 cores; the default 5: about 11).
 """
 
@@ -33,7 +33,6 @@ import argparse
 import logging
 import os
 import sqlite3
-import sys
 import tempfile
 import threading
 import time
@@ -42,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
 OFFICIAL_ROUND_EPOCHS = 15
@@ -75,16 +73,25 @@ class DemoResult:
         return sum(s.share for s in self.shares) / len(self.shares) if self.shares else 0.0
 
 
-def training_intervals(rows: list[tuple[int, int, float, int, int]]) -> dict[int, list[tuple[float, float]]]:
-    """Per worker, the intervals in training steps from progress rows (model, worker, t, trained,
-    validated) ordered by model and seq: between two reports of one model, when the later one
-    carries trained images and no validated ones."""
-    out: dict[int, list[tuple[float, float]]] = {}
+def training_spans(rows: list[tuple[int, int, float, int, int]]) -> list[tuple[int, float, float, int]]:
+    """The spans in training steps from progress rows (model, worker, t, trained, validated) ordered
+    by model and seq, as (model, start, end, images trained): between two reports of one model, when
+    the later one carries trained images and no validated ones."""
+    spans: list[tuple[int, float, float, int]] = []
     previous: tuple[int, float] | None = None  # (model, t)
-    for model, worker, t, trained, validated in rows:
+    for model, _worker, t, trained, validated in rows:
         if previous is not None and previous[0] == model and trained > 0 and validated == 0 and t > previous[1]:
-            out.setdefault(worker, []).append((previous[1], t))
+            spans.append((model, previous[1], t, trained))
         previous = (model, t)
+    return spans
+
+
+def training_intervals(rows: list[tuple[int, int, float, int, int]]) -> dict[int, list[tuple[float, float]]]:
+    """Per worker, its intervals in training steps (training_spans; a model is one worker's)."""
+    owner = {model: worker for model, worker, *_ in rows}
+    out: dict[int, list[tuple[float, float]]] = {}
+    for model, start, end, _images in training_spans(rows):
+        out.setdefault(owner[model], []).append((start, end))
     return out
 
 

@@ -17,7 +17,7 @@ and every model (parent, inherited_from, epochs, accuracy). Ends with RESULT lin
 One seed and two short runs on a shared CPU say little about the general case:
 the figures are what this machine showed, not a law (report them as such).
 
-Usage: .venv/bin/python benchmarks/inheritance_bench.py [--minutes 2.5] [--seed 1] [--epochs 1]
+Usage: .venv/bin/python -m benchmarks.inheritance_bench [--minutes 2.5] [--seed 1] [--epochs 1]
        [--warmup 2] [--step 30] [--dir DIR]
 About 2 × (minutes + 1) minutes (worker start-up and the last round's stop).
 """
@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from aiperf.api import aiperf_pb2 as pb  # noqa: E402
-from aiperf.api.client import ControlClient  # noqa: E402
-from master.server import MasterConfig, serve  # noqa: E402
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.api.client import ControlClient
+from master.server import MasterConfig, serve
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)

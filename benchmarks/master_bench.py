@@ -9,7 +9,7 @@ reports and heartbeats, and the largest N held (p99 of both < 100 ms, no
 errors and at least 95% of the offered reports answered), on SQLite and, when
 AIPERF_TEST_POSTGRES_URL is set, on PostgreSQL (a fresh schema, dropped after).
 
-    python benchmarks/master_bench.py [--steps 250,500,1000,1500,2000] [--window 6]
+    python -m benchmarks.master_bench [--steps 250,500,1000,1500,2000] [--window 6]
                                       [--production 10000:5:30] [--production-window 30]
                                       [--backends noop,sqlite,postgres] [--postgres-url URL] [--max-workers N]
 
@@ -58,13 +58,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import grpc
 
-import grpc  # noqa: E402
-
-from aiperf.api import aiperf_pb2 as pb  # noqa: E402
-from aiperf.api import aiperf_pb2_grpc as pb_grpc  # noqa: E402
-from benchmarks.pg_schema import temporary_schema  # noqa: E402
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.api import aiperf_pb2_grpc as pb_grpc
+from benchmarks.pg_schema import temporary_schema
 
 WORKER_TOKEN = "bench-worker-token"
 ADMIN_TOKEN = "bench-admin-token"

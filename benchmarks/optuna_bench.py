@@ -14,10 +14,10 @@ per client, a channel each); ours are master_bench.py's simulated workers
 the clients used: a server near one core is the limit (one interpreter); the
 clients near one core would be.
 
-    python benchmarks/optuna_bench.py [--clients 20,100] [--window 10] [--warmup 2]
+    python -m benchmarks.optuna_bench [--clients 20,100] [--window 10] [--warmup 2]
 
 Prints writes/s and p50/p99 latency per N for both, and ends with
-`RESULT optuna_ratio_<N>=...` (our writes/s over Optuna's; issue 15 asks >= 10)
+`RESULT optuna_ratio_<N>=...` (our writes/s over Optuna's; the goal is >= 10)
 and `RESULT optuna_p99_ratio_<N>=...` (Optuna's p99 over ours). Prints `SKIP ...`
 without Optuna 4.2 or newer (`pip install 'optuna>=4.2'`; `make bench` installs it).
 About 2 minutes.
@@ -33,16 +33,13 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Awaitable, Callable, NamedTuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import grpc
 
-import grpc  # noqa: E402
-
-from aiperf.api import aiperf_pb2 as pb  # noqa: E402
-from aiperf.api import aiperf_pb2_grpc as pb_grpc  # noqa: E402
-from benchmarks.master_bench import (  # noqa: E402
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.api import aiperf_pb2_grpc as pb_grpc
+from benchmarks.master_bench import (
     ADMIN_TOKEN, Fleet, _cpu_s, _free_port, _pct, _serve, default_max_workers)
 
 Write = Callable[[int], None]  # one closed-loop write (its step number), blocking until answered

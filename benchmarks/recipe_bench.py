@@ -12,7 +12,7 @@ mean over seeds. The recipes:
 
 Early stopping does not enter: its patience (at least 8 epochs) exceeds every smoke round.
 
-Usage: .venv/bin/python benchmarks/recipe_bench.py [SEEDS] (about 10 minutes on 2 idle cores)
+Usage: .venv/bin/python -m benchmarks.recipe_bench [SEEDS] (about 10 minutes on 2 idle cores)
 """
 
 from __future__ import annotations

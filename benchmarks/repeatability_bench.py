@@ -17,7 +17,7 @@ operations. Ends with RESULT lines:
 
     RESULT deterministic_identical=1 normal_identical=... score_cv_deterministic=... score_cv_normal=...
 
-Usage: .venv/bin/python benchmarks/repeatability_bench.py [--repeats 3] [--rounds 3]
+Usage: .venv/bin/python -m benchmarks.repeatability_bench [--repeats 3] [--rounds 3]
        [--epochs 1] [--warmup 2] [--seed 1] [--modes deterministic,normal]
 About 19 minutes with the defaults on a shared 2-core CPU (six runs of 2-4 minutes);
 --modes deterministic halves it; longer runs: more --rounds or --epochs.
@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from aiperf.api import aiperf_pb2 as pb  # noqa: E402
-from aiperf.api.client import ControlClient  # noqa: E402
-from master.server import MasterConfig, serve  # noqa: E402
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.api.client import ControlClient
+from master.server import MasterConfig, serve
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)

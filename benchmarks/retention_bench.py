@@ -17,7 +17,7 @@ Both must decide the same; the decision is not applied (nothing is marked delete
 Ends with `RESULT retention_ms_<N>=... retention_baseline_ms_<N>=... retention_speedup_<N>=...`
 per size and backend (`_postgres` appended for PostgreSQL).
 
-Usage: .venv/bin/python benchmarks/retention_bench.py [--sizes 1000,10000] [--reports 10] [--live 30]
+Usage: .venv/bin/python -m benchmarks.retention_bench [--sizes 1000,10000] [--reports 10] [--live 30]
        [--repeats 5] [--postgres-url URL]
 """
 
@@ -26,22 +26,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from aiperf.retention import StoredModel, checkpoints_to_delete, record_holders  # noqa: E402
-from aiperf.scoring import model_rank_key  # noqa: E402
-from benchmarks.pg_schema import temporary_schema  # noqa: E402
-from master.store.sql.tables import ModelRow, ProgressRow  # noqa: E402
-from master.core.retention import AccuracyRecords, keep_checkpoints, release_checkpoints  # noqa: E402
-from master.store.sql.sql_store import SqlStore  # noqa: E402
-from master.store.records import NewRun, WorkerInput  # noqa: E402
+from aiperf.retention import StoredModel, checkpoints_to_delete, record_holders
+from aiperf.scoring import model_rank_key
+from benchmarks.pg_schema import temporary_schema
+from master.store.sql.tables import ModelRow, ProgressRow
+from master.core.retention import AccuracyRecords, keep_checkpoints, release_checkpoints
+from master.store.sql.sql_store import SqlStore
+from master.store.records import NewRun, WorkerInput
 
 KEEP = 10
 

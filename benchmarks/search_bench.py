@@ -19,22 +19,21 @@ from __future__ import annotations
 
 import os
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = "1"
+os.environ.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
-import random  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
+import random
+import statistics
+import time
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from aiperf.distance import Descriptor, DistanceCache, Packed, bounded_rows, pairwise  # noqa: E402
-from aiperf.flops import count_flops  # noqa: E402
-from aiperf.gp import GaussianProcess  # noqa: E402
-from aiperf.graph import Graph  # noqa: E402
-from aiperf.morphism import morph_step  # noqa: E402
-from aiperf.resnet import resnet50  # noqa: E402
-from aiperf.search import HistoryEntry, select_child  # noqa: E402
+from aiperf.distance import Descriptor, DistanceCache, Packed, bounded_rows, pairwise
+from aiperf.flops import count_flops
+from aiperf.gp import GaussianProcess
+from aiperf.graph import Graph
+from aiperf.morphism import morph_step
+from aiperf.resnet import resnet50
+from aiperf.search import HistoryEntry, select_child
 
 TARGET_S = 2.0
 

@@ -9,7 +9,7 @@ the same run: a plain `model.fit` of the same model and data without the
 trainer (no MirroredStrategy, no progress callback); the ratio is the
 trainer's overhead.
 
-Usage: .venv/bin/python benchmarks/smoke_round_bench.py (about 3 minutes on 2 cores)
+Usage: .venv/bin/python -m benchmarks.smoke_round_bench (about 3 minutes on 2 cores)
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from aiperf.graph import INSERTED  # noqa: E402
-from aiperf.hyperparameters import Hyperparameters  # noqa: E402
-from aiperf.profiles import SMOKE  # noqa: E402
+from aiperf.graph import INSERTED
+from aiperf.hyperparameters import Hyperparameters
+from aiperf.profiles import SMOKE
 
 DEMO_SECONDS = 600
 DEMO_ARCHITECTURES = 15

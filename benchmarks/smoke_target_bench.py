@@ -5,7 +5,7 @@ profile's starting network after the longest smoke round (4 epochs, default
 hyperparameters), averaged over seeds 0-2. Also prints a 12-epoch run per seed
 for comparison. Measured on a 2-core CPU: 0.808, 0.831, 0.817 (mean 0.819 -> 0.82).
 
-Usage: .venv/bin/python benchmarks/smoke_target_bench.py (about 5 minutes on 2 cores)
+Usage: .venv/bin/python -m benchmarks.smoke_target_bench (about 5 minutes on 2 cores)
 """
 
 from __future__ import annotations

@@ -4,13 +4,13 @@ Each benchmark ends with lines ``RESULT key=value [key=value ...]``. This script
 either reads benchmark outputs already written (files, or stdin with ``-``) or,
 with --run, runs every benchmarks/*_bench.py itself (with its short options,
 unless --full), keeping each output in --logs, and prints the table at the end.
-A figure with a known goal (GOALS, from issue 15 and the docs) is checked
+A figure with a known goal (GOALS, docs/benchmarks.md) is checked
 against it; its baseline is another key of the same output (the same process's
 reference run) where there is one. docs/benchmarks.md lists the benchmarks and
 their keys.
 
-    python benchmarks/summary.py --run [--full] [--only idle,data] [--logs DIR]
-    python benchmarks/summary.py out1.txt out2.txt
+    python -m benchmarks.summary --run [--full] [--only idle,data] [--logs DIR]
+    python -m benchmarks.summary out1.txt out2.txt
 
 Exit status: 0 when every benchmark ran (exit 0) and printed a RESULT line
 (or a line ``SKIP reason``: it cannot run here, e.g. an optional package is
@@ -81,11 +81,11 @@ GOALS: dict[str, Goal] = {
     "production_workers_held_postgres": Goal(">=", 10_000),
     "optuna_ratio_20": Goal(">=", 10.0, "", "writes/s vs Optuna's gRPC proxy"),
     "optuna_ratio_100": Goal(">=", 10.0, "", "writes/s vs Optuna's gRPC proxy"),
-    "path_ratio_mixed_bf16": Goal(">=", 0.95, "", "vs keras.applications (issue 16)"),
+    "path_ratio_mixed_bf16": Goal(">=", 0.95, "", "vs keras.applications"),
     "path_ratio_mixed_fp16": Goal(">=", 0.95, "", "vs keras.applications"),
     "path_ratio_fp32": Goal(">=", 0.95, "", "vs keras.applications"),
     "gpu_util_mean": Goal(">=", 90.0, "", "NVML, % during training steps"),
-    "worker_vs_keras_applications_mixed_bf16": Goal(">=", 0.95, "", "the worker's own round (issue 30)"),
+    "worker_vs_keras_applications_mixed_bf16": Goal(">=", 0.95, "", "the worker's own round"),
     "worker_vs_keras_applications_mixed_fp16": Goal(">=", 0.95, "", "the worker's own round"),
     "worker_vs_keras_applications_fp32": Goal(">=", 0.95, "", "the worker's own round"),
     "efficiency_mixed_fp16": Goal(">=", 0.30, "", "of the measured fp16 GEMM rate"),
@@ -179,7 +179,7 @@ def format_table(rows: Iterable[Row], failures: dict[str, str] | None = None) ->
 
 def run_benchmarks(directory: Path, logs: Path, *, full: bool, only: set[str] | None,
                    python: str = sys.executable) -> tuple[list[Row], dict[str, str]]:
-    """Run each ``*_bench.py`` of `directory` (streaming its output), keep it in `logs`; rows and failures."""
+    """Run each ``*_bench.py`` of the package `directory` (streaming its output), keep it in `logs`; rows and failures."""
     logs.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     failures: dict[str, str] = {}
@@ -190,8 +190,9 @@ def run_benchmarks(directory: Path, logs: Path, *, full: bool, only: set[str] | 
         args = [] if full else SHORT_OPTIONS.get(name, [])
         print(f"== {name} {' '.join(args)}".rstrip(), flush=True)
         begin = time.monotonic()
-        with subprocess.Popen([python, str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, cwd=directory.parent) as proc:
+        # as a module of the package `directory` is: the benchmarks import each other as benchmarks.x
+        with subprocess.Popen([python, "-m", f"{directory.name}.{name}", *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, cwd=directory.parent) as proc:
             assert proc.stdout is not None
             captured = []
             for line in proc.stdout:

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 PG_BIN = Path(os.environ.get("AIPERF_PG_BIN", "/usr/lib/postgresql/15/bin"))
 

@@ -11,7 +11,7 @@ Prints the CPU per call of each on representative requests, the ratio, and
 what a protobuf parse of the same message costs for scale.
 
     pip install protovalidate   # not a dependency of the project
-    python benchmarks/validation_bench.py [--calls 20000]
+    python -m benchmarks.validation_bench [--calls 20000]
 """
 
 from __future__ import annotations
@@ -20,15 +20,12 @@ import argparse
 import importlib
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # noqa: E402
-
-from aiperf.api import aiperf_pb2 as pb  # noqa: E402
-from aiperf.api import bounds  # noqa: E402
+from aiperf.api import aiperf_pb2 as pb
+from aiperf.api import bounds
 
 PACKAGE = "aiperf.bench"
 PRINTABLE = r"^(?:[^\p{C}\p{Z}]| )*$"

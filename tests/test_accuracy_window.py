@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aiperf.api.client import ApiError
-from tests.test_master_service import HP, FakeClock, clients, register
+from tests.support.fake_clock import FakeClock
+from tests.support.master_clients import HP, clients, register
 
 URI = "file:///shared/ckpt/model.weights.h5"
 SHA = hashlib.sha256(URI.encode()).hexdigest()

@@ -273,7 +273,7 @@ def test_the_agent_keeps_its_credential_and_gets_its_name_back(master_server, tm
             agent.client.close()
 
 
-# ---------------------------------------------------------------- rounds, hyperparameters (issue 13)
+# ---------------------------------------------------------------- rounds, hyperparameters
 
 
 def _agent(h, name: str, state_dir=None):

@@ -6,6 +6,9 @@ still a dependency: it only moves the failure to run time.
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -317,3 +320,93 @@ def test_each_limit_is_defined_once() -> None:
     bad = [f"{_module_name(path)}:{line} {name}" for path in _sources() if _module_name(path) != "aiperf.limits"
            for name, line in _assigned_names(ast.parse(path.read_text())) if name in table]
     assert not bad, "a limit of aiperf/limits.py assigned elsewhere: " + ", ".join(bad)
+
+
+# ---------------------------------------------------------------- tests share helpers through tests/support
+
+
+def _test_modules_imported(source: str) -> list[str]:
+    """The test modules (test_*) that `source` imports: `from tests.test_x import ...`,
+    `from test_x import ...`, `import tests.test_x`, `from tests import test_x`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names if node.module == "tests"]
+        else:
+            continue
+        found += [n for n in names if any(part.startswith("test_") for part in n.split("."))]
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    # A helper two test files need lives in tests/support/: importing a test module runs its
+    # module-level code and collects its tests twice under another name.
+    files = sorted((ROOT / "tests").rglob("*.py")) + sorted((ROOT / "benchmarks").glob("*.py"))
+    bad = [f"{p.relative_to(ROOT).as_posix()} imports {m}" for p in files
+           for m in _test_modules_imported(p.read_text(encoding="utf-8"))]
+    assert not bad, "move what is shared to tests/support/:\n" + "\n".join(bad)
+
+
+def test_the_test_import_check_sees_every_form() -> None:
+    source = ("import os\nfrom tests.support.ports import free_port\nfrom tests.test_a import x\n"
+              "def f():\n    from test_b import y\n    import tests.test_c\n    from tests import test_d, support\n")
+    assert _test_modules_imported(source) == ["tests.test_a", "test_b", "tests.test_c", "tests.test_d"]
+
+
+# ---------------------------------------------------------------- comments say why, not which issue
+
+ISSUE_NUMBER = re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE)
+
+
+def _issue_references(source: str) -> list[int]:
+    """Lines of `source` whose comment or docstring names one of the project's issues by number."""
+    texts = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
+             if t.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc is not None:
+                texts.append((node.body[0].lineno, doc))
+    return sorted(line for line, text in texts if ISSUE_NUMBER.search(text))
+
+
+def test_no_comment_names_an_issue_number() -> None:
+    # A comment says why the code is so; the issue that asked for it is in the history, not here.
+    files = _sources() + sorted((ROOT / "tests").rglob("*.py")) + sorted((ROOT / "benchmarks").glob("*.py"))
+    bad = [f"{p.relative_to(ROOT).as_posix()}:{line}" for p in files
+           for line in _issue_references(p.read_text(encoding="utf-8"))]
+    assert not bad, "comments or docstrings naming an issue: " + ", ".join(bad)
+
+
+def test_the_issue_check_reads_comments_and_docstrings_only() -> None:
+    source = ('"""Module (Issue 12)."""\nx = "issue 3"  # see issue #4\n\n\ndef f():\n    """Per issue 5."""\n'
+              "    return 1  # tensorflow/tensorflow#97697 is upstream\n")
+    assert _issue_references(source) == [1, 2, 6]
+
+
+# ---------------------------------------------------------------- benchmarks: a package of the checkout
+
+
+def test_the_benchmarks_are_a_package_that_edits_no_import_path() -> None:
+    # run as `python -m benchmarks.NAME`: they import each other as modules, not by a path put first
+    bench = ROOT / "benchmarks"
+    assert (bench / "__init__.py").is_file()
+    bad = [f"benchmarks/{p.name}:{n}" for p in sorted(bench.glob("*.py"))
+           for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+           if "sys.path" in line or "noqa: E402" in line]
+    assert not bad, f"import path edits: {bad}"
+
+
+def test_an_install_brings_neither_benchmarks_nor_tests() -> None:
+    import configparser
+
+    from setuptools import find_packages
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    find = cfg["options.packages.find"]
+    installed = set(find_packages(str(ROOT), include=find["include"].split(), exclude=find["exclude"].split()))
+    assert {"aiperf", "master", "worker", "aiperf_cli"} <= installed
+    assert not {p for p in installed if p.split(".")[0] in ("benchmarks", "tests")}, installed

@@ -31,25 +31,16 @@ from aiperf.api import bounds
 from aiperf.api.client import Accelerator, ApiError, ControlClient, NodeInventory, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.graph import Graph, with_inserted_kernel
-from aiperf.morphism import deeper_at, deeper_positions
 from aiperf.profiles import OFFICIAL
 from aiperf.resnet import resnet50
-from tests.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
+from tests.support.graphs import tiny_resnet50
+from tests.support.master_clients import AUDIT_TOKENS, IMAGENET
 
 H100 = Accelerator("NVIDIA H100 80GB HBM3", 80 << 30, 0.0, {"float32": 4e14, "float16": 8e14}, uuid="GPU-audit-1")
-# what an official run's worker reports of its dataset: ImageNet-1k's split sizes (docs/spec.md)
-IMAGENET = {"kind": "imagenet-tfrecord", "train_images": 1_281_167, "validation_images": 50_000,
-            "num_classes": 1000, "image_size": 224, "fingerprint": "ab" * 32}
-TOKENS = {"worker_token": "audit-worker", "admin_token": "audit-admin"}
 # an auditor timing the official models on the workers' own H100: 10,000 images/s, above the
 # ~6,900 images/s they claim (the throughput check, tests/test_audit_throughput.py)
 TIMED = {"audited_images_per_second": 10_000.0, "auditor_hardware": H100.model}
-
-
-def tiny_graph() -> Graph:
-    """A 32x32, 10-class ResNet-50 at width 1/8 with one inserted conv, so its kernel size matters."""
-    base = resnet50(input_size=32, channels=3, classes=10, width=0.125)
-    return deeper_at(base, deeper_positions(base)[3], kernel_size=3)
 
 
 def digits_accuracy(model: Any) -> float:
@@ -68,7 +59,7 @@ def _serve(tmp: Path, **kwargs: Any) -> Any:
     from master.server import MasterConfig, serve
 
     return serve(MasterConfig(f"sqlite:///{tmp / 'master.db'}", port=0, host="127.0.0.1", data_dir=tmp / "master",
-                              heartbeat_interval_s=10_000.0, env={}, **TOKENS, **kwargs))
+                              heartbeat_interval_s=10_000.0, env={}, **AUDIT_TOKENS, **kwargs))
 
 
 class Scenario:
@@ -93,7 +84,7 @@ class Scenario:
                                    cpu_peak_flops_by_dtype={"float32": 1e11}).worker_id
         self.run_id = self.c.start_run(600, profile="smoke", precision="fp32").config.run_id
         self.store = open_store(str(tmp / "checkpoints"))
-        graph = tiny_graph()
+        graph = tiny_resnet50()
         keras.utils.set_random_seed(7)
         trained = build_model(graph, kernel_size=3, seed=7)  # the weights every liar really has
         self.honest_accuracy = digits_accuracy(trained)

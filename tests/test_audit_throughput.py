@@ -22,9 +22,10 @@ from aiperf.api import bounds
 from aiperf.api.client import ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
-from tests.fake_clock import FakeClock
-from tests.schema_round_trip import down_and_up
-from tests.test_audit import TOKENS, tiny_graph
+from tests.support.fake_clock import FakeClock
+from tests.support.schema_round_trip import down_and_up
+from tests.support.graphs import tiny_resnet50
+from tests.support.master_clients import AUDIT_TOKENS
 
 CPU = "Test CPU 9000"
 HARDWARE = f"{CPU} (4 CPUs)"  # what aiperf.audit.hardware_name makes of the worker below
@@ -86,13 +87,13 @@ class Run:
         self.clock = FakeClock(3_000_000.0)
         self.h = serve(MasterConfig(f"sqlite:///{tmp / 'master.db'}", port=0, host="127.0.0.1",
                                     data_dir=tmp / "master", heartbeat_interval_s=10_000.0, env={}, clock=self.clock,
-                                    **TOKENS))
+                                    **AUDIT_TOKENS))
         self.w = WorkerClient(self.h.address, self.h.worker_token, retries=0)
         self.c = ControlClient(self.h.address, self.h.admin_token, retries=0)
         self.wid = self.w.register(name="w", host="w", cpus=4, cpu_peak_flops_by_dtype={"float32": 1e12},
                                    cpu_model=CPU).worker_id
         self.c.start_run(3600, profile="smoke", precision="fp32")
-        self.graph = tiny_graph()
+        self.graph = tiny_resnet50()
         self.flops = count_flops(with_inserted_kernel(self.graph, 3))
 
     def model(self, rate: float, seconds: int, accuracy: float = 0.5) -> int:

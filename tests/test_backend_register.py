@@ -12,7 +12,7 @@ import pytest
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import ControlClient, WorkerClient
-from tests.schema_round_trip import down_and_up
+from tests.support.schema_round_trip import down_and_up
 
 
 def test_each_workers_backend_is_listed_and_a_run_may_mix_them(master_server, capsys):

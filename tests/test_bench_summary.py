@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import textwrap
-from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-SUMMARY = Path(__file__).resolve().parent.parent / "benchmarks" / "summary.py"
-
-
-def _summary():
-    spec = importlib.util.spec_from_file_location("bench_summary", SUMMARY)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_summary"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-summary = _summary()
+from benchmarks import summary
 
 
 def test_result_lines_give_rows_with_baseline_ratio_and_goal():
@@ -71,6 +57,7 @@ def test_outputs_read_from_files_and_the_exit_status(tmp_path, capsys):
 def test_run_executes_every_benchmark_with_its_short_options_and_keeps_the_outputs(tmp_path, capsys):
     bench = tmp_path / "benchmarks"
     bench.mkdir()
+    (bench / "__init__.py").write_text("")  # a package, first on the runner's path (it runs `-m benchmarks.x`)
     (bench / "idle_bench.py").write_text(
         "import sys\nprint('RESULT training_share=0.8 training_share_without_lookahead=0.4 args=' + ','.join(sys.argv[1:]))\n")
     (bench / "validation_bench.py").write_text("import sys\nprint('SKIP protovalidate is not installed')\nsys.exit(2)\n")

@@ -17,20 +17,16 @@ from aiperf import limits
 from aiperf.audit import PASSED
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
-from aiperf.api.client import Accelerator, ControlClient, ResourceSample, WorkerClient
+from aiperf.api.client import Accelerator, ResourceSample
 from aiperf.flops import count_flops
 from aiperf.peaks import largest_bound
 from aiperf.profiles import SMOKE
-from tests.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
+from tests.support.master_clients import HP, clients
 
-HP = {"batch_size": 32, "kernel_size": 3}
 # a submission's batch is one of its profile's sizes (the master's submission rules), which stay far
 # below limits.MAX_BATCH_SIZE: the largest the smoke profile has
 BIGGEST_BATCH = max(SMOKE.batch_sizes)
-
-
-def clients(h: Any) -> tuple[WorkerClient, ControlClient]:
-    return WorkerClient(h.address, h.worker_token, retries=0), ControlClient(h.address, h.admin_token, retries=0)
 
 
 def edge(message: Any, name: str) -> Any:

@@ -23,15 +23,15 @@ from aiperf import peaks
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
 from aiperf import limits
-from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
+from aiperf.api.client import Accelerator, ApiError
 from aiperf.flops import count_flops
 from master.core.progress_writer import ProgressWriter
 from master.store.sql.sql_store import SqlStore
 from master.store.records import NewModel, NewRun, ProgressInput, WorkerInput
-from tests.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
+from tests.support.master_clients import HP, clients
 
 ROOT = Path(__file__).resolve().parent.parent
-HP = {"batch_size": 32, "kernel_size": 3}
 INT_RANGES = {  # the wire range of each integer field type
     "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1), "uint32": (0, 2**32 - 1), "uint64": (0, 2**64 - 1),
 }
@@ -251,10 +251,6 @@ def test_json_depth_of_hostile_text_is_fast_and_refused():
 
 
 # ---------------------------------------------------------------- through the real server
-
-
-def clients(h: Any) -> tuple[WorkerClient, ControlClient]:
-    return WorkerClient(h.address, h.worker_token, retries=0), ControlClient(h.address, h.admin_token, retries=0)
 
 
 def refusal(fn: Any, *args: Any, **kwargs: Any) -> ApiError:

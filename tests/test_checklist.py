@@ -18,7 +18,7 @@ from aiperf.scoring import (
 )
 from aiperf.states import CheckState
 from aiperf_cli.explain import SUMMARY_PREFIX, summary_line
-from tests.cli_runs import run_cli as _run
+from tests.support.cli_runs import run_cli as _run
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = PROFILES["smoke"]  # minimum running time 120 s, maximum error 0.30

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,9 +18,12 @@ from hypothesis import strategies as st
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.bounds import MAX_CHECKPOINT_URI_CHARS, MAX_ID, MAX_REASON_CHARS, MAX_UNDELETED_PER_FINISH, clip_text
 from aiperf.api.client import ApiError, ControlClient
-from tests.schema_round_trip import down_and_up
-from tests.test_checkpoints import HP, _children, _done, _file, _worker
-from worker.checkpoints import CheckpointError, CheckpointStore
+from tests.support.checkpoint_runs import (
+    RefusingStore, checkpoint_worker, finish_done, finish_failed, finish_two, morph_children, write_file,
+)
+from tests.support.master_clients import HP
+from tests.support.schema_round_trip import down_and_up
+from worker.checkpoints import CheckpointError
 from worker.inheritance import Inheritance
 from worker.undeleted import MAX_DELETING, MAX_ENTRIES, MAX_FILE_BYTES, Kept, UndeletedFile
 
@@ -47,8 +49,8 @@ def test_the_worker_reports_what_it_could_not_delete_and_the_master_keeps_it_sto
     try:
         agent._register()
         ids = [agent._submit(g, 0, n + 1, Hyperparameters(32, 3))
-               for n, g in enumerate([small_graph, *_children(small_graph, 2)])]
-        ckpts = [agent.inheritance.store.put(run_id, mid, _file(tmp_path / f"{mid}.weights.h5", b"w" * mid))
+               for n, g in enumerate([small_graph, *morph_children(small_graph, 2)])]
+        ckpts = [agent.inheritance.store.put(run_id, mid, write_file(tmp_path / f"{mid}.weights.h5", b"w" * mid))
                  for mid in ids]
         monkeypatch.setattr(agent.inheritance.store, "delete", refuse)
         box = Outbox()
@@ -79,11 +81,11 @@ def test_the_worker_reports_what_it_could_not_delete_and_the_master_keeps_it_sto
 def _released(h, small_graph):
     """Two workers; worker A's m1 (top 1) and m2 (let go at its finish). -> (a, b, m1, m2)."""
     ControlClient(h.address, h.admin_token).start_run(600, profile="smoke", seed=1, keep_checkpoints=1)
-    a, wa = _worker(h, "node-a")
-    b, wb = _worker(h, "node-b")
-    g1, g2 = _children(small_graph, 2)
-    m1, _ = _done(a, wa, g1, 0, 1, 0.6, "file:///s/run-1/model-1.weights.h5", reported=False)
-    m2, reply = _done(a, wa, g2, 0, 2, 0.5, "file:///s/run-1/model-2.weights.h5", reported=False)
+    a, wa = checkpoint_worker(h, "node-a")
+    b, wb = checkpoint_worker(h, "node-b")
+    g1, g2 = morph_children(small_graph, 2)
+    m1, _ = finish_done(a, wa, g1, 0, 1, 0.6, "file:///s/run-1/model-1.weights.h5", reported=False)
+    m2, reply = finish_done(a, wa, g2, 0, 2, 0.5, "file:///s/run-1/model-2.weights.h5", reported=False)
     assert [d.model_id for d in reply.delete_checkpoints] == [m2]
     return (a, wa), (b, wb), m1, m2
 
@@ -95,7 +97,7 @@ def _open_model(client, wid: int, graph, rnd: int) -> int:
 def test_only_the_workers_own_checkpoints_and_within_bounds(master_server, small_graph):
     h = master_server()
     (a, wa), (b, wb), m1, m2 = _released(h, small_graph)
-    g3, g4 = _children(small_graph, 4)[2:]
+    g3, g4 = morph_children(small_graph, 4)[2:]
     other = _open_model(b, wb, g3, 1)
     with pytest.raises(ApiError) as e:  # B speaks for A's checkpoint
         b.finish_model(wb, other, "failed", reason="x", undeleted=[(m2, "gone")])
@@ -125,7 +127,7 @@ def test_only_the_workers_own_checkpoints_and_within_bounds(master_server, small
 def test_any_report_is_an_answer_and_never_touches_another_workers_model(master_server, small_graph, undeleted):
     h = master_server()
     (a, wa), (b, wb), m1, m2 = _released(h, small_graph)
-    mine = _open_model(b, wb, _children(small_graph, 3)[2], 1)
+    mine = _open_model(b, wb, morph_children(small_graph, 3)[2], 1)
     request = pb.FinishModelRequest(worker_id=wb, model_id=mine, state=pb.MODEL_FAILED, reason="x",
                                     undeleted_checkpoints=[pb.CheckpointNotDeleted(model_id=i, error=t)
                                                            for i, t in undeleted])
@@ -195,40 +197,6 @@ def test_a_finish_refused_for_its_undeleted_list_goes_through_without_it(master_
 # ---------------------------------------------------------------- kept across restarts (worker/undeleted.py)
 
 
-def _finish_two(agent: Any, run_id: int, small_graph: Any, tmp_path: Path, monkeypatch: Any,
-                delete: Any) -> tuple[list[int], list[Any], Any]:
-    """`agent` registers, submits two children with stored checkpoints and finishes them with
-    `delete` as its store's (keep 1: the second is let go at its finish); their ids, their
-    checkpoints and a third child."""
-    from aiperf.hyperparameters import Hyperparameters
-    from worker.agent import Outbox
-    from worker.trainer import TrainResult
-
-    agent._register()
-    g1, g2, g3 = _children(small_graph, 3)
-    ids = [agent._submit(g, 0, n + 1, Hyperparameters(32, 3)) for n, g in enumerate((g1, g2))]
-    ckpts = [agent.inheritance.store.put(run_id, mid, _file(tmp_path / f"{mid}.weights.h5", b"w" * mid))
-             for mid in ids]
-    monkeypatch.setattr(agent.inheritance.store, "delete", delete)
-    box = Outbox()
-    for n, (mid, acc) in enumerate(zip(ids, (0.6, 0.5))):
-        agent._finish(box, mid, n + 1, TrainResult("done", (acc,), 1, 100, 10, 1, acc, acc), ckpts[n])
-    box.close()
-    return ids, ckpts, g3
-
-
-def _finish_failed(agent: Any, graph: Any) -> None:
-    """`agent` submits `graph` as round 3 and finishes it failed: its FinishModel carries the undeleted list."""
-    from aiperf.hyperparameters import Hyperparameters
-    from worker.agent import Outbox
-    from worker.trainer import TrainResult
-
-    model_id = agent._submit(graph, 0, 3, Hyperparameters(32, 3))
-    box = Outbox()
-    agent._finish(box, model_id, 3, TrainResult("failed", (), 0, 0, 0, 0, None, None, reason="out of memory"))
-    box.close()
-
-
 def test_a_restarted_worker_sends_what_its_earlier_life_could_not_delete(master_server, small_graph, tmp_path,
                                                                         monkeypatch):
     from worker.agent import Agent, AgentConfig
@@ -244,7 +212,7 @@ def test_a_restarted_worker_sends_what_its_earlier_life_could_not_delete(master_
         raise CheckpointError(f"cannot delete {uri}: permission denied")
 
     try:
-        ids, ckpts, g3 = _finish_two(first, run_id, small_graph, tmp_path, monkeypatch, refuse)
+        ids, ckpts, g3 = finish_two(first, run_id, small_graph, tmp_path, monkeypatch, refuse)
         error = f"cannot delete {ckpts[1].uri}: permission denied"
         assert first.inheritance.undeleted == [(ids[1], error)]
         [kept] = state.glob("undeleted-*.json")
@@ -256,7 +224,7 @@ def test_a_restarted_worker_sends_what_its_earlier_life_could_not_delete(master_
         assert second.inheritance.undeleted == [(ids[1], error)]
         second._register()
         assert second.worker_id == first.worker_id
-        _finish_failed(second, g3)
+        finish_failed(second, g3)
         m2 = h.store.get_model(ids[1])
         assert (m2.checkpoint_deleted, m2.checkpoint_delete_error) == (False, error)
         assert Path(ckpts[1].uri[len("file://"):]).exists(), "the record says where the file still is"
@@ -347,7 +315,7 @@ def test_the_undeleted_list_is_bounded(tmp_path, caplog):
     assert "event=deleting_entries_dropped" in caplog.text and "dropped=3: more than" in caplog.text
     kept.save(kept.load().undeleted)
     # the worker keeps at most MAX_ENTRIES waiting; the rest are logged
-    inh = Inheritance(_Refusing(), tmp_path / "scratch", kept=kept)
+    inh = Inheritance(RefusingStore(), tmp_path / "scratch", kept=kept)
     inh.delete((), answered=5)
     with caplog.at_level(logging.WARNING):
         inh.delete([pb.CheckpointToDelete(model_id=MAX_ENTRIES + n, uri=f"file:///c/{n}") for n in range(1, 9)])
@@ -356,21 +324,14 @@ def test_the_undeleted_list_is_bounded(tmp_path, caplog):
     assert kept.load().undeleted == inh.undeleted
 
 
-class _Refusing(CheckpointStore):
-    url = "file:///c"
-
-    def delete(self, uri: str) -> None:
-        raise CheckpointError(f"cannot delete {uri}: read-only file system")
-
-
 def test_the_inheritance_keeps_its_undeleted_list_in_the_file_on_every_change(tmp_path, caplog):
     kept = UndeletedFile(tmp_path / "state", "master:50051", "node-1")
     doomed = [pb.CheckpointToDelete(model_id=n, uri=f"file:///c/{n}") for n in (4, 5)]
-    inh = Inheritance(_Refusing(), tmp_path / "scratch", kept=kept)
+    inh = Inheritance(RefusingStore(), tmp_path / "scratch", kept=kept)
     inh.delete(doomed)
     expected = [(n, f"cannot delete file:///c/{n}: read-only file system") for n in (4, 5)]
     assert inh.undeleted == expected and kept.load().undeleted == expected
-    again = Inheritance(_Refusing(), tmp_path / "scratch", kept=kept)  # a restarted worker
+    again = Inheritance(RefusingStore(), tmp_path / "scratch", kept=kept)  # a restarted worker
     assert again.undeleted == expected
     again.delete((), answered=1)
     assert kept.load().undeleted == expected[1:] and again.undeleted == expected[1:]
@@ -379,11 +340,11 @@ def test_the_inheritance_keeps_its_undeleted_list_in_the_file_on_every_change(tm
     # a state directory that cannot be written: logged, the list still in memory, nothing raised
     blocked = UndeletedFile(tmp_path / "a-file", "master:50051", "node-1")
     (tmp_path / "a-file").write_text("")
-    inh = Inheritance(_Refusing(), tmp_path / "scratch", kept=blocked)
+    inh = Inheritance(RefusingStore(), tmp_path / "scratch", kept=blocked)
     with caplog.at_level(logging.WARNING):
         inh.delete(doomed[:1])
     assert inh.undeleted == expected[:1] and "event=undeleted_not_saved" in caplog.text
     # without a state directory: in memory only, as before
-    memory = Inheritance(_Refusing(), tmp_path / "scratch")
+    memory = Inheritance(RefusingStore(), tmp_path / "scratch")
     memory.delete(doomed)
     assert memory.undeleted == expected

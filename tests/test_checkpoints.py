@@ -16,19 +16,14 @@ from hypothesis import strategies as st
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
-from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
-from aiperf.flops import count_flops
-from aiperf.graph import with_inserted_kernel
+from aiperf.api.client import ApiError, ControlClient
 from aiperf.retention import StoredModel, checkpoints_to_delete, kept_checkpoints, record_holders
-from tests.schema_round_trip import down_and_up
+from tests.support.checkpoint_runs import (
+    checkpoint_worker, finish_done, finish_stored, morph_child, morph_children, write_file,
+)
+from tests.support.schema_round_trip import down_and_up
 from worker.checkpoints import Checkpoint, CheckpointError, LocalStore, open_store, read_checkpoint
-
-HP = {"batch_size": 32, "kernel_size": 3}
-
-
-def _file(path: Path, data: bytes) -> Path:
-    path.write_bytes(data)
-    return path
+from tests.support.master_clients import HP
 
 
 # ---------------------------------------------------------------- the store on a real directory
@@ -37,7 +32,7 @@ def _file(path: Path, data: bytes) -> Path:
 def test_put_then_read_gives_the_same_bytes_and_digest(tmp_path):
     data = np.random.default_rng(0).bytes(3 << 20)  # several copy chunks
     store = open_store(str(tmp_path / "store"))
-    ckpt = store.put(7, 42, _file(tmp_path / "w.weights.h5", data))
+    ckpt = store.put(7, 42, write_file(tmp_path / "w.weights.h5", data))
     assert isinstance(ckpt, Checkpoint) and ckpt.size_bytes == len(data)
     assert ckpt.sha256 == hashlib.sha256(data).hexdigest()
     assert ckpt.uri == (tmp_path / "store" / "run-7" / "model-42.weights.h5").resolve().as_uri()
@@ -53,7 +48,7 @@ def test_file_urls_and_plain_paths_open_the_same_store(tmp_path):
 
 def test_a_corrupt_checkpoint_is_refused_and_its_copy_removed(tmp_path):
     store = open_store(str(tmp_path / "store"))
-    ckpt = store.put(1, 1, _file(tmp_path / "w.weights.h5", b"weights" * 100))
+    ckpt = store.put(1, 1, write_file(tmp_path / "w.weights.h5", b"weights" * 100))
     stored = Path(ckpt.uri[len("file://"):])
     stored.write_bytes(b"weightz" * 100)  # same size, other bytes
     with pytest.raises(CheckpointError, match=r"corrupt: SHA-256 [0-9a-f]{64}, recorded " + ckpt.sha256):
@@ -73,11 +68,11 @@ def test_a_missing_checkpoint_is_named(tmp_path):
 
 def test_delete_removes_only_inside_the_store_and_missing_is_fine(tmp_path):
     store = open_store(str(tmp_path / "store"))
-    ckpt = store.put(1, 2, _file(tmp_path / "w.weights.h5", b"x"))
+    ckpt = store.put(1, 2, write_file(tmp_path / "w.weights.h5", b"x"))
     store.delete(ckpt.uri)
     assert not Path(ckpt.uri[len("file://"):]).exists()
     store.delete(ckpt.uri)  # again: not an error
-    outside = _file(tmp_path / "keep.weights.h5", b"mine")
+    outside = write_file(tmp_path / "keep.weights.h5", b"mine")
     with pytest.raises(CheckpointError, match="is not in the store"):
         store.delete(outside.as_uri())
     with pytest.raises(CheckpointError, match="is not in the store"):
@@ -94,13 +89,13 @@ def test_object_store_urls_without_fsspec_name_the_extra(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match="empty"):
         open_store(" ")
     with pytest.raises(CheckpointError, match="ids must be >= 1"):
-        open_store(str(tmp_path)).put(0, 1, _file(tmp_path / "w.weights.h5", b"x"))
+        open_store(str(tmp_path)).put(0, 1, write_file(tmp_path / "w.weights.h5", b"x"))
 
 
 def test_an_fsspec_store_round_trips_through_memory(tmp_path):
     pytest.importorskip("fsspec")
     store = open_store("memory://aiperf-test/ckpt")
-    ckpt = store.put(2, 5, _file(tmp_path / "w.weights.h5", b"abc" * 1000))
+    ckpt = store.put(2, 5, write_file(tmp_path / "w.weights.h5", b"abc" * 1000))
     assert ckpt.uri == "memory://aiperf-test/ckpt/run-2/model-5.weights.h5"
     assert read_checkpoint(ckpt.uri, ckpt.sha256, tmp_path / "in").read_bytes() == b"abc" * 1000
     store.delete(ckpt.uri)
@@ -212,64 +207,14 @@ def test_retention_never_deletes_what_it_keeps_and_keeps_at_most_k_plus_open_par
 # ---------------------------------------------------------------- through the real server
 
 
-def _worker(h, name: str = "node-1") -> tuple[WorkerClient, int]:
-    w = WorkerClient(h.address, h.worker_token, retries=0)
-    reg = w.register(name=name, host=name, accelerators=[Accelerator("Tesla V100", 32 << 30)])
-    return w, reg.worker_id
-
-
-def _done(w: WorkerClient, wid: int, graph, parent: int, rnd: int, acc: float, uri: str = "",
-          inherited_from: int = 0, reported: bool = True) -> tuple[int, pb.FinishModelResponse]:
-    """A DONE model ranked by `acc` (its predicted accuracy); `reported` False: no accuracy
-    reported, so it never holds the run's best accuracy (retention's record holders)."""
-    mid = w.submit_model(wid, graph.to_json(), graph.hash(), parent, rnd, HP, inherited_from=inherited_from).model_id
-    sha = hashlib.sha256(uri.encode()).hexdigest() if uri else ""
-    return mid, w.finish_model(wid, mid, "done", best_accuracy=acc if reported else None, predicted_accuracy=acc,
-                               checkpoint_uri=uri, checkpoint_sha256=sha)
-
-
-def _finish_stored(w: WorkerClient, wid: int, graph, rnd: int, acc: float,
-                   report: bool = True) -> tuple[int, pb.FinishModelResponse]:
-    """A DONE model ranked at `acc` and finished with a checkpoint at that best accuracy;
-    `report`: the accuracy was reported in progress first (else it enters at the finish)."""
-    mid = w.submit_model(wid, graph.to_json(), graph.hash(), 0, rnd, HP).model_id
-    if report:
-        w.report_progress(wid, mid, 1, 10, 10, 1, count_flops(with_inserted_kernel(graph, 3)).ops(10, 10),
-                          val_accuracy=acc)
-    uri = f"file:///s/run-1/model-{mid}.weights.h5"
-    return mid, w.finish_model(wid, mid, "done", best_accuracy=acc, predicted_accuracy=acc, checkpoint_uri=uri,
-                               checkpoint_sha256=hashlib.sha256(uri.encode()).hexdigest())
-
-
-def _child(graph, k: int):
-    """A one-step child of `graph` by the smoke run's own operations (seeded by k)."""
-    import random
-
-    from aiperf.morphism import morph_step
-    from aiperf.profiles import SMOKE
-
-    return morph_step(graph, random.Random(k), 3, space=SMOKE.morph_space())
-
-
-def _children(graph, n: int) -> list:
-    """n distinct one-step children of `graph`: each descends from it (what the master checks)."""
-    out, k = [], 3
-    while len(out) < n:
-        child = _child(graph, k)
-        k += 1
-        if all(child.hash() != c.hash() for c in out):
-            out.append(child)
-    return out
-
-
 def test_finish_model_records_the_checkpoint_and_the_cli_shows_it(master_server, small_graph, capsys, monkeypatch):
     from aiperf_cli.main import main
 
     h = master_server()
     ControlClient(h.address, h.admin_token).start_run(600, profile="smoke", seed=1)
-    w, wid = _worker(h)
+    w, wid = checkpoint_worker(h)
     uri = "file:///shared/ckpt/run-1/model-1.weights.h5"
-    a, reply = _done(w, wid, small_graph, 0, 1, 0.4, uri)
+    a, reply = finish_done(w, wid, small_graph, 0, 1, 0.4, uri)
     assert reply.model.checkpoint_uri == uri and reply.model.checkpoint_sha256 == hashlib.sha256(uri.encode()).hexdigest()
     assert not reply.delete_checkpoints
     # a retried finish with the same checkpoint is accepted; another checkpoint is refused
@@ -278,8 +223,8 @@ def test_finish_model_records_the_checkpoint_and_the_cli_shows_it(master_server,
     with pytest.raises(ApiError) as e:
         w.finish_model(wid, a, "done", best_accuracy=0.4, checkpoint_uri=uri + "x", checkpoint_sha256="0" * 64)
     assert e.value.code.name == "FAILED_PRECONDITION"
-    [child] = _children(small_graph, 1)
-    b, _ = _done(w, wid, child, a, 2, 0.5, inherited_from=a)
+    [child] = morph_children(small_graph, 1)
+    b, _ = finish_done(w, wid, child, a, 2, 0.5, inherited_from=a)
     monkeypatch.setenv("AIPERF_MASTER", h.address)
     monkeypatch.setenv("AIPERF_ADMIN_TOKEN", h.admin_token)
     assert main(["models", "--json"]) == 0
@@ -297,7 +242,7 @@ def test_finish_model_records_the_checkpoint_and_the_cli_shows_it(master_server,
 def test_a_half_checkpoint_or_a_failed_one_is_invalid(master_server, small_graph, fields, problem):
     h = master_server()
     ControlClient(h.address, h.admin_token).start_run(600, profile="smoke", seed=1)
-    w, wid = _worker(h)
+    w, wid = checkpoint_worker(h)
     mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
     with pytest.raises(ApiError) as e:
         w.finish_model(wid, mid, "done", best_accuracy=0.1, **fields)
@@ -318,31 +263,31 @@ def test_retention_hands_each_worker_its_own_checkpoints_to_delete(master_server
     # the models are ranked by predicted accuracy and report none, so no accuracy record holder is
     # kept (tested below): the top K and the open models' parents alone decide
     assert run.config.keep_checkpoints == 2 and run.config.inherit
-    w1, id1 = _worker(h, "node-1")
-    w2, id2 = _worker(h, "node-2")
+    w1, id1 = checkpoint_worker(h, "node-1")
+    w2, id2 = checkpoint_worker(h, "node-2")
     # each graph a child of the model it is submitted under (the master checks the descent)
-    graphs = [*_children(small_graph, 2), None, None, None, None, None]
-    graphs[2] = _child(graphs[0], 2)                            # under m2
-    graphs[3], graphs[4] = _children(graphs[2], 2)              # under m3
-    graphs[5] = _child(graphs[3], 5)                            # under m4
-    graphs[6] = _child(graphs[5], 6)                            # under m6
+    graphs = [*morph_children(small_graph, 2), None, None, None, None, None]
+    graphs[2] = morph_child(graphs[0], 2)                            # under m2
+    graphs[3], graphs[4] = morph_children(graphs[2], 2)              # under m3
+    graphs[5] = morph_child(graphs[3], 5)                            # under m4
+    graphs[6] = morph_child(graphs[5], 6)                            # under m6
     u = [f"file:///s/run-1/model-{i}.weights.h5" for i in range(7)]
-    m1, r = _done(w1, id1, small_graph, 0, 1, 0.30, u[0], reported=False)  # ranks: m1
+    m1, r = finish_done(w1, id1, small_graph, 0, 1, 0.30, u[0], reported=False)  # ranks: m1
     assert not r.delete_checkpoints
-    m2, r = _done(w2, id2, graphs[0], m1, 1, 0.40, u[1], reported=False)   # m2 > m1
+    m2, r = finish_done(w2, id2, graphs[0], m1, 1, 0.40, u[1], reported=False)   # m2 > m1
     assert not r.delete_checkpoints
     # w1 starts a child of m1: m1's checkpoint must stay while it trains
     open_child = w1.submit_model(id1, graphs[1].to_json(), graphs[1].hash(), m1, 2, HP).model_id
-    m3, r = _done(w2, id2, graphs[2], m2, 2, 0.50, u[2], reported=False)   # top 2: m3, m2; m1 kept as a parent
+    m3, r = finish_done(w2, id2, graphs[2], m2, 2, 0.50, u[2], reported=False)   # top 2: m3, m2; m1 kept as a parent
     assert not r.delete_checkpoints
     # its child failed: m1 is no parent of an open model any more, nor in the top 2 (m3, m2)
     r = w1.finish_model(id1, open_child, "failed", reason="out of memory")
     assert [(d.model_id, d.uri) for d in r.delete_checkpoints] == [(m1, u[0])]
-    m5, r = _done(w1, id1, graphs[4], m3, 3, 0.55, u[4], reported=False)   # top 2: m5, m3; m2 may go, but it is w2's
+    m5, r = finish_done(w1, id1, graphs[4], m3, 3, 0.55, u[4], reported=False)   # top 2: m5, m3; m2 may go, but it is w2's
     assert not r.delete_checkpoints
-    m4, r = _done(w2, id2, graphs[3], m3, 3, 0.60, u[3], reported=False)   # top 2: m4, m5 -> m2 and m3 (w2's) go
+    m4, r = finish_done(w2, id2, graphs[3], m3, 3, 0.60, u[3], reported=False)   # top 2: m4, m5 -> m2 and m3 (w2's) go
     assert [(d.model_id, d.uri) for d in r.delete_checkpoints] == [(m2, u[1]), (m3, u[2])]
-    m6, r = _done(w2, id2, graphs[5], m4, 4, 0.70, u[5], reported=False)   # top 2: m6, m4 -> m5 may go: w1's, not w2's
+    m6, r = finish_done(w2, id2, graphs[5], m4, 4, 0.70, u[5], reported=False)   # top 2: m6, m4 -> m5 may go: w1's, not w2's
     assert not r.delete_checkpoints
     r = w1.finish_model(id1, w1.submit_model(id1, graphs[6].to_json(), graphs[6].hash(), m6, 4, HP).model_id,
                         "failed", reason="out of memory")
@@ -376,11 +321,11 @@ def test_retention_keeps_an_early_record_holder_outside_the_top_k(master_server,
     be behind the regulated score), and m3, never the best, goes."""
     h = master_server()
     ControlClient(h.address, h.admin_token).start_run(600, profile="smoke", seed=1, keep_checkpoints=1)
-    w, wid = _worker(h, "node-1")
-    graphs = _children(small_graph, 3)
+    w, wid = checkpoint_worker(h, "node-1")
+    graphs = morph_children(small_graph, 3)
     deleted = []
     for i, (graph, acc) in enumerate(zip([small_graph, *graphs[:2]], (0.50, 0.70, 0.40))):
-        _, r = _finish_stored(w, wid, graph, i + 1, acc)
+        _, r = finish_stored(w, wid, graph, i + 1, acc)
         deleted += [d.model_id for d in r.delete_checkpoints]
     assert deleted == [3]
 
@@ -443,7 +388,7 @@ def test_the_worker_deletes_what_retention_lets_go_from_its_store(master_server,
         agent._register()
         ids = [agent._submit(g, 0, n + 1, Hyperparameters(32, 3))
                for n, g in enumerate((small_graph, deeper_at(small_graph, "conv2_block1_out")))]
-        ckpts = [agent.inheritance.store.put(run_id, mid, _file(tmp_path / f"{mid}.weights.h5", b"w" * (mid + 1)))
+        ckpts = [agent.inheritance.store.put(run_id, mid, write_file(tmp_path / f"{mid}.weights.h5", b"w" * (mid + 1)))
                  for mid in ids]
         box = Outbox()
         with caplog.at_level(logging.INFO, logger="worker.inheritance"):

@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 
 from aiperf import limits
 from aiperf_cli.main import main
-from tests.ports import free_port
+from tests.support.cli_runs import UNREACHABLE, aiperf, error_line
+from tests.support.ports import free_port
 
-UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: connection refused at once
 CONTROL = ["--master", UNREACHABLE, "--admin-token", "t"]
 CONTROL_COMMANDS = ["status", "stop", "models", "scoreboard", "report", "workers", "wait"]  # each takes --run
 # The API's field types (protos/aiperf.proto) and the README's ranges.
@@ -36,21 +36,6 @@ INT64_MAX, UINT32_MAX, UINT64_MAX = 2**63 - 1, 2**32 - 1, 2**64 - 1
 MAX_ID, MAX_SEED = limits.MAX_ID, limits.MAX_SEED  # the API's bounds, which the CLI's ranges follow
 MAX_PAGE = limits.MAX_PAGE
 SECRET = "s3cret-Passw0rd"
-
-
-def aiperf(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
-           cwd: Path | None = None) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("AIPERF_")}
-    return subprocess.run([sys.executable, "-m", "aiperf_cli", *args], env={**base, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
-
-
-def error_line(proc: subprocess.CompletedProcess) -> str:
-    """The one line a handled failure prints (no traceback, nothing else on stderr)."""
-    assert "Traceback" not in proc.stderr, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("aiperf: error: "), proc.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,8 @@ import pytest
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import ApiError, ControlClient, WorkerClient
-from tests.fake_clock import FakeClock
-
-HP = {"batch_size": 32, "kernel_size": 3}
+from tests.support.fake_clock import FakeClock
+from tests.support.master_clients import HP
 
 
 def refused(fn: Any, *args: Any, **kwargs: Any) -> ApiError:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 tf = pytest.importorskip("tensorflow")
 
-from tests.data_sources import cifar_dir, folder_tree, jpeg, photo, tfrecord_dir  # noqa: E402
+from tests.support.data_sources import cifar_dir, folder_tree, jpeg, photo, tfrecord_dir  # noqa: E402
 from worker.data import IMAGENET_MEAN, IMAGENET_STD, DatasetError, load_dataset  # noqa: E402
 from worker.data.crops import (  # noqa: E402
     CROP_ASPECT_RANGE,

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.data_sources import cifar_dir, folder_tree, jpeg, photo, tfrecord_dir
+from tests.support.data_sources import cifar_dir, folder_tree, jpeg, photo, tfrecord_dir
 from worker.data import DatasetError, load_dataset
 from worker.data.example import image_and_label, serialised
 from worker.data.numpy_pipeline import NumpyBatches, Split

@@ -7,7 +7,7 @@ import logging
 import shutil
 
 from aiperf.profiles import OFFICIAL, SMOKE
-from tests.test_data import make_folder_tree, make_tfrecord_dir
+from tests.support.tf_records import make_folder_tree, make_tfrecord_dir
 from worker.data import load_dataset
 from worker.data.fingerprint import checked_dataset, dataset_info
 

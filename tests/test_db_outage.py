@@ -22,12 +22,11 @@ from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
 from master.store.sql.outages import SETTLE_S
 from benchmarks.throwaway_db import ThrowawayPostgres, can_mount, drain, fill, small_filesystem
-from tests.ports import free_port
-from tests.test_cli_exit import aiperf, error_line
+from tests.support.ports import free_port
+from tests.support.cli_runs import aiperf, error_line
 from worker import outbox as retries
 from worker.outbox import Outbox
-
-HP = {"batch_size": 32, "kernel_size": 3}
+from tests.support.master_clients import HP
 
 
 @pytest.fixture

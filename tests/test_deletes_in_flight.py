@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.bounds import MAX_CHECKPOINT_URI_CHARS, MAX_ID
 from aiperf.api.client import ControlClient
-from tests.test_checkpoint_deletes import _finish_failed, _finish_two, _Refusing
-from tests.test_checkpoints import _file
+from tests.support.checkpoint_runs import RefusingStore, finish_failed, finish_two, write_file
 from worker.checkpoints import CheckpointError, LocalStore
 from worker.inheritance import Inheritance
 from worker.undeleted import Kept, UndeletedFile
@@ -24,7 +23,7 @@ from worker.undeleted import Kept, UndeletedFile
 
 def _doomed(store, tmp_path: Path, ids) -> list[pb.CheckpointToDelete]:
     """Checkpoints of run 1 stored in `store`, as a FinishModel reply lets them go."""
-    return [pb.CheckpointToDelete(model_id=m, uri=store.put(1, m, _file(tmp_path / f"{m}.h5", b"w" * m)).uri)
+    return [pb.CheckpointToDelete(model_id=m, uri=store.put(1, m, write_file(tmp_path / f"{m}.h5", b"w" * m)).uri)
             for m in ids]
 
 
@@ -101,7 +100,7 @@ def test_the_file_is_written_before_and_after_the_deletes_not_per_checkpoint(tmp
     inh.delete(doomed[:3])
     assert writes == [Kept([], [(d.model_id, d.uri) for d in doomed[:3]]), Kept([], [])]
     for d in doomed[:3]:
-        store.put(1, d.model_id, _file(tmp_path / "again.h5", b"again"))
+        store.put(1, d.model_id, write_file(tmp_path / "again.h5", b"again"))
     writes.clear()
     inh.delete([], answered=0)
     inh.undeleted.append((9, "busy"))
@@ -161,7 +160,7 @@ def test_a_retried_delete_that_fails_joins_the_undeleted_list(tmp_path):
     kept = UndeletedFile(tmp_path / "state", "master:50051", "node-1")
     uri = "file:///c/run-1/model-4.weights.h5"
     kept.save([(3, "busy")], [(4, uri)])
-    inh = Inheritance(_Refusing(), tmp_path / "scratch", kept=kept)
+    inh = Inheritance(RefusingStore(), tmp_path / "scratch", kept=kept)
     expected = [(3, "busy"), (4, f"cannot delete {uri}: read-only file system")]
     assert inh.undeleted == expected and kept.load() == Kept(expected, [])
 
@@ -216,8 +215,8 @@ def test_a_garbled_or_forged_deleting_list_deletes_nothing_but_its_own_checkpoin
     base = Path(tempfile.mkdtemp(dir=tmp_path))
     store, out = LocalStore(base / "store"), base / "out"
     out.mkdir()
-    spared = [store.put(7, m, _file(base / "w.h5", b"w")).uri for m in (1, 4, MAX_ID + 1)]
-    spared += [store.put(5, 5, _file(base / "w.h5", b"w")).uri]  # model 5's, named below for others
+    spared = [store.put(7, m, write_file(base / "w.h5", b"w")).uri for m in (1, 4, MAX_ID + 1)]
+    spared += [store.put(5, 5, write_file(base / "w.h5", b"w")).uri]  # model 5's, named below for others
     (store.root / "run-2").mkdir()
     (store.root / "run-3").symlink_to(out)
     for p in [out / f"model-{m}.weights.h5" for m in range(10)] + [store.root / "run-2" / "keep.txt"]:
@@ -231,7 +230,7 @@ def test_a_garbled_or_forged_deleting_list_deletes_nothing_but_its_own_checkpoin
     deleting, ours = [], set()
     for kind, value in entries:
         if kind == "ours":
-            deleting.append([value, store.put(1, value, _file(base / "w.h5", b"w")).uri])
+            deleting.append([value, store.put(1, value, write_file(base / "w.h5", b"w")).uri])
             ours.add(value)
         elif kind == "foreign":
             template, m = value
@@ -313,7 +312,7 @@ def test_a_worker_killed_before_its_deletes_finishes_them_when_it_starts_again(
         at_kill.append(kept.read_bytes())
 
     try:
-        ids, ckpts, g3 = _finish_two(first, run_id, small_graph, tmp_path, monkeypatch, killed)
+        ids, ckpts, g3 = finish_two(first, run_id, small_graph, tmp_path, monkeypatch, killed)
         assert h.store.get_model(ids[1]).checkpoint_deleted and _exists(ckpts[1].uri)
         kept.write_bytes(at_kill[0])
         if refused:
@@ -328,7 +327,7 @@ def test_a_worker_killed_before_its_deletes_finishes_them_when_it_starts_again(
         error = f"cannot delete {ckpts[1].uri}: permission denied"
         assert second.inheritance.undeleted == [(ids[1], error)]
         second._register()
-        _finish_failed(second, g3)
+        finish_failed(second, g3)
         m2 = h.store.get_model(ids[1])
         assert (m2.checkpoint_deleted, m2.checkpoint_delete_error) == (False, error), "the record says where it is"
     finally:

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "k8s"

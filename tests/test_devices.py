@@ -15,8 +15,8 @@ from aiperf.api.client import Accelerator, ApiError
 from aiperf.audit import same_hardware
 from aiperf.flops import count_flops
 from aiperf.scoring import Point
-from tests.test_master_service import HP, FakeClock, clients
-from tests.test_official import IMAGENET
+from tests.support.fake_clock import FakeClock
+from tests.support.master_clients import HP, IMAGENET, clients
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -121,7 +121,7 @@ def test_no_ceiling_above_the_tables_fastest_entry(master_server, small_graph, a
     mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, HP).model_id
     fc = count_flops(small_graph)
     top = peaks.largest_bound("float32")
-    assert top < 1e16 / 8  # B200 TF32, far below the old constant ceiling
+    assert top < 1e16 / 8  # B200 TF32, the table's fastest: far below a flat 1e16 over 8 devices
     clock.t += 10
     n = int(top * 20 / fc.train)  # 20 s at the table's fastest in 10 s (+5 s slack)
     with pytest.raises(ApiError, match="above its accepted peak"):

@@ -1,5 +1,5 @@
 """End to end: a worker rides through a master killed and restarted mid-round (real
-subprocesses on loopback, tests/test_e2e.py's Cluster)."""
+subprocesses on loopback, tests/support/cluster.py's Cluster)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from aiperf.api import aiperf_pb2 as pb
-from tests.test_e2e import Cluster
+from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,8 @@ from aiperf.states import RunState, WorkerState
 from aiperf_cli.main import main
 from master.core.run_rules import datasheet_peaks
 from master.store.records import RunRecord, RunWorker, WorkerRecord
-from tests.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
+from tests.support.master_clients import HP
 
 # Dense datasheet figures (FLOPS) per GEMM compute type, from the vendors' documents, not from
 # aiperf/peaks.py. float32 is TF32 where the chip has it (TensorFlow's default for float32 matrix
@@ -109,7 +110,6 @@ def test_a_reason_names_a_bounded_number_of_models():
 
 H100 = "NVIDIA H100 80GB HBM3"
 MEASURED = 3e14  # the worker's float32 GEMM rate: below the datasheet's 494.5e12 (+5%), so "checked"
-HP = {"batch_size": 32, "kernel_size": 3}
 
 
 def cli(capsys, *argv: str) -> str:
@@ -158,7 +158,7 @@ def test_the_scoreboard_shows_both_efficiencies_and_the_rules_version(scored_run
     assert f"{units.percent(board['efficiency_vs_measured'])} of 300 TFLOPS (measured, checked)" in table
     assert "Rules" in table and "aiperf-rules 1.0" in table and "this master scores by" not in table
     # Prometheus: both, by their names
-    from tests.test_run_metrics import scrape
+    from tests.support.master_clients import scrape
 
     series = scrape(scored_run["h"].metrics_port)
     labels = '{profile="smoke",run_id="1"}'

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from aiperf_cli.main import main
+from tests.support.master_clients import HP
 
-HP = {"batch_size": 32, "kernel_size": 3}
 # what a smoke worker reports of its dataset (tests/test_dataset_fingerprint.py)
 DIGITS = {"kind": "digits", "train_images": 1437, "validation_images": 360, "num_classes": 10, "image_size": 32,
           "fingerprint": "0" * 64}
@@ -129,7 +129,7 @@ def test_mllog_export_is_read_back_by_the_mlperf_parser(runs, capsys, tmp_path):
 
 
 def test_mllog_export_passes_the_mlperf_compliance_checker(runs, capsys, tmp_path):
-    from tests.mlperf_checker import check_log
+    from tests.support.mlperf_checker import check_log
 
     out = tmp_path / "run1.log"
     rc, _, err = run(capsys, "export", "--run", "1", "--format", "mllog", "--out", str(out), "--org", "ACME Labs",

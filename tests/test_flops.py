@@ -5,7 +5,7 @@ import pytest
 from aiperf.flops import count_flops
 from aiperf.graph import INPUT, Graph, conv, dense, simple
 from aiperf.resnet import resnet50
-from tests.graphs import insert_block
+from tests.support.graphs import insert_block
 
 IMAGENET_TRAIN = 1_281_167
 IMAGENET_VAL = 50_000
@@ -86,7 +86,7 @@ def test_resnet50_adds_are_two_input_and_match_table_iii_exactly(official):
 
 
 def test_an_n_input_add_counts_n_minus_1_additions_per_element():
-    # Issue 12's golden case: a skip into conv4_block5_add makes it a 3-input add,
+    # The golden case: a skip into conv4_block5_add makes it a 3-input add,
     # one more 14x14x1024 addition than plain ResNet-50: 5,519,360 + 200,704.
     from aiperf.morphism import skip_at
 

@@ -4,31 +4,17 @@ gain nothing over the honest worker, and no lie scores above its accepted peak
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from aiperf import limits
 from aiperf.profiles import SMOKE
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "forgery_bench.py"
-
-
-def _bench_module():
-    spec = importlib.util.spec_from_file_location("forgery_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["forgery_bench"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import forgery_bench
 
 
 def test_refused_lies_gain_nothing_and_no_lie_beats_its_peak():
-    bench = _bench_module()
-    res = bench.run_all(bench.COVERED + ("peak_5e15_capped", "kernel_7_for_3", "two_models_at_peak"))
+    res = forgery_bench.run_all(forgery_bench.COVERED + ("peak_5e15_capped", "kernel_7_for_3", "two_models_at_peak"))
     assert res["honest"]["score"] > 0 and res["honest"]["peak_verdict"] == "checked"
-    for name in bench.COVERED:
+    for name in forgery_bench.COVERED:
         assert res[name]["ratio"] <= 1.0, (name, res[name])
         assert res[name]["refused"], name  # refused by a rule, not by chance
     # the slack lets one report run CLOCK_SLACK_S ahead; the score is read after the minimum running time
@@ -51,9 +37,8 @@ def test_the_audit_catches_the_lies_physics_only_bounds():
     datasheet peak or at 100,000 images/s claim more than the audit's timed steps allow, which
     also makes the run invalid. Neither counts (ratio after the audit 0). (The accuracy and kernel
     lies fail the same audit_model through `aiperf audit` in tests/test_audit.py.)"""
-    bench = _bench_module()
     lies = ("peak_5e15_capped", "100k_img_per_s")
-    res = bench.run_all(lies, audit=True)
+    res = forgery_bench.run_all(lies, audit=True)
     assert res["honest"]["audit"] == "passed"
     for name in lies:
         assert res[name]["ratio"] > 1.0 and res[name]["audit"] == "too fast", (name, res[name])
@@ -68,7 +53,6 @@ def test_the_official_runs_lies_gain_nothing_as_valid_results_and_honest_retries
     a graph outside the search, a batch outside the profile) scores at most the honest score as
     a valid official result; the honest run is valid and official; an honest worker resending
     every report is refused nothing."""
-    sys.path.insert(0, str(BENCH.parent.parent))
     from benchmarks.forgery_official import SCENARIOS, run_official
 
     res = run_official(tmp_path)

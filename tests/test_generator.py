@@ -77,9 +77,9 @@ def test_default_size_leaves_cpus_to_the_input_pipeline() -> None:
 
 
 def test_same_seed_and_history_give_the_same_children_with_or_without_prefetch(base: Graph) -> None:
-    # Issue 13: three 8-round runs with one seed agreed only on rounds 1-3. Here the child
-    # sequence is the same whatever the prefetching, the number of processes, or the
-    # unrelated jobs the processes ran before (their distance caches differ).
+    # A seed repeats a run only if the child sequence is the same whatever the prefetching, the
+    # number of processes, or the unrelated jobs the processes ran before (their distance caches
+    # differ): each of those can otherwise make runs of one seed part after a few rounds.
     with GeneratorPool(base, seed=7, workers=2, **FAST) as pool:
         plain = _agent_like_run(pool, 7, prefetch=False)
         assert (pool.hits, pool.misses) == (0, 7)

@@ -17,13 +17,13 @@ pytest.importorskip("jax")
 
 def test_gpu_e2e_rehearsal_on_cpu(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    argv = [sys.executable, str(ROOT / "benchmarks" / "gpu_e2e.py"), "--out", str(out), "--work",
+    argv = [sys.executable, "-m", "benchmarks.gpu_e2e", "--out", str(out), "--work",
             str(tmp_path / "work"), "--allow-cpu", "--profile", "smoke", "--backend", "jax", "--classes", "10",
             "--train-images", "200", "--val-images", "50", "--image-px", "40", "--rounds", "2", "--epochs", "1",
             "--warmup-rounds", "1", "--bench-size", "32", "--bench-classes", "10", "--bench-seconds", "0.5",
             "--budget-s", "900", "--input-cpus", "1"]
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=str(ROOT))
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1200, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
     assert len(lines) == 1 and (out / "result.txt").read_text().strip() == lines[0]

@@ -26,7 +26,8 @@ from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api.calls import CREDENTIAL_METADATA
 from aiperf.api.client import ApiError, ResourceSample, WorkerClient
 from aiperf.flops import count_flops
-from tests.test_master_service import HP, FakeClock, clients, register
+from tests.support.fake_clock import FakeClock
+from tests.support.master_clients import HP, clients, register
 
 DENIED = grpc.StatusCode.PERMISSION_DENIED
 

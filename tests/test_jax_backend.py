@@ -1,5 +1,5 @@
 """The worker's JAX backend (worker/jax_steps.py) on the CPU, in a process of its own with TensorFlow
-made unimportable (tests/jax_checks.py): data parallel over two virtual devices giving one device's
+made unimportable (tests/support/jax_checks.py): data parallel over two virtual devices giving one device's
 losses, a round's exact image counts with the partial batch, mixed precision with loss scaling, a
 real out-of-memory error, checkpoints interchangeable with TensorFlow both ways, and the audit's
 evaluation and timed steps, the GEMM peak and the inventory."""
@@ -21,7 +21,7 @@ tf = pytest.importorskip("tensorflow")
 
 pytestmark = pytest.mark.slow
 
-CHECKS = Path(__file__).resolve().parent / "jax_checks.py"
+ROOT = Path(__file__).resolve().parents[1]
 # One device and two: XLA adds the halves' gradients and batch-norm statistics in another order
 LOSS_RTOL = 1e-5
 
@@ -41,8 +41,7 @@ def checked(tmp_path_factory) -> dict[str, Any]:
     from worker.rounds import layer_weights
 
     directory = tmp_path_factory.mktemp("jax")
-    sys.path.insert(0, str(CHECKS.parent))
-    from jax_checks import tiny_graph
+    from tests.support.graphs import tiny_graph
 
     parent_graph = tiny_graph()
     child_graph = deeper_at(parent_graph, "r1")
@@ -60,8 +59,8 @@ def checked(tmp_path_factory) -> dict[str, Any]:
     (directory / "parent.json").write_text(json.dumps({"graph": parent_graph.to_json(), "uri": ckpt.uri,
                                                        "sha256": ckpt.sha256, "child": child_graph.to_json()}))
     out = directory / "out.json"
-    proc = subprocess.run([sys.executable, str(CHECKS), str(out), str(directory)], env=jax_env(),
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, "-m", "tests.support.jax_checks", str(out), str(directory)],
+                          env=jax_env(), capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0 and out.exists(), proc.stderr[-4000:]
     result = json.loads(out.read_text())
     result.update(directory=directory, parent_logits=np.asarray(model(x, training=False)),
@@ -143,7 +142,7 @@ def test_checkpoints_are_interchangeable_between_the_backends(checked):
     weights = inh.parent_weights(child, checked["child_graph"])
     model = build_model(checked["child_graph"], kernel_size=3)
     set_layer_weights(model, weights)
-    from jax_checks import NumpyData
+    from tests.support.jax_checks import NumpyData
 
     data = NumpyData()
     x, y = data.x[data.train_size:], data.y[data.train_size:]
@@ -183,8 +182,7 @@ def test_without_tensorflow_the_in_memory_kinds_read_as_their_tf_data_pipeline_d
 def test_the_training_recipe_on_jax(checked):
     """The same figures as tests/test_recipe.py on TensorFlow: label smoothing, weight decay on the
     kernels only, both learning-rate schedules and the validation loss, each against its formula."""
-    from tests.recipe_checks import LEARNING_RATE, smoothed_cross_entropy
-    from tests.test_recipe import kernel_squares
+    from tests.support.recipe_checks import LEARNING_RATE, kernel_squares, smoothed_cross_entropy
 
     _ok(checked, "recipe")
     r = checked["recipe"]

@@ -9,7 +9,7 @@ from aiperf.resnet import resnet50
 
 keras = pytest.importorskip("keras")
 from aiperf.keras_builder import build_model, profiler_flops  # noqa: E402
-from tests.graphs import insert_block  # noqa: E402
+from tests.support.graphs import insert_block  # noqa: E402
 
 KERAS_RESNET50_PARAMS = 25_636_712
 

@@ -15,7 +15,7 @@ from aiperf.graph import Graph, conv, dense, simple
 from aiperf.lineage import LineageError, check_descent
 from aiperf.morphism import MorphSpace, deeper_at, morph_step, random_morph, wider_at, wider_positions
 from aiperf.profiles import OFFICIAL, SMOKE
-from tests.test_master_service import HP, clients, register
+from tests.support.master_clients import HP, clients, register
 
 SPACE = SMOKE.morph_space()
 

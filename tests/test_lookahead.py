@@ -3,12 +3,9 @@ only on the very basis it was prepared on, and the same children with it on or o
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +15,8 @@ from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import SMOKE
 from aiperf.search import Candidate, HistoryEntry
 from worker.lookahead import Basis, LookAhead, PlannedRound
+from tests.support.master_clients import wait_for
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "idle_bench.py"
 
 
 class FakePrepared:
@@ -65,9 +62,7 @@ def test_a_round_prepared_on_the_same_basis_is_handed_over_any_other_is_discarde
         # the history changed in a way that can change the child (an accuracy arrived): discarded
         gate.clear()
         ahead.start(basis(3))
-        deadline = time.monotonic() + 30  # until the look-ahead thread has begun planning it
-        while len(planned_on) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: len(planned_on) >= 2, 30, "the look-ahead thread to begin planning it", 0.01)
         first = planned_on[-1]
         gate.set()
         again = ahead.take(basis(3, accuracy=0.5))
@@ -124,9 +119,7 @@ def test_a_discarded_preparation_still_running_is_released_when_it_ends():
         time.sleep(0.05)
         used = ahead.take(basis(2, accuracy=0.9)).prepared  # planned inline while the look-ahead waits
         gate.set()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not (len(made) == 2 and made[1].released):
-            time.sleep(0.01)
+        wait_for(lambda: len(made) == 2 and made[1].released, 10, "the stale preparation's release", 0.01)
     assert used is made[0] and not used.released
     assert made[1].released, "the stale preparation was released when it finished"
 
@@ -196,20 +189,12 @@ def test_a_round_prepared_on_the_look_ahead_thread_while_another_trains_trains_l
 # ---------------------------------------------------------------- the agent, a real master
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("idle_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["idle_bench"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 def test_the_agent_chooses_the_same_children_with_the_look_ahead_on_or_off(tmp_path):
     # a deterministic run: round 1's accuracy (which round 3's child depends on) repeats itself
+    from benchmarks import idle_bench as bench
     from worker.agent import set_determinism
 
-    bench = _bench()
     try:
         on = bench.run_demo(10, True, tmp_path, seed=3, max_rounds=3, max_epochs=1, deterministic=True)
         off = bench.run_demo(10, False, tmp_path, seed=3, max_rounds=3, max_epochs=1, deterministic=True)

@@ -14,7 +14,7 @@ import pytest
 
 from aiperf_cli.format import parse_duration
 from aiperf_cli.main import main
-from tests.cli_runs import run_cli as run
+from tests.support.cli_runs import run_cli as run
 
 SCOREBOARD_KEYS = {"run_id", "state", "profile", "elapsed_s", "flops", "score", "regulated_score", "valid_flops",
                    "error", "valid", "invalid_reason", "provisional", "workers", "accelerators", "models_done"}

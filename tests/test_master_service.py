@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import shutil
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
@@ -21,35 +20,15 @@ from aiperf.api.enums import MODEL_STATES
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
 from aiperf.morphism import deeper_at, deeper_positions
-from tests.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
+from tests.support.master_clients import HP, clients, register, wait_for
 
 # every test here runs twice: the master serving gRPC itself, and through two front ends
 pytestmark = pytest.mark.also_frontends
 
-HP = {"batch_size": 32, "kernel_size": 3}
-
-
-def clients(h) -> tuple[WorkerClient, ControlClient]:
-    return WorkerClient(h.address, h.worker_token, retries=0), ControlClient(h.address, h.admin_token, retries=0)
-
-
-def register(w: WorkerClient, name: str = "node-1", peak: float = 0.0) -> int:
-    reg = w.register(name=name, host=name, accelerators=[Accelerator("Tesla V100", 32 << 30, peak)] * 2,
-                     cpus=16, memory_bytes=128 << 30, software={"tensorflow": "2.21.0"})
-    return reg.worker_id
-
 
 def code_of(excinfo) -> grpc.StatusCode:
     return excinfo.value.code
-
-
-def wait_for(cond, timeout: float = 10.0, what: str = "condition") -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_whole_lifecycle(master_server, small_graph, db_url):

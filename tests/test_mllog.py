@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from aiperf.profiles import OFFICIAL, SMOKE
 from aiperf_cli import mllog
-from tests.mlperf_checker import check_log
+from tests.support.mlperf_checker import check_log
 
 T0 = 1_700_000_000.0
 SUB = mllog.Submission(org="org", platform=None, status="research")

@@ -10,10 +10,9 @@ from sqlalchemy import text
 from aiperf.states import FINISHED_MODEL_STATES, ModelState
 from aiperf_cli.main import main
 from master.store.sql.sql_store import SqlStore
-from tests.schema_round_trip import down_and_up
-from tests.test_store import _model, _run, _worker
-
-HP = {"batch_size": 32, "kernel_size": 3}
+from tests.support.schema_round_trip import down_and_up
+from tests.support.store_rows import added_model, registered_worker, started_run
+from tests.support.master_clients import HP
 
 
 def test_cut_is_a_way_a_worker_ends_a_model():
@@ -34,8 +33,8 @@ def _rows(db_url: str) -> dict[int, tuple[str, str]]:
 def test_migration_0011_turns_the_old_cut_failures_into_cut_and_back(db_url):
     s = SqlStore(db_url)
     try:
-        run_id, wid = _run(s), _worker(s)
-        old, new, failed = (_model(s, run_id, wid) for _ in range(3))
+        run_id, wid = started_run(s), registered_worker(s)
+        old, new, failed = (added_model(s, run_id, wid) for _ in range(3))
         s.finish_model(old, wid, ModelState.FAILED, "cut: deadline reached", None, None, 110.0)  # before 0011
         s.finish_model(new, wid, ModelState.CUT, "stop requested", None, None, 110.0)
         s.finish_model(failed, wid, ModelState.FAILED, "out of memory", None, None, 110.0)

@@ -148,7 +148,8 @@ def test_bad_arguments_are_refused(small: Graph) -> None:
 
 
 def test_parameter_limit_is_checked_at_the_kernel_size_trained(official: Graph) -> None:
-    # Issue 12: a child checked at kernel 3 passed the 60M limit and trained at kernel 7.
+    # The limit holds at the kernel the child trains with: checked at kernel 3 alone, a child
+    # under 60M parameters there could train at kernel 7 above it.
     # One inserted 1024->1024 conv after a 14x14x1024 ReLU: 9·1024² weights at kernel 3,
     # 49·1024² at kernel 7, plus its BN's 4·1024.
     child = deeper_at(official, "conv4_block1_out", kernel_size=3)
@@ -184,7 +185,7 @@ def test_params_at_kernel_equals_rebuilding_the_graph(small: Graph, seed: int, s
     assert params_at_kernel(child, None) == child.num_params()
 
 
-# ---------------------------------------------------------------- the original's space (issue 13)
+# ---------------------------------------------------------------- the original's space
 
 
 def test_skip_may_create_a_new_add_after_a_main_chain_batch_norm(official: Graph) -> None:

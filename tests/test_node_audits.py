@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from aiperf.api.client import Accelerator, ApiError, NodeInventory
 from aiperf.profiles import OFFICIAL
 from master.core import node_audits
-from tests.test_master_service import clients
-from tests.test_official import IMAGENET
+from tests.support.master_clients import IMAGENET, clients
 
 H100 = "NVIDIA H100 80GB HBM3"
 PEAKS = {"float16": 9e14, "bfloat16": 9e14, "float32": 4e14}

@@ -1,4 +1,4 @@
-"""Issue 12 through the real server: a CPU worker's measured peak (checked by
+"""The official run's rules through the real server: a CPU worker's measured peak (checked by
 a physical bound), the locked official workload (settings, precision, XLA,
 the ImageNet split sizes, the dataset fingerprint), the per-worker ops budget
 and the refused reports stored per run and worker."""
@@ -18,10 +18,8 @@ from aiperf.api.client import ApiError
 from aiperf.flops import count_flops
 from aiperf.profiles import OFFICIAL, SMOKE
 from aiperf.resnet import resnet50
-from tests.test_master_service import HP, FakeClock, clients
-
-IMAGENET = {"kind": "imagenet-tfrecord", "train_images": 1_281_167, "validation_images": 50_000,
-            "num_classes": 1000, "image_size": 224, "fingerprint": "ab" * 32}
+from tests.support.fake_clock import FakeClock
+from tests.support.master_clients import HP, IMAGENET, clients
 
 
 def _cpu_worker(w, rate: float, cpus: int = 2, name: str = "cpu-node") -> int:

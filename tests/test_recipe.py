@@ -1,5 +1,5 @@
 """The training recipe (docs/spec.md, "The training recipe") on TensorFlow, with the same checks as
-the JAX backend's (tests/recipe_checks.py; tests/test_jax_backend.py runs them there): label smoothing,
+the JAX backend's (tests/support/recipe_checks.py; tests/test_jax_backend.py runs them there): label smoothing,
 weight decay on kernels only, the learning-rate schedules, early stopping on validation loss, and the
 official profile's values, each the original AIPerf's."""
 
@@ -14,20 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiperf.profiles import OFFICIAL, SMOKE
-from tests.recipe_checks import (
+from tests.support.recipe_checks import (
+    KERNELS,
     LEARNING_RATE,
     first_step,
+    kernel_squares,
     recipe,
     schedule_rates,
     smoothed_cross_entropy,
     validation_loss,
 )
-
-KERNELS = ("c1", "ins", "fc")  # the tiny graph's conv and dense layers
-
-
-def kernel_squares(weights) -> float:
-    return sum(float(np.sum(np.square(np.asarray(weights[name][0], np.float64)))) for name in KERNELS)
 
 
 def test_the_official_recipe_is_the_originals():
@@ -98,7 +94,7 @@ def test_the_learning_rate_schedules_step_by_step():
 
 
 def test_the_validation_loss_is_the_smoothed_cross_entropy_of_the_trained_weights():
-    from tests.test_trainer import TinyDataset
+    from tests.support.training import TinyDataset
 
     data = TinyDataset(n_train=64, n_val=24)
     figures = validation_loss(recipe(label_smoothing=0.1), data, (data._x[64:], data._y[64:]))
@@ -109,7 +105,7 @@ def test_the_validation_loss_is_the_smoothed_cross_entropy_of_the_trained_weight
 
 def test_early_stopping_on_validation_loss_ignores_accuracy_and_small_improvements():
     from aiperf.flops import count_flops
-    from tests.recipe_checks import tiny_graph
+    from tests.support.graphs import tiny_graph
     from worker.trainer import EarlyStopping, _Tracker
 
     def run(monitor: str, epochs: list[tuple[float, float]]) -> int:
@@ -149,8 +145,8 @@ def test_the_run_record_the_scoreboard_and_the_report_show_the_recipe():
 
 
 def test_a_round_stops_early_once_the_validation_loss_is_flat_not_the_accuracy():
-    from tests.recipe_checks import tiny_graph
-    from tests.test_trainer import TinyDataset
+    from tests.support.graphs import tiny_graph
+    from tests.support.training import TinyDataset
     from worker.trainer import train_model
 
     def run(**changes):
@@ -180,7 +176,7 @@ def test_early_stopping_on_validation_loss_stops_where_keras_does(losses, patien
     import keras
 
     from aiperf.flops import count_flops
-    from tests.recipe_checks import tiny_graph
+    from tests.support.graphs import tiny_graph
     from worker.trainer import EarlyStopping, _Tracker
 
     class Model:

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from aiperf.api.client import Accelerator, ApiError
 from aiperf.flops import count_flops
-from tests.test_master_service import HP, FakeClock, clients
+from tests.support.fake_clock import FakeClock
+from tests.support.master_clients import HP, clients
 
 RATE = 5e13  # the worker's measured float32 rate, under its H100's datasheet: its ceiling
 

@@ -13,9 +13,7 @@ from master.core.requests import ModelSubmission
 from master.core.restart import RESTART_GRACE_S
 from master.store.records import WorkerInput
 from master.store.sql.sql_store import SqlStore
-from tests.fake_clock import FakeClock
-
-HP = {"batch_size": 32, "kernel_size": 3}
+from tests.support.fake_clock import FakeClock
 
 
 def _life(url: str, clock: FakeClock, **kwargs: object) -> Master:

@@ -5,9 +5,7 @@ the pure rule's (aiperf/retention.py) over the whole history, on SQLite and Post
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -16,19 +14,11 @@ from hypothesis import strategies as st
 
 from aiperf.api.client import Accelerator, ControlClient, WorkerClient
 from aiperf.retention import record_holders
+# its baseline (the rule over the whole history) is this test's oracle
+from benchmarks import retention_bench as BENCH
 from master.core.retention import AccuracyRecords, release_checkpoints
 from master.store.records import NewModel, NewRun, ProgressInput, WorkerInput
 
-def _load_bench():
-    """benchmarks/retention_bench.py: its baseline (the rule over the whole history) is this test's oracle."""
-    spec = importlib.util.spec_from_file_location(
-        "retention_bench", Path(__file__).resolve().parent.parent / "benchmarks" / "retention_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _load_bench()
 ACCURACY = st.sampled_from([0.1, 0.25, 0.5, 0.75, 0.9])  # few values: ties in the ranking and the records
 
 
@@ -146,16 +136,16 @@ def test_a_master_keeps_the_record_holders_it_hears_of_after_its_first_finish(ma
     nothing but finishes at 0.8 (its best enters the time line at FinishModel); m3 reports 0.9;
     m4 reports 0.4. m1, m2 and m3 each held the run's best accuracy, so only m4 is let go, here
     and after a restart of the master on the same database."""
-    from tests.test_checkpoints import _children, _finish_stored
+    from tests.support.checkpoint_runs import finish_stored, morph_children
 
     h = master_server()
     ControlClient(h.address, h.admin_token).start_run(600, profile="smoke", seed=1, keep_checkpoints=1)
     w = WorkerClient(h.address, h.worker_token, retries=0)
     wid = w.register(name="n", host="n", accelerators=[Accelerator("Tesla V100", 32 << 30)]).worker_id
     deleted, ids = [], []
-    for i, (graph, acc, report) in enumerate(zip([small_graph, *_children(small_graph, 3)], (0.5, 0.8, 0.9, 0.4),
+    for i, (graph, acc, report) in enumerate(zip([small_graph, *morph_children(small_graph, 3)], (0.5, 0.8, 0.9, 0.4),
                                                  (True, False, True, True))):
-        mid, r = _finish_stored(w, wid, graph, i + 1, acc, report)
+        mid, r = finish_stored(w, wid, graph, i + 1, acc, report)
         deleted += [d.model_id for d in r.delete_checkpoints]
         ids.append(mid)
     assert deleted == [ids[3]]

@@ -13,6 +13,7 @@ import pytest
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf_cli.main import main
+from tests.support.master_clients import wait_for
 
 H100 = Accelerator("NVIDIA H100 80GB HBM3", 80 * 2**30, 0.0)
 
@@ -64,12 +65,11 @@ def test_workers_show_state_heartbeat_and_current_model(cluster, capsys, small_g
     sub = w.submit_model(a.worker_id, small_graph.to_json(), small_graph.hash(), parent_id=0, round=1,
                          hyperparameters={"batch_size": 32, "kernel_size": 3})
     # b falls silent: lost after 3 heartbeat intervals; a keeps beating
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    def b_lost() -> bool:
         w.heartbeat(a.worker_id, sub.model_id)
-        if c.list_workers(state="lost").total == 1:
-            break
-        time.sleep(0.1)
+        return c.list_workers(state="lost").total == 1
+
+    wait_for(b_lost, 10, "worker b lost", 0.1)
     rc, out, err = run(capsys, "workers", "--json")
     assert rc == 0, err
     d = json.loads(out)

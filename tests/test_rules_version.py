@@ -1,7 +1,7 @@
 """The rules version (aiperf/ruleset.py) changes whenever the rules do.
 
 RECORDED holds the version and the digest of every part of the rules
-(tests/rules_digest.py: profiles, datasheet peaks, scoring and validity, FLOP
+(tests/support/rules_digest.py: profiles, datasheet peaks, scoring and validity, FLOP
 count, ...) as they were when that version was set. A change of any part with
 the same version fails here: runs scored by the new rules would read as scored
 by the old ones.
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from aiperf.ruleset import RULES_VERSION
-from tests import rules_digest
-from tests.rules_digest import canonical_tree, digest, module_form, rules_digests
+from tests.support import rules_digest
+from tests.support.rules_digest import canonical_tree, digest, module_form, rules_digests
 
 RECORDED_VERSION = "aiperf-rules 1.0"
 RECORDED_DIGESTS = {
@@ -47,8 +47,8 @@ def _version(text: str) -> tuple[int, int]:
 def test_the_rules_version_changes_whenever_the_rules_do() -> None:
     try:
         now = rules_digests()
-    except LookupError as exc:  # a definition named in tests/rules_digest.py PARTS is gone
-        pytest.fail(f"{exc}: update PARTS in tests/rules_digest.py to where that rule lives now")
+    except LookupError as exc:  # a definition named in tests/support/rules_digest.py PARTS is gone
+        pytest.fail(f"{exc}: update PARTS in tests/support/rules_digest.py to where that rule lives now")
     table = "{\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in now.items()) + "}"
     changed = sorted(p for p in now.keys() | RECORDED_DIGESTS.keys() if now.get(p) != RECORDED_DIGESTS.get(p))
     if RULES_VERSION == RECORDED_VERSION:
@@ -77,7 +77,7 @@ def test_the_version_is_well_formed_and_defined_once() -> None:
 
 # ----------------------------------------------------------------- the digest can fail, and only then
 
-SCORING = Path(rules_digest.__file__).resolve().parents[1] / "aiperf" / "scoring.py"
+SCORING = Path(rules_digest.__file__).resolve().parents[2] / "aiperf" / "scoring.py"
 
 
 def _load(source: str, name: str) -> dict:
@@ -163,7 +163,7 @@ def _recorded_runs(db_url: str) -> tuple[int, int]:
     version, one that is then taken back to before versions were recorded (0008) and forward."""
     from master.store.records import NewRun
     from master.store.sql.sql_store import SqlStore
-    from tests.schema_round_trip import down_and_up
+    from tests.support.schema_round_trip import down_and_up
 
     s = SqlStore(db_url)
     try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-import urllib.request
 
 import grpc
 import pytest
@@ -16,20 +15,8 @@ from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
-from tests.fake_clock import FakeClock
-
-HP = {"batch_size": 32, "kernel_size": 3}
-
-
-def scrape(port: int) -> dict[str, float]:
-    """{series with labels: value} of the master's /metrics."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
+from tests.support.fake_clock import FakeClock
+from tests.support.master_clients import HP, scrape
 
 
 def test_run_gauges_are_computed_at_each_scrape(master_server, small_graph, tmp_path):

@@ -164,8 +164,8 @@ def test_smoke_profile_counts_after_two_minutes():
     assert r.valid
 
 
-# Issue 12: the old regulated score paired the window's highest FLOPS with the
-# end-of-run error. On this time line FLOPS peaks early (2e12 at 4000 s, error 0.5)
+# The regulated score must pair FLOPS and error of the same moment, not the window's highest
+# FLOPS with the end-of-run error. On this time line FLOPS peaks early (2e12 at 4000 s, error 0.5)
 # and the error drops late (0.25 at 8000 s, FLOPS 1.5e12).
 SYNTHETIC = [
     Point(T0 + 2000, ops=4 * 10**15, worker_ops=4 * 10**15, accuracy=0.30),

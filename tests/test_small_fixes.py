@@ -8,6 +8,7 @@ import pytest
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf_cli.audit import chosen, why_audited
+from tests.support.master_clients import wait_for
 
 
 def test_audit_says_why_it_audits_a_model_beyond_the_top():
@@ -145,7 +146,6 @@ def test_the_export_extra_has_a_make_target_that_keeps_the_editable_install():
 
 
 def test_a_worker_that_says_it_leaves_is_lost_at_the_next_tick_not_15_s_later(master_server):
-    import time
 
     from aiperf.api.client import ControlClient, WorkerClient
 
@@ -154,13 +154,11 @@ def test_a_worker_that_says_it_leaves_is_lost_at_the_next_tick_not_15_s_later(ma
         stays = w.register(name="stays", host="a").worker_id
         leaves = w.register(name="leaves", host="b").worker_id
         w.heartbeat(leaves, leaving=True)  # the last beat of a worker stopped by SIGTERM
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            states = {x.worker_id: x.state for x in c.list_workers().workers}
-            if states[leaves] == pb.WORKER_LOST:
-                break
-            time.sleep(0.1)
-        assert states == {stays: pb.WORKER_ALIVE, leaves: pb.WORKER_LOST}
+        def states() -> dict[int, int]:
+            return {x.worker_id: x.state for x in c.list_workers().workers}
+
+        wait_for(lambda: states()[leaves] == pb.WORKER_LOST, 5, "the leaving worker lost", 0.1)
+        assert states() == {stays: pb.WORKER_ALIVE, leaves: pb.WORKER_LOST}
         w.heartbeat(leaves)  # it may come back: alive again
         assert {x.worker_id: x.state for x in c.list_workers().workers}[leaves] == pb.WORKER_ALIVE
 
@@ -216,10 +214,7 @@ def test_goodbye_is_sent_or_given_up_within_its_timeout(master_server):
     with WorkerClient(h.address, h.worker_token) as w, ControlClient(h.address, h.admin_token) as c:
         wid = w.register(name="n", host="n").worker_id
         assert w.connect().goodbye(wid, 5.0) is True
-        deadline = time.monotonic() + 5
-        while c.list_workers().workers[0].state != pb.WORKER_LOST and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert c.list_workers().workers[0].state == pb.WORKER_LOST
+        wait_for(lambda: c.list_workers().workers[0].state == pb.WORKER_LOST, 5, "the worker lost after goodbye", 0.1)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -8,7 +8,8 @@ from sqlalchemy import text
 from master.store.sql.engine import head_revision, make_engine
 from master.store.sql.sql_store import SqlStore
 from master.store.errors import FailedPrecondition, NotFound, PermissionDenied, SchemaError
-from master.store.records import NewModel, NewRun, ProgressInput, ResourceSampleInput, WorkerInput
+from master.store.records import NewModel, ResourceSampleInput, WorkerInput
+from tests.support.store_rows import added_model, progress_row, registered_worker, started_run
 
 
 @pytest.fixture
@@ -16,32 +17,6 @@ def store(db_url: str):
     s = SqlStore(db_url)
     yield s
     s.close()
-
-
-def _run(store: SqlStore, now: float = 100.0, **kw) -> int:
-    spec = NewRun(profile="smoke", seed=7, duration_s=600.0, precision="fp32",
-                  config={"limits": {}, "min_running_time_s": 120.0}, software={"aiperf": "0.1.0"})
-    run = store.create_run(spec, now, **kw)
-    return store.start_run(run.id, now).id
-
-
-def _worker(store: SqlStore, name: str = "node-1", now: float = 100.0) -> int:
-    w, _ = store.register_worker(
-        WorkerInput(name=name, host=name, accelerators=[{"model": "V100", "memory_bytes": 32 << 30, "peak_flops": 1e14}],
-                    cpus=8, memory_bytes=64 << 30, software={"tensorflow": "2.21"}), now)
-    return w.id
-
-
-def _model(store: SqlStore, run_id: int, worker_id: int, parent: int | None = None, state: str = "training") -> int:
-    return store.add_model(NewModel(run_id=run_id, parent_id=parent, worker_id=worker_id, round=1, graph_json="{}",
-                                    graph_hash="ab" * 32, batch_size=32, kernel_size=3, state=state,
-                                    flops_per_train_image=30, flops_per_eval_image=10), 101.0).id
-
-
-def _report(model_id: int, worker_id: int, seq: int, t: float, trained: int = 100, acc: float | None = None):
-    return ProgressInput(model_id=model_id, worker_id=worker_id, seq=seq, t=t, epoch=1, images_trained=trained,
-                         images_validated=0, accuracy=acc, worker_flops=30 * trained, master_flops=30 * trained,
-                         flops_mismatch=False)
 
 
 def test_fresh_database_is_migrated_to_head_and_reopening_is_a_no_op(db_url: str):
@@ -88,10 +63,10 @@ def test_sqlite_uses_wal(tmp_path):
 
 
 def test_only_one_active_run_unless_told_otherwise(store: SqlStore):
-    first = _run(store)
+    first = started_run(store)
     with pytest.raises(FailedPrecondition, match=f"run {first} is still active"):
-        _run(store)
-    second = _run(store, allow_concurrent=True)
+        started_run(store)
+    second = started_run(store, allow_concurrent=True)
     assert [r.id for r in store.active_runs()] == [first, second]
     assert store.current_run().id == second
     run = store.get_run(first)
@@ -101,8 +76,8 @@ def test_only_one_active_run_unless_told_otherwise(store: SqlStore):
 
 
 def test_run_lifecycle_and_abandoning_open_models(store: SqlStore):
-    run_id, w = _run(store), _worker(store)
-    m = _model(store, run_id, w)
+    run_id, w = started_run(store), registered_worker(store)
+    m = added_model(store, run_id, w)
     stopped = store.stop_run(run_id, 200.0, "deadline reached")
     assert stopped.state == "stopping" and stopped.stopped_at == 200.0
     assert store.stop_run(run_id, 250.0, "again").stopped_at == 200.0  # no-op
@@ -115,16 +90,16 @@ def test_run_lifecycle_and_abandoning_open_models(store: SqlStore):
 
 
 def test_register_is_idempotent_and_a_restart_abandons_the_old_model(store: SqlStore):
-    run_id = _run(store)
-    w1 = _worker(store, "node-1")
-    m = _model(store, run_id, w1)
-    store.add_progress([_report(m, w1, 1, 110.0)])
+    run_id = started_run(store)
+    w1 = registered_worker(store, "node-1")
+    m = added_model(store, run_id, w1)
+    store.add_progress([progress_row(m, w1, 1, 110.0)])
     w, abandoned = store.register_worker(
         WorkerInput(name="node-1", host="node-1b", accelerators=[], cpus=4, memory_bytes=1, software={}), 120.0)
     assert w.id == w1 and w.host == "node-1b" and abandoned == [m]
     model = store.get_model(m)
     assert model.state == "abandoned" and model.images_trained == 100  # progress kept
-    assert _worker(store, "node-2") != w1
+    assert registered_worker(store, "node-2") != w1
 
 
 def test_the_credential_hash_is_kept_per_worker(store: SqlStore):
@@ -164,8 +139,8 @@ def test_migration_0003_adds_an_empty_credential_to_existing_workers(db_url: str
 
 
 def test_lost_workers_and_heartbeats(store: SqlStore):
-    run_id, w = _run(store), _worker(store)
-    m = _model(store, run_id, w)
+    run_id, w = started_run(store), registered_worker(store)
+    m = added_model(store, run_id, w)
     assert store.mark_workers_lost([w], 150.0) == [m]
     assert store.get_worker(w).state == "lost"
     store.record_heartbeats({w: 160.0})
@@ -176,7 +151,7 @@ def test_lost_workers_and_heartbeats(store: SqlStore):
 
 def test_heartbeats_of_many_workers_are_all_recorded(store: SqlStore):
     # written in several transactions (chunks); none may be dropped at a chunk boundary
-    workers = [_worker(store, f"node-{i}") for i in range(600)]
+    workers = [registered_worker(store, f"node-{i}") for i in range(600)]
     store.record_heartbeats({w: 1000.0 + w for w in workers})
     assert {w.id: w.last_heartbeat for w in store.list_workers("alive")} == {w: 1000.0 + w for w in workers}
 
@@ -188,16 +163,16 @@ def test_a_heartbeat_flush_lets_a_waiting_report_batch_in_between_its_chunks(sto
     import threading
     import time
 
-    import master.store.sql.sql_store as sql_store
+    import master.store.sql.workers as sql_workers
 
-    run, worker = _run(store), _worker(store)
-    model = _model(store, run, worker)
-    monkeypatch.setattr(sql_store, "HEARTBEAT_CHUNK", 2)
+    run, worker = started_run(store), registered_worker(store)
+    model = added_model(store, run, worker)
+    monkeypatch.setattr(sql_workers, "HEARTBEAT_CHUNK", 2)
     events: list[str] = []
     write_chunk = store._sql.write_heartbeats
 
     def report() -> None:
-        store.add_progress([_report(model, worker, 1, 200.0)])
+        store.add_progress([progress_row(model, worker, 1, 200.0)])
         events.append("report")
 
     reporter = threading.Thread(target=report)
@@ -224,13 +199,13 @@ def test_on_postgresql_a_report_batch_commits_during_a_heartbeat_flush(store: Sq
 
     if store.dialect == "sqlite":
         pytest.skip("SQLite has one writer: the flush hands the lock over between chunks (test above)")
-    run, worker = _run(store), _worker(store)
-    model = _model(store, run, worker)
+    run, worker = started_run(store), registered_worker(store)
+    model = added_model(store, run, worker)
     committed = threading.Event()
     write_chunk = store._sql.write_heartbeats
 
     def report() -> None:
-        store.add_progress([_report(model, worker, 1, 200.0)])
+        store.add_progress([progress_row(model, worker, 1, 200.0)])
         committed.set()
 
     def chunk(conn, items) -> None:
@@ -248,9 +223,9 @@ def test_on_postgresql_a_report_batch_commits_during_a_heartbeat_flush(store: Sq
 def test_workers_joining_a_run_do_not_make_the_next_report_batch_read_its_models_back(store: SqlStore, monkeypatch):
     """At a run's start every worker joins (a run_workers row, no model or run changed): the
     progress writer's cache of the models it writes stays; a write that changes a model clears it."""
-    run, worker = _run(store), _worker(store)
-    model = _model(store, run, worker)
-    store.add_progress([_report(model, worker, 1, 200.0)])
+    run, worker = started_run(store), registered_worker(store)
+    model = added_model(store, run, worker)
+    store.add_progress([progress_row(model, worker, 1, 200.0)])
     reads: list[str] = []
     state = store._progress_state
 
@@ -259,26 +234,26 @@ def test_workers_joining_a_run_do_not_make_the_next_report_batch_read_its_models
         return state(conn, ids)
 
     monkeypatch.setattr(store, "_progress_state", counted)
-    others = [_worker(store, f"node-{i + 2}") for i in range(3)]  # registering changes no model either, but
-    store.add_progress([_report(model, worker, 2, 201.0)])  # clears the cache: this batch reads it back
+    others = [registered_worker(store, f"node-{i + 2}") for i in range(3)]  # registering changes no model either, but
+    store.add_progress([progress_row(model, worker, 2, 201.0)])  # clears the cache: this batch reads it back
     reads.clear()
     for other in others:
         assert store.join_run(run, other, 201.0)
-    store.add_progress([_report(model, worker, 3, 202.0)])
+    store.add_progress([progress_row(model, worker, 3, 202.0)])
     assert reads == []  # from the cache
-    store.finish_model(_model(store, run, worker), worker, "failed", "x", None, None, 203.0)
-    store.add_progress([_report(model, worker, 4, 204.0)])
+    store.finish_model(added_model(store, run, worker), worker, "failed", "x", None, None, 203.0)
+    store.add_progress([progress_row(model, worker, 4, 204.0)])
     assert reads == [str(model)]  # another model changed: read back
     assert store.get_model(model).images_trained == 400
 
 
 def test_models_parent_limit_and_history(store: SqlStore):
-    run_id, w = _run(store), _worker(store)
-    a = _model(store, run_id, w)
-    b = _model(store, run_id, w, parent=a)
+    run_id, w = started_run(store), registered_worker(store)
+    a = added_model(store, run_id, w)
+    b = added_model(store, run_id, w, parent=a)
     assert store.get_model(b).parent_id == a
     with pytest.raises(NotFound, match="parent model 999"):
-        _model(store, run_id, w, parent=999)
+        added_model(store, run_id, w, parent=999)
     with pytest.raises(FailedPrecondition, match="limit of 2 models"):
         store.add_model(NewModel(run_id, None, w, 1, "{}", "cd" * 32, 8, 3, "training", 1, 1), 102.0, max_models=2)
     assert [m.id for m in store.models_since(run_id, 0)] == [a, b]
@@ -294,15 +269,15 @@ def test_models_parent_limit_and_history(store: SqlStore):
 
 
 def test_progress_is_idempotent_and_checked(store: SqlStore):
-    run_id, w, other = _run(store), _worker(store), _worker(store, "node-2")
-    m = _model(store, run_id, w)
-    q = _model(store, run_id, w, state="queued")
-    res = store.add_progress([_report(m, w, 1, 110.0), _report(m, w, 2, 120.0, acc=0.4), _report(q, w, 1, 121.0)])
+    run_id, w, other = started_run(store), registered_worker(store), registered_worker(store, "node-2")
+    m = added_model(store, run_id, w)
+    q = added_model(store, run_id, w, state="queued")
+    res = store.add_progress([progress_row(m, w, 1, 110.0), progress_row(m, w, 2, 120.0, acc=0.4), progress_row(q, w, 1, 121.0)])
     assert [r.error for r in res] == [None, None, None] and not any(r.duplicate for r in res)
     assert store.get_model(q).state == "training"  # queued -> training at its first report
-    again = store.add_progress([_report(m, w, 2, 130.0, trained=999)])
+    again = store.add_progress([progress_row(m, w, 2, 130.0, trained=999)])
     assert again[0].duplicate and again[0].master_flops == 3000
-    bad = store.add_progress([_report(m, other, 3, 131.0), _report(999, w, 1, 131.0)])
+    bad = store.add_progress([progress_row(m, other, 3, 131.0), progress_row(999, w, 1, 131.0)])
     assert isinstance(bad[0].error, PermissionDenied) and isinstance(bad[1].error, NotFound)
     model = store.get_model(m)
     assert model.images_trained == 200 and model.best_accuracy == 0.4 and model.epochs == 1
@@ -310,7 +285,7 @@ def test_progress_is_idempotent_and_checked(store: SqlStore):
         (110.0, 3000, None), (120.0, 3000, 0.4), (121.0, 3000, None)]
     assert store.run_images(run_id) == (300, 0)
     store.finish_model(m, w, "done", "", 0.4, None, 140.0)
-    closed = store.add_progress([_report(m, w, 3, 150.0)])
+    closed = store.add_progress([progress_row(m, w, 3, 150.0)])
     assert isinstance(closed[0].error, FailedPrecondition)
     assert len(store.timeline(run_id)) == 3
 
@@ -318,9 +293,9 @@ def test_progress_is_idempotent_and_checked(store: SqlStore):
 def test_a_large_batch_of_reports_is_recorded_whole(store: SqlStore):
     # more reports and models than one multi-row statement holds; queued models
     # (no start time yet) and reports without accuracy mixed in
-    run_id, w = _run(store), _worker(store)
-    models = [_model(store, run_id, w, state="queued" if i % 3 == 0 else "training") for i in range(520)]
-    batch = [_report(m, w, seq, 200.0 + seq, trained=10 * seq, acc=0.5 if m % 2 and seq == 2 else None)
+    run_id, w = started_run(store), registered_worker(store)
+    models = [added_model(store, run_id, w, state="queued" if i % 3 == 0 else "training") for i in range(520)]
+    batch = [progress_row(m, w, seq, 200.0 + seq, trained=10 * seq, acc=0.5 if m % 2 and seq == 2 else None)
              for seq in (1, 2) for m in models]
     res = store.add_progress(batch)
     assert all(r.error is None and not r.duplicate for r in res) and len(res) == 1040
@@ -336,31 +311,31 @@ def test_a_large_batch_of_reports_is_recorded_whole(store: SqlStore):
 def test_progress_state_kept_in_memory_stays_true(store: SqlStore, db_url: str):
     """add_progress keeps the models' state between batches: out-of-order reports, retries,
     other writes and a restarted store must all see what the database holds."""
-    run_id, w = _run(store), _worker(store)
-    m = _model(store, run_id, w)
-    assert [r.error for r in store.add_progress([_report(m, w, 5, 110.0)])] == [None]
-    late = store.add_progress([_report(m, w, 3, 111.0), _report(m, w, 5, 112.0), _report(m, w, 3, 113.0)])
+    run_id, w = started_run(store), registered_worker(store)
+    m = added_model(store, run_id, w)
+    assert [r.error for r in store.add_progress([progress_row(m, w, 5, 110.0)])] == [None]
+    late = store.add_progress([progress_row(m, w, 3, 111.0), progress_row(m, w, 5, 112.0), progress_row(m, w, 3, 113.0)])
     assert [r.duplicate for r in late] == [False, True, True] and all(r.error is None for r in late)
     assert store.get_model(m).images_trained == 200
     # a restarted master (a new store on the same database) still refuses to count a retry twice
     reopened = SqlStore(db_url)
     try:
-        again = reopened.add_progress([_report(m, w, 3, 114.0), _report(m, w, 6, 115.0)])
+        again = reopened.add_progress([progress_row(m, w, 3, 114.0), progress_row(m, w, 6, 115.0)])
         assert [r.duplicate for r in again] == [True, False]
         assert reopened.get_model(m).images_trained == 300
     finally:
         reopened.close()
     # another write (the run aborted) is seen by the next batch
     store.finish_run(run_id, 120.0, "aborted", "test")
-    closed = store.add_progress([_report(m, w, 7, 121.0)])
+    closed = store.add_progress([progress_row(m, w, 7, 121.0)])
     assert isinstance(closed[0].error, FailedPrecondition)
     assert store.run_images(run_id) == (300, 0)
 
 
 def test_finish_model_rules_and_the_final_accuracy_enters_the_time_line(store: SqlStore):
-    run_id, w, other = _run(store), _worker(store), _worker(store, "node-2")
-    m = _model(store, run_id, w)
-    store.add_progress([_report(m, w, 1, 110.0, acc=0.5)])
+    run_id, w, other = started_run(store), registered_worker(store), registered_worker(store, "node-2")
+    m = added_model(store, run_id, w)
+    store.add_progress([progress_row(m, w, 1, 110.0, acc=0.5)])
     with pytest.raises(PermissionDenied):
         store.finish_model(m, other, "done", "", 0.5, None, 120.0)
     done = store.finish_model(m, w, "done", "", 0.55, 0.7, 120.0)
@@ -372,7 +347,7 @@ def test_finish_model_rules_and_the_final_accuracy_enters_the_time_line(store: S
 
 
 def test_resource_samples(store: SqlStore):
-    run_id, w = _run(store), _worker(store)
+    run_id, w = started_run(store), registered_worker(store)
     n = store.add_resource_samples(run_id, [ResourceSampleInput(w, 105.0, 0, 0.9, 1 << 30, 0.5, 2 << 30),
                                             ResourceSampleInput(w, 106.0, -1, 0.0, 0, 0.25, 3 << 30)])
     assert n == 2
@@ -381,7 +356,7 @@ def test_resource_samples(store: SqlStore):
 
 
 def test_join_run_records_the_inventory_once(store: SqlStore):
-    run_id, w = _run(store), _worker(store)
+    run_id, w = started_run(store), registered_worker(store)
     assert store.join_run(run_id, w, 110.0) is True
     assert store.join_run(run_id, w, 111.0) is False
     [rw] = store.run_workers(run_id)
@@ -405,7 +380,7 @@ def test_migration_0004_keeps_run_workers_with_no_dataset_and_no_refusals(db_url
     s = SqlStore(db_url)
     try:
         assert s.previous_revision == "0003"
-        run_id = _run(s)
+        run_id = started_run(s)
         old = s.worker_by_name("old")
         assert old is not None and old.cpu == {}
         s.join_run(run_id, old.id, 2.0)

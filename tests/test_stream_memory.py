@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import time
 from typing import Any
 
 import grpc
@@ -18,6 +17,7 @@ from aiperf.api.calls import CREDENTIAL_METADATA
 from aiperf.api.client import WorkerClient, make_channel
 from master.rpc import garbage_collector as gcm
 from master.server import STREAM_MEMORY
+from tests.support.master_clients import wait_for
 
 
 class Clock:
@@ -64,7 +64,4 @@ def test_the_master_counts_its_closed_streams(master_server: Any) -> None:
                 next(call)
             except (StopIteration, grpc.RpcError):
                 pass
-    deadline = time.monotonic() + 10
-    while STREAM_MEMORY._closed - before < 20 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert STREAM_MEMORY._closed - before >= 20
+    wait_for(lambda: STREAM_MEMORY._closed - before >= 20, 10, "20 streams closed", 0.05)

@@ -22,7 +22,7 @@ from aiperf.api.client import ControlClient, WorkerClient
 from aiperf.api.tokens import token_problem
 from aiperf_cli.main import main
 from master.rpc.tokens import load_tokens
-from tests.test_cli_exit import UNREACHABLE, aiperf, error_line
+from tests.support.cli_runs import UNREACHABLE, aiperf, error_line
 
 BAD = ["tok en", "token\n", "tök", "tok\ten", "\x1b[31m", "\u200btoken", "x" * (limits.MAX_TOKEN_CHARS + 1)]
 

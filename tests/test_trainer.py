@@ -2,7 +2,6 @@
 
 import dataclasses
 import json
-import math
 import subprocess
 import sys
 import textwrap
@@ -11,37 +10,17 @@ import numpy as np
 import pytest
 
 from aiperf.flops import count_flops
-from aiperf.graph import INPUT, INSERTED, Graph, conv, dense, simple, with_inserted_kernel
+from aiperf.graph import INSERTED, conv, simple, with_inserted_kernel
 from aiperf.profiles import SMOKE
 from aiperf.resnet import resnet50
+from tests.support.graphs import tiny_graph
+from tests.support.training import PROFILE, TinyDataset
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 from worker.trainer import Progress, _Tracker, train_model  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-class TinyDataset:
-    """In-memory stand-in for worker.data.Dataset: random 32x32 images, one-hot labels."""
-
-    def __init__(self, n_train: int = 100, n_val: int = 40, size: int = 32, classes: int = 10) -> None:
-        rng = np.random.default_rng(0)
-        self.image_size, self.num_classes = size, classes
-        self.train_size, self.validation_size = n_train, n_val
-        self._x = rng.normal(size=(n_train + n_val, size, size, 3)).astype(np.float32)
-        self._y = np.eye(classes, dtype=np.float32)[rng.integers(0, classes, n_train + n_val)]
-
-    def train(self, batch_size, *, seed=0):
-        ds = tf.data.Dataset.from_tensor_slices((self._x[:self.train_size], self._y[:self.train_size]))
-        return ds.shuffle(self.train_size, seed=seed).batch(batch_size)
-
-    def validation(self, batch_size):
-        ds = tf.data.Dataset.from_tensor_slices((self._x[self.train_size:], self._y[self.train_size:]))
-        return ds.batch(batch_size)
-
-    def train_steps(self, batch_size):
-        return math.ceil(self.train_size / batch_size)
 
 
 def graph_with_inserted_conv():
@@ -55,15 +34,6 @@ def graph_with_inserted_conv():
     return g.with_layers(layers + new)
 
 
-def tiny_graph():
-    """A few layers (fast to trace) with one inserted conv: stem, inserted block, head."""
-    layers = [conv("c1", INPUT, 8, 3, 2), simple("b1", "batchnorm", "c1"), simple("r1", "relu", "b1"),
-              conv("ins", "r1", 8, 3, tag=INSERTED), simple("b2", "batchnorm", "ins"), simple("r2", "relu", "b2"),
-              simple("pool", "avgpool", "r2"), dense("fc", "pool", 10), simple("out", "softmax", "fc")]
-    return Graph((32, 32, 3), 10, tuple(layers))
-
-
-PROFILE = dataclasses.replace(SMOKE, epochs_per_round=(2, 6), learning_rate=0.05)
 
 
 @pytest.fixture(scope="module")
@@ -258,8 +228,8 @@ def test_two_replicas_use_a_global_batch_and_count_every_image(tmp_path):
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         sys.path.insert(0, sys.argv[1])
-        from test_trainer import TinyDataset, PROFILE
-        from test_trainer import tiny_graph
+        from tests.support.graphs import tiny_graph
+        from tests.support.training import PROFILE, TinyDataset
         from worker.trainer import train_model
         strategy = tf.distribute.MirroredStrategy(devices=["/cpu:0", "/cpu:1"])
         reports = []
@@ -270,7 +240,7 @@ def test_two_replicas_use_a_global_batch_and_count_every_image(tmp_path):
         print("RESULT", res.state, res.replicas, res.global_batch_size, res.images_trained,
               res.images_validated, trained)
     ''')
-    out = subprocess.run([sys.executable, "-c", script, str(__import__("pathlib").Path(__file__).parent)],
+    out = subprocess.run([sys.executable, "-c", script, str(__import__("pathlib").Path(__file__).parents[1])],
                          capture_output=True, text=True, timeout=120)
     line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT")), None)
     assert line, out.stderr[-3000:]
@@ -288,7 +258,8 @@ def test_two_replicas_give_one_devices_losses_within_the_batch_norm_difference()
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         sys.path.insert(0, sys.argv[1])
-        from test_trainer import TinyDataset, PROFILE, tiny_graph
+        from tests.support.graphs import tiny_graph
+        from tests.support.training import PROFILE, TinyDataset
         from aiperf.graph import with_inserted_kernel
         from worker.rounds import StepSettings
         from worker.steps import compile_round
@@ -302,7 +273,7 @@ def test_two_replicas_give_one_devices_losses_within_the_batch_norm_difference()
 
         print("RESULT", json.dumps([losses(["/cpu:0"]), losses(["/cpu:0", "/cpu:1"])]))
     ''')
-    out = subprocess.run([sys.executable, "-c", script, str(__import__("pathlib").Path(__file__).parent)],
+    out = subprocess.run([sys.executable, "-c", script, str(__import__("pathlib").Path(__file__).parents[1])],
                          capture_output=True, text=True, timeout=300)
     line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT")), None)
     assert line, out.stderr[-3000:]

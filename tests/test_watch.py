@@ -11,7 +11,7 @@ import pytest
 from aiperf.api import aiperf_pb2 as pb
 from aiperf_cli.options import ExitCode
 from aiperf_cli.watch import Follow, follow, progress_line
-from tests.cli_runs import run_cli as _run
+from tests.support.cli_runs import run_cli as _run
 
 
 class FakeClock:

@@ -1,4 +1,4 @@
-"""The master's clock defines a run's window, and totals cannot overflow (issue 11, items 4 and 5).
+"""The master's clock defines a run's window, and totals cannot overflow.
 
 Store rules on SQLite and PostgreSQL; the rest through a real master on a real
 port with a real SQLite file, restarted on the same file across a deadline with
@@ -6,8 +6,6 @@ a fake clock.
 """
 
 from __future__ import annotations
-
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,19 +22,10 @@ from master.store.sql.tables import MasterLifeRow
 from master.store.sql.sql_store import SqlStore
 from master.store.errors import FailedPrecondition, InvalidArgument
 from master.store.records import INT64_MAX, NewModel, NewRun, Outage, ProgressInput, WorkerInput
-from tests.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
+from tests.support.master_clients import HP, wait_for
 
-HP = {"batch_size": 32, "kernel_size": 3}
 UINT64_MAX = 2**64 - 1
-
-
-def wait_for(cond, timeout: float = 10.0, what: str = "condition") -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # ---------------------------------------------------------------- store helpers

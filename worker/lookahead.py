@@ -8,12 +8,10 @@ hand-over: submit the prepared child, fetch the history, start the next
 look-ahead, first step. The trained round's model is freed at the next
 hand-over (`dispose`, then `take`), once the round planned meanwhile is ready
 and before the next planning and training begin: freeing a model's functions
-while another thread traces or trains waited 3-37 s on TensorFlow's locks on a
-2-core machine (on the training thread it held up training; queued on the
-look-ahead thread it held up the next planning, and the hand-over with it),
-while with nothing else running it takes a twentieth of a second. Its data
-iterators go to a thread of their own (`worker.rounds`): deleting one waits for
-its pipeline's autotuning thread, seconds that were probably part of those waits.
+while another thread traces or trains waits seconds on TensorFlow's locks, a
+twentieth of a second with nothing else running (docs/benchmarks.md, idle_bench's
+figures). Its data iterators go to a thread of their own (`worker.rounds`):
+deleting one waits for its pipeline's autotuning thread.
 The heap alive when the process's first run begins its rounds is frozen
 (`freeze_heap`), so the collection at each hand-over scans only what rounds create.
 

@@ -10,56 +10,8 @@ later call naming that worker (metadata `aiperf-worker-credential`), on its
 Connect streams too. A worker that restarts presents the credential it kept:
 `register(..., credential=kept)` (the agent keeps it in its state directory).
 
-A worker's life, in calls::
-
-    from aiperf.api.client import WorkerClient, Accelerator
-    c = WorkerClient("master:50051", token)
-    reg = c.register(name="node-1", host="node-1",
-                     accelerators=[Accelerator("NVIDIA H100", 80 << 30, peak_flops=4e14)],
-                     cpus=32, memory_bytes=512 << 30,
-                     software={"tensorflow": "2.21.0"})
-    # reg.worker_id, reg.heartbeat_interval_s, reg.has_run, reg.run (RunInfo), reg.credential
-    hb = c.heartbeat(reg.worker_id)          # every heartbeat_interval_s, from a thread
-    s = c.connect()                          # or: on a stream of the caller's own, which it
-    hb = s.heartbeat(reg.worker_id)          # closes itself (what the worker agent does)
-    # hb.has_run / hb.run.state (aiperf_pb2.RUN_RUNNING ...), hb.run.config:
-    #   run_id, profile, seed, duration_s, precision, limits, warmup_rounds, ...
-    hist = c.get_history(reg.worker_id, since_model_id=last_seen)  # .models, .ranked_model_ids
-    sub = c.submit_model(reg.worker_id, graph.to_json(), graph.hash(), parent_id=3,
-                         round=6, hyperparameters=Hyperparameters(batch_size=448, kernel_size=5))
-    c.report_progress(reg.worker_id, sub.model_id, seq=1, images_trained=44800,
-                      images_validated=0, epoch=1, worker_flops=fc.ops(44800, 0))
-    c.report_progress(reg.worker_id, sub.model_id, seq=2, images_trained=0,
-                      images_validated=10000, epoch=1, val_accuracy=0.41,
-                      worker_flops=fc.ops(0, 10000))
-    c.finish_model(reg.worker_id, sub.model_id, "done", best_accuracy=0.41,
-                   predicted_accuracy=0.55)
-    obs = c.get_hyperparameter_history(reg.worker_id)  # for TPE: .observations
-
-Heartbeats and progress reports travel on the worker's Connect stream
-(aiperf.api.stream): `heartbeat` and `report_progress` ride one the client
-opens on first use.
-
-Rules the master enforces (violations raise ApiError):
-- `seq` starts at 1 and grows by one per report of a model; resending the same
-  seq (after a timeout, say) is safe: the ack says `duplicate=True` and nothing
-  is counted twice. `report_progress` retries transient failures itself.
-- Image counts are those processed since the previous report (steps x global
-  batch), never negative. `val_accuracy` is a real observed validation
-  accuracy; the error of the run is computed from these alone.
-- `worker_flops` is the worker's own count for the same images; the master
-  counts them itself and flags a disagreement above 1%.
-- Report at least every `run.config.report_interval_s` (30 s) while training.
-- Train only while hb.has_run and hb.run.state == RUN_RUNNING. When the run
-  is STOPPING (deadline or stop request), stop training, send the last report
-  and finish_model; reports are refused once it is FINISHED or ABORTED, and
-  hb.has_run turns False when no run is active (the master keeps only active
-  runs in heartbeats).
-- A model abandoned by the master (the worker was silent for 3 heartbeat
-  intervals) refuses further reports with FAILED_PRECONDITION.
-- A call naming a worker id whose credential this client does not hold is
-  PERMISSION_DENIED. Register with the name of a live worker, without its
-  credential, is ALREADY_EXISTS; the name is free once that worker is marked lost.
+A worker's life in calls, and the rules the master enforces on them: docs/architecture.md,
+"A worker's calls".
 """
 
 from __future__ import annotations

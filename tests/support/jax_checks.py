@@ -1,7 +1,7 @@
 """The JAX backend's checks, run in a process of their own (tests/test_jax_backend.py).
 
 Keras fixes its backend at import, and the test process runs Keras on TensorFlow, so these run
-as `python tests/jax_checks.py OUT.json [INHERIT_DIR]` with KERAS_BACKEND=jax, two virtual CPU
+as `python -m tests.support.jax_checks OUT.json [INHERIT_DIR]` (from the repository root) with KERAS_BACKEND=jax, two virtual CPU
 devices (XLA_FLAGS=--xla_force_host_platform_device_count=2) and TensorFlow made unimportable
 (`block_tensorflow`, as on a GPU node without it). Each check writes its figures into OUT.json;
 the tests assert on them.
@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.graphs import tiny_graph
+
 
 
 class TensorFlowBlocker(importlib.abc.MetaPathFinder):
@@ -74,15 +75,6 @@ class NumpyData:
 
     def train_steps(self, batch_size: int) -> int:
         return math.ceil(self.train_size / batch_size)
-
-
-def tiny_graph() -> Any:
-    from aiperf.graph import INPUT, INSERTED, Graph, conv, dense, simple
-
-    layers = [conv("c1", INPUT, 8, 3, 2), simple("b1", "batchnorm", "c1"), simple("r1", "relu", "b1"),
-              conv("ins", "r1", 8, 3, tag=INSERTED), simple("b2", "batchnorm", "ins"), simple("r2", "relu", "b2"),
-              simple("pool", "avgpool", "r2"), dense("fc", "pool", 10), simple("out", "softmax", "fc")]
-    return Graph((32, 32, 3), 10, tuple(layers))
 
 
 def profile(epochs: int = 1) -> Any:
@@ -245,9 +237,8 @@ def check_audit_and_peaks(out: dict[str, Any], directory: Path) -> None:
 
 
 def check_recipe(out: dict[str, Any]) -> None:
-    """The training recipe's figures (tests/recipe_checks.py) on JAX, as tests/test_recipe.py on TensorFlow."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from recipe_checks import first_step, recipe, schedule_rates, to_json, validation_loss
+    """The training recipe's figures (tests/support/recipe_checks.py) on JAX, as tests/test_recipe.py on TensorFlow."""
+    from tests.support.recipe_checks import first_step, recipe, schedule_rates, to_json, validation_loss
 
     data = NumpyData(n_train=64, n_val=24)
     out["recipe"] = {
@@ -262,7 +253,6 @@ def check_recipe(out: dict[str, Any]) -> None:
 
 def main() -> int:
     block_tensorflow()
-    sys.path.insert(0, str(ROOT))
     target = Path(sys.argv[1])
     directory = Path(sys.argv[2]) if len(sys.argv) > 2 else None
     out: dict[str, Any] = {"errors": {}, "seconds": {}}

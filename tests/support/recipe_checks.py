@@ -1,5 +1,5 @@
 """The training recipe measured on whichever backend this process runs (worker.backend): the same
-code for TensorFlow (tests/test_recipe.py) and JAX (tests/jax_checks.py, a process of its own).
+code for TensorFlow (tests/test_recipe.py) and JAX (tests/support/jax_checks.py, a process of its own).
 
 Figures only; the tests compare them with what the recipe's formulas give (docs/spec.md, "The
 training recipe"): the first step's loss against the label-smoothed cross-entropy of the model's
@@ -15,18 +15,20 @@ from typing import Any
 
 import numpy as np
 
-from aiperf.graph import INPUT, INSERTED, Graph, conv, dense, simple, with_inserted_kernel
+from aiperf.graph import with_inserted_kernel
 from aiperf.profiles import SMOKE, Profile
+from tests.support.graphs import tiny_graph
 
 LEARNING_RATE = 0.05
 BATCH = 8
 
 
-def tiny_graph() -> Graph:
-    layers = [conv("c1", INPUT, 8, 3, 2), simple("b1", "batchnorm", "c1"), simple("r1", "relu", "b1"),
-              conv("ins", "r1", 8, 3, tag=INSERTED), simple("b2", "batchnorm", "ins"), simple("r2", "relu", "b2"),
-              simple("pool", "avgpool", "r2"), dense("fc", "pool", 10), simple("out", "softmax", "fc")]
-    return Graph((32, 32, 3), 10, tuple(layers))
+KERNELS = ("c1", "ins", "fc")  # the tiny graph's conv and dense layers
+
+
+def kernel_squares(weights: Any) -> float:
+    """Σ kernel² over the tiny graph's kernels (the weight decay's penalty is wd/2 of it)."""
+    return sum(float(np.sum(np.square(np.asarray(weights[name][0], np.float64)))) for name in KERNELS)
 
 
 def recipe(label_smoothing: float = 0.0, weight_decay: float = 0.0, **changes: Any) -> Profile:
