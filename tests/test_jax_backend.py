@@ -122,6 +122,15 @@ def test_a_step_planned_beyond_the_devices_memory_fails_the_round_before_it_runs
     assert "XLA's plan for the training step at 32 images needs" in p["small_reason"]
 
 
+def test_the_memory_plan_of_the_workers_resnet50_grows_with_the_batch(checked):
+    _ok(checked, "memory_plan")
+    (b8, m8), (b16, m16) = checked["memory_plan"]["points"]
+    figures = checked["memory_plan"]["figures"]
+    assert (b8, b16) == (8, 16) and 0 < m8 < m16
+    assert figures["planned_bytes_per_image"] == round((m16 - m8) / 8)
+    assert figures["largest_batch_that_fits"] > 16 and figures["official_batch_sizes_that_fit"] == "3/3"
+
+
 def test_checkpoints_are_interchangeable_between_the_backends(checked):
     """A JAX child inherits from a TensorFlow parent (same function), and a TensorFlow model
     reads the JAX child's checkpoint (same accuracy)."""

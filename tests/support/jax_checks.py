@@ -182,6 +182,17 @@ def check_planned_memory(out: dict[str, Any]) -> None:
                       "small_reason": small.reason, "small_trained": small.images_trained}
 
 
+def check_memory_plan(out: dict[str, Any]) -> None:
+    """benchmarks/memory_plan's figures at the tiny ResNet-50 shape (the official recipe, 32 px)."""
+    import argparse
+
+    from benchmarks import memory_plan
+
+    args = argparse.Namespace(size=32, width=0.125, classes=10, precision="mixed_bf16")
+    points = [(b, memory_plan.planned_bytes(b, args)) for b in (8, 16)]
+    out["memory_plan"] = {"points": points, "figures": memory_plan.fit_figures(points, 1 << 30)}
+
+
 def check_inheritance(out: dict[str, Any], directory: Path) -> None:
     """Weights in and out through Keras: the TensorFlow parent's checkpoint (written by the test
     process) is inherited here, the child trained and its best weights stored for TensorFlow."""
@@ -262,6 +273,7 @@ def main() -> int:
         ("precisions", lambda: check_precisions(out)),
         ("out_of_memory", lambda: check_out_of_memory(out)),
         ("planned_memory", lambda: check_planned_memory(out)),
+        ("memory_plan", lambda: check_memory_plan(out)),
         ("recipe", lambda: check_recipe(out)),
     ]
     if directory is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
@@ -39,7 +39,7 @@ class WorkerSql:
     _write: Any
     _read: Any
     _get_run: Any
-    _abandon: Any
+    _abandon: Callable[..., list[int]]
     _write_lock: threading.RLock
     _heartbeat_lock: Any
     _sql: ProgressSql
@@ -86,7 +86,8 @@ class WorkerSql:
             row = s.execute(select(WorkerRow.id, WorkerRow.credential_hash).where(WorkerRow.id == worker_id)).first()
             if row is None:
                 raise NotFound(f"worker {worker_id} not found; register first")
-            return row[1]
+            digest: str | None = row[1]
+            return digest
 
     def list_workers(self, state: str | None = None) -> list[WorkerRecord]:
         with self._read() as s:
