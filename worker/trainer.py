@@ -70,13 +70,14 @@ from aiperf.hyperparameters import Hyperparameters
 from aiperf.learning_curve import predict_final_accuracy
 from aiperf.precision import get_precision
 from aiperf.profiles import Profile
+from aiperf.states import RoundOutcome
 from worker.backend import compile_round, is_out_of_memory, local_distribution
 from worker.rounds import OOM_REASON_PREFIX, CompiledRound, DataEnded, StepSettings
 
 log = logging.getLogger(__name__)
 
 
-DONE, FAILED, STOPPED = "done", "failed", "stopped"
+DONE, FAILED, STOPPED = RoundOutcome.DONE, RoundOutcome.FAILED, RoundOutcome.STOPPED
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class Progress:
 class TrainResult:
     """Outcome of one round."""
 
-    state: str                               # "done" | "failed" | "stopped"
+    state: RoundOutcome
     val_accuracies: tuple[float, ...]        # per completed epoch
     epochs: int                              # completed epochs (trained and validated)
     images_trained: int                      # totals, equal to the sums of the progress reports
