@@ -12,9 +12,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-# The largest kernel accepted (the master's limit on submitted models; TPE's
-# choices are 3, 5 and 7).
-MAX_KERNEL_SIZE = 15
+from aiperf.limits import MAX_KERNEL_SIZE
 
 
 class HyperparameterError(ValueError):
