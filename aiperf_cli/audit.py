@@ -32,10 +32,12 @@ from typing import Any, Optional
 import typer
 
 from aiperf import limits
+from aiperf.api.records import ModelRecord
+from aiperf.api.wire import model_record
 from aiperf.scoring import model_rank_key
 from aiperf.states import ModelState
 from aiperf_cli.options import Control, ExitCode, UsageError, control_command, fail
-from aiperf_cli.records import audit_to_dict
+from aiperf.api.views import audit_to_dict
 from aiperf_cli.tables import audits_table
 from aiperf_cli.values import RUN_ID, Backend, DatasetFormat, LogLevel, int_option
 
@@ -59,13 +61,13 @@ def ranked_done_models(client: Any, run_id: int) -> list[tuple[int, Any]]:
     return placed
 
 
-def with_graph(client: Any, run_id: int, position: int, model_id: int) -> Any:
+def with_graph(client: Any, run_id: int, position: int, model_id: int) -> ModelRecord:
     """The DONE model at `position` (id order) with its graph; it must still be `model_id`."""
     page = client.list_models(run_id, state=ModelState.DONE, limit=1, offset=position, include_graph=True)
     if not page.models or page.models[0].model_id != model_id:
         fail(f"the run's DONE models changed while auditing (model {model_id} moved); run the audit again",
              ExitCode.UNAVAILABLE)
-    return page.models[0]
+    return model_record(page.models[0])
 
 
 def chosen(ranked: list[tuple[int, Any]], top: int, regulated_model_id: int) -> list[tuple[int, Any]]:
@@ -187,7 +189,7 @@ def node_audit_run(client: Any, run: int, node: str, kind: Optional[str], datase
                         hardware=auditor_hardware(device)[:limits.MAX_HARDWARE_CHARS])
     rows = []
     for pos, m in mine:
-        full = client.list_models(run_id, limit=1, offset=pos, include_graph=True).models[0]
+        full = model_record(client.list_models(run_id, limit=1, offset=pos, include_graph=True).models[0])
         rate = timing.rate(full, precision, data) if timing is not None else 0.0
         rows.append(audit_to_dict(client.record_audit(
             m.model_id, verdict="no checkpoint", architecture_ok=False, node=found,

@@ -458,6 +458,5 @@ def test_the_worker_deletes_what_retention_lets_go_from_its_store(master_server,
         assert models[ids[1]].checkpoint_deleted and not models[ids[0]].checkpoint_deleted
         assert models[ids[0]].checkpoint_sha256 == hashlib.sha256(b"w" * (ids[0] + 1)).hexdigest()
     finally:
-        agent.stream.close()
         agent.client.close()
         agent.inheritance.close()

@@ -86,7 +86,7 @@ from aiperf.states import FINISHED_MODEL_STATES
 
 __all__ = [
     "Accelerator", "ApiError", "ControlClient", "DEFAULT_TIMEOUT_S", "MAX_MESSAGE_BYTES", "ResourceSample",
-    "WorkerClient", "WorkerStream", "hyperparameters_dict", "hyperparameters_message", "make_channel",
+    "WorkerClient", "WorkerStream", "hyperparameters_message", "make_channel",
 ]
 
 log = logging.getLogger(__name__)
@@ -136,18 +136,13 @@ class ResourceSample:
 
 
 def hyperparameters_message(h: Hyperparameters | Mapping[str, int] | pb.Hyperparameters) -> pb.Hyperparameters:
-    """The wire form of `h`; a dict goes through `Hyperparameters.from_dict` (its one validator)."""
+    """The wire form of `h`; a dict goes through `Hyperparameters.from_dict` (its one validator), a
+    message is sent as it is (how tests send values the rule refuses, for the master to refuse)."""
     if isinstance(h, pb.Hyperparameters):
         return h
     if not isinstance(h, Hyperparameters):
         h = Hyperparameters.from_dict(h)
     return pb.Hyperparameters(batch_size=h.batch_size, kernel_size=h.kernel_size)
-
-
-def hyperparameters_dict(h: pb.Hyperparameters) -> dict[str, int]:
-    """The dict form {"batch_size": int, "kernel_size": int} of a message, unvalidated
-    (history rows are shown and fed to the tuner as stored; the tuner skips bad ones)."""
-    return {"batch_size": int(h.batch_size), "kernel_size": int(h.kernel_size)}
 
 
 def make_channel(
