@@ -138,7 +138,7 @@ def test_an_official_run_defaults_to_mixed_fp16_with_xla_and_stays_official_on_i
     ({"xla": False}, "XLA off (official: on)"),
 ])
 def test_any_override_makes_the_run_unofficial(master_server, options, reason):
-    from aiperf_cli.records import run_status_to_dict, scoreboard_to_dict
+    from aiperf.api.views import run_status_to_dict, scoreboard_to_dict
 
     h = master_server()
     w, c = clients(h)

@@ -131,7 +131,7 @@ def test_early_stopping_on_validation_loss_ignores_accuracy_and_small_improvemen
 
 def test_the_run_record_the_scoreboard_and_the_report_show_the_recipe():
     from aiperf.api import aiperf_pb2 as pb
-    from aiperf_cli.records import run_info_to_dict
+    from aiperf.api.views import run_info_to_dict
     from aiperf_cli.tables import recipe_text
 
     official = run_info_to_dict(pb.RunInfo(config=pb.RunConfig(profile=pb.PROFILE_OFFICIAL)))
