@@ -40,7 +40,7 @@ def _model(store: SqlStore, run_id: int, worker_id: int, parent: int | None = No
 
 def _report(model_id: int, worker_id: int, seq: int, t: float, trained: int = 100, acc: float | None = None):
     return ProgressInput(model_id=model_id, worker_id=worker_id, seq=seq, t=t, epoch=1, images_trained=trained,
-                         images_validated=0, accuracy=acc, worker_flops=30 * trained, master_flops=30 * trained,
+                         images_validated=0, val_accuracy=acc, worker_flops=30 * trained, master_flops=30 * trained,
                          flops_mismatch=False)
 
 
