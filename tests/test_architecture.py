@@ -209,14 +209,26 @@ def test_only_the_sql_store_speaks_sql(graph: dict[str, set[str]]) -> None:
 # ---------------------------------------------------------------- protobuf stops at the edges
 
 PROTOBUF_EDGES = ("aiperf.api", "master.rpc")
-# Not edges, still importing the generated code until the typed client returns plain records;
-# delete each entry when its package stops.
-PROTOBUF_NOT_YET_STOPPED = ("worker", "aiperf_cli")
+# Folders outside the packages that may speak the wire itself, each with its reason. Every other
+# Python file of the repository is held to the rule.
+PROTOBUF_EXEMPT = {
+    "tests": "hostile and raw requests the typed client refuses to build, checked at the master",
+    "benchmarks": "the wire's own cost (message sizes, stream throughput) and forged requests",
+}
 
 
-def _protobuf_importers() -> list[str]:
+def _repository_sources() -> list[Path]:
+    """Every Python file of the repository but the exempt folders, the generated code and the
+    virtual environment: what the protobuf rule holds to."""
+    skip = set(PROTOBUF_EXEMPT) | {".venv", "protos"}
+    files = [p for p in sorted(ROOT.rglob("*.py")) if not skip & set(p.relative_to(ROOT).parts[:1])
+             and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
+    return [p for p in files if "migrations" not in p.parts and p.relative_to(ROOT).as_posix() not in GENERATED]
+
+
+def _protobuf_importers(sources: list[Path] | None = None) -> list[str]:
     found = []
-    for path in _sources():
+    for path in _sources() if sources is None else sources:
         module = _module_name(path)
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
@@ -232,19 +244,36 @@ def _protobuf_importers() -> list[str]:
 
 
 def test_protobuf_is_imported_only_at_the_edges() -> None:
-    allowed = PROTOBUF_EDGES + PROTOBUF_NOT_YET_STOPPED
-    bad = [m for m in _protobuf_importers() if not any(m == a or m.startswith(a + ".") for a in allowed)]
+    bad = [m for m in _protobuf_importers(_repository_sources())
+           if not any(m == a or m.startswith(a + ".") for a in PROTOBUF_EDGES)]
     assert not bad, f"aiperf_pb2 imported outside {PROTOBUF_EDGES}: {bad}"
+
+
+def test_the_protobuf_check_sees_every_form_of_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "worker"
+    pkg.mkdir()
+    forms = {"a": "from aiperf.api import aiperf_pb2 as pb\n", "b": "import aiperf.api.aiperf_pb2_grpc\n",
+             "c": "def f():\n    from aiperf.api.aiperf_pb2 import Model\n", "d": "from aiperf.api import client\n"}
+    for name, text in forms.items():
+        (pkg / f"{name}.py").write_text(text)
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert _protobuf_importers(sorted(pkg.glob("*.py"))) == ["worker.a", "worker.b", "worker.c"]
+    finally:
+        ROOT = saved
 
 
 # ---------------------------------------------------------------- states are the enums
 
-STATE_SCOPE = ("aiperf", "master", "aiperf_cli")  # worker/ has states of its own (a round's outcome)
+STATE_SCOPE = PACKAGES
 STATE_MODULE = "aiperf.states"
 # The same words meaning something else, each with its reason.
 NOT_A_STATE = {
     ("aiperf.audit", "failed"): "an audit's verdict and status",
     ("aiperf.api.stream", "done"): "an attribute name in __slots__",
+    ("worker.agent", "stopping"): "a key of the health document (draining after a stop request)",
+    ("worker.health", "stopping"): "a key of the health document (draining after a stop request)",
 }
 
 
@@ -317,3 +346,36 @@ def test_each_limit_is_defined_once() -> None:
     bad = [f"{_module_name(path)}:{line} {name}" for path in _sources() if _module_name(path) != "aiperf.limits"
            for name, line in _assigned_names(ast.parse(path.read_text())) if name in table]
     assert not bad, "a limit of aiperf/limits.py assigned elsewhere: " + ", ".join(bad)
+
+
+def _limits_read_elsewhere(module: str, is_package: bool, tree: ast.AST, table: set[str]) -> list[str]:
+    """Where `tree` takes a limit of the table from another module than aiperf.limits (a module that
+    imported it: one more place a reader must look, and the first step to a second definition)."""
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            source = _resolve(module, is_package, node)
+            bad += [f"{module}:{node.lineno} {a.name} from {source}" for a in node.names
+                    if a.name in table and source != "aiperf.limits"]
+        elif isinstance(node, ast.Attribute) and node.attr in table:
+            owner = node.value.id if isinstance(node.value, ast.Name) else ast.unparse(node.value)
+            if owner != "limits":
+                bad.append(f"{module}:{node.lineno} {owner}.{node.attr}")
+    return bad
+
+
+def test_each_limit_is_read_from_the_table() -> None:
+    from aiperf import limits
+
+    table = {name for name, _ in limits.LIMITS}
+    bad = [hit for path in _sources() if _module_name(path) != "aiperf.limits"
+           for hit in _limits_read_elsewhere(_module_name(path), _is_package(path), ast.parse(path.read_text()), table)]
+    assert not bad, "read a limit from aiperf.limits itself: " + ", ".join(bad)
+
+
+def test_the_limit_check_sees_re_exports_and_attributes() -> None:
+    source = ("from aiperf.api.bounds import MAX_ID, clip_text\nfrom aiperf.limits import MAX_SEQ\n"
+              "from aiperf import hyperparameters, limits\nx = hyperparameters.MAX_KERNEL_SIZE + limits.MAX_PAGE\n")
+    found = _limits_read_elsewhere("worker.m", False, ast.parse(source),
+                                   {"MAX_ID", "MAX_SEQ", "MAX_KERNEL_SIZE", "MAX_PAGE"})
+    assert found == ["worker.m:1 MAX_ID from aiperf.api.bounds", "worker.m:4 hyperparameters.MAX_KERNEL_SIZE"]
