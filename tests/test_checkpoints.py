@@ -17,9 +17,12 @@ from hypothesis import strategies as st
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
+from aiperf.api.records import ModelRecord
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.retention import StoredModel, checkpoints_to_delete, kept_checkpoints, record_holders
+from aiperf.states import ModelState
 from tests.schema_round_trip import down_and_up
 from worker.checkpoints import Checkpoint, CheckpointError, LocalStore, open_store, read_checkpoint
 
@@ -124,8 +127,8 @@ def test_saved_weights_load_into_the_model_built_from_the_graph(tmp_path, small_
     ckpt = inh.save(1, 9, small_graph, 3, weights)
     assert ckpt is not None and ckpt.uri.endswith("run-1/model-9.weights.h5")
     assert list((tmp_path / "scratch").iterdir()) == []  # the scratch file went into the store
-    parent = pb.Model(model_id=9, checkpoint_uri=ckpt.uri, checkpoint_sha256=ckpt.sha256,
-                      hyperparameters=pb.Hyperparameters(batch_size=32, kernel_size=3))
+    parent = ModelRecord(model_id=9, run_id=1, state=ModelState.DONE, checkpoint_uri=ckpt.uri,
+                         checkpoint_sha256=ckpt.sha256, hyperparameters=Hyperparameters(32, 3))
     loaded = inh.parent_weights(parent, small_graph)
     assert set(loaded) == set(weights)
     for name, arrays in weights.items():
@@ -429,7 +432,6 @@ def test_a_bad_checkpoints_url_stops_the_worker_with_one_line(capsys, monkeypatc
 def test_the_worker_deletes_what_retention_lets_go_from_its_store(master_server, small_graph, tmp_path, caplog):
     import logging
 
-    from aiperf.hyperparameters import Hyperparameters
     from aiperf.morphism import deeper_at
     from worker.agent import Agent, AgentConfig, Outbox
     from worker.trainer import TrainResult

@@ -222,7 +222,7 @@ def test_the_compiled_round_starts_from_the_given_weights(small_graph):
     graph = with_inserted_kernel(small_graph, 3)
     weights = layer_weights(build_model(graph, seed=11))
     dataset = load_dataset("digits", None, image_size=32)
-    prepared = prepare_round(graph, {"batch_size": 16, "kernel_size": 3}, dataset, SMOKE, 1, seed=1,
+    prepared = prepare_round(graph, Hyperparameters(16, 3), dataset, SMOKE, 1, seed=1,
                              initial_weights=weights)
     try:
         got = layer_weights(prepared.compiled.model)

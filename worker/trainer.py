@@ -110,14 +110,14 @@ class TrainResult:
     duration_s: float = 0.0
     replicas: int = 1
     global_batch_size: int = 0
-    hyperparameters: Mapping[str, int] = field(default_factory=dict)
+    hyperparameters: Hyperparameters | None = None  # the round's; None only in a result built by hand
     # seconds: preparation phases (build, data, trace_train, trace_eval, warm), then "train"
     # (in training steps) and "validation"; duration_s runs from the first step to the end
     timings: Mapping[str, float] = field(default_factory=dict)
     val_losses: tuple[float, ...] = ()       # per completed epoch: mean validation loss (recipe_loss)
 
 
-def train_model(graph: Graph, hyper: Hyperparameters | Mapping[str, int], dataset: Any, profile: Profile,
+def train_model(graph: Graph, hyper: Hyperparameters, dataset: Any, profile: Profile,
                 round_index: int, *, on_progress: Callable[[Progress], None],
                 should_stop: Callable[[], bool] = lambda: False, precision: str = "fp32",
                 xla: bool = False, progress_interval_s: float = 30.0, seed: int = 0,
@@ -173,7 +173,7 @@ class PreparedRound:
             self.compiled = None
 
 
-def prepare_round(graph: Graph, hyper: Hyperparameters | Mapping[str, int], dataset: Any, profile: Profile,
+def prepare_round(graph: Graph, hyper: Hyperparameters, dataset: Any, profile: Profile,
                   round_index: int, *, precision: str = "fp32", xla: bool = False, seed: int = 0,
                   strategy: Any = None, epochs: int | None = None,
                   initial_weights: Mapping[str, Any] | None = None) -> PreparedRound:
@@ -222,12 +222,10 @@ class _RoundPlan:
     hyperparameters: Hyperparameters
 
 
-def _plan_round(graph: Graph, hyper: Hyperparameters | Mapping[str, int], dataset: Any, profile: Profile,
+def _plan_round(graph: Graph, hyper: Hyperparameters, dataset: Any, profile: Profile,
                 round_index: int, *, precision: str, epochs: int | None, strategy: Any) -> _RoundPlan:
     """Check the round's settings against the dataset; ValueError names the first bad one."""
     get_precision(precision)  # ValueError naming the known ones
-    if not isinstance(hyper, Hyperparameters):
-        hyper = Hyperparameters.from_dict(hyper)  # HyperparameterError is a ValueError
     batch_size = hyper.batch_size
     graph = with_inserted_kernel(graph, hyper.kernel_size)
     if tuple(graph.input_shape) != (dataset.image_size, dataset.image_size, graph.input_shape[2]) \
@@ -400,7 +398,7 @@ def _result(plan: _RoundPlan, tracker: "_Tracker", profile: Profile, state: str,
         worker_flops=plan.flop_count.ops(trained, validated),
         best_val_accuracy=best, predicted_accuracy=predicted, early_stopped=tracker.early_stopped,
         reason=reason, duration_s=duration_s, replicas=plan.replicas,
-        global_batch_size=plan.global_batch, hyperparameters=plan.hyperparameters.to_dict(),
+        global_batch_size=plan.global_batch, hyperparameters=plan.hyperparameters,
         timings=dict(timings or {}), val_losses=tuple(tracker.val_losses))
 
 
