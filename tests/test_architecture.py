@@ -379,3 +379,62 @@ def test_the_limit_check_sees_re_exports_and_attributes() -> None:
     found = _limits_read_elsewhere("worker.m", False, ast.parse(source),
                                    {"MAX_ID", "MAX_SEQ", "MAX_KERNEL_SIZE", "MAX_PAGE"})
     assert found == ["worker.m:1 MAX_ID from aiperf.api.bounds", "worker.m:4 hyperparameters.MAX_KERNEL_SIZE"]
+
+
+# A MAX_* constant of another module whose number equals a limit of the table by coincidence, each
+# with why it is not that limit; any other equal number is a limit defined twice under two names.
+COINCIDENT_LIMITS = {
+    ("worker.data.numpy_pipeline", "MAX_DEPTH"): "prefetch depth in batches, not accelerator models named",
+    ("aiperf_cli.export", "MAX_SUBMISSION_TEXT"): "characters of --org and --platform, not an accelerator model",
+    ("aiperf_cli.export", "MAX_COMPARE"): "runs one `aiperf compare` reads, not graph JSON nesting",
+    ("aiperf_cli.options", "MAX_SMALL_FILE_BYTES"): "bytes of a token or certificate file, not graph JSON",
+}
+
+
+def _constant(node: ast.expr) -> int | float | None:
+    """The number a constant expression (1 << 20, 30 * 86400.0, -1) stands for; None otherwise."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _constant(node.operand)
+        return None if inner is None else -inner
+    if isinstance(node, ast.BinOp):
+        left, right = _constant(node.left), _constant(node.right)
+        ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+               ast.Pow: lambda a, b: a ** b, ast.LShift: lambda a, b: a << b}
+        if left is not None and right is not None and type(node.op) in ops:
+            return ops[type(node.op)](left, right)
+    return None
+
+
+def _max_constants(tree: ast.Module) -> list[tuple[str, int | float, int]]:
+    """(name, value, line) of each module-level MAX_* constant with a constant value."""
+    found = []
+    for node in tree.body:
+        target = (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1
+                  else node.target if isinstance(node, ast.AnnAssign) and node.value is not None else None)
+        if isinstance(target, ast.Name) and target.id.startswith("MAX_"):
+            value = _constant(node.value)
+            if value is not None:
+                found.append((target.id, value, node.lineno))
+    return found
+
+
+def test_no_limit_is_defined_again_under_another_name() -> None:
+    from aiperf import limits
+
+    values = {value: name for name, value, _ in limits.limits_table() if name.startswith("MAX_")}
+    bad = [f"{module}:{line} {name} = {value!r} (aiperf.limits.{values[value]})" for path in _sources()
+           if (module := _module_name(path)) != "aiperf.limits"
+           for name, value, line in _max_constants(ast.parse(path.read_text()))
+           if value in values and (module, name) not in COINCIDENT_LIMITS]
+    assert not bad, "a limit's number defined again (import it from aiperf.limits):\n" + "\n".join(bad)
+    stale = [key for key in COINCIDENT_LIMITS
+             if not any(_module_name(p) == key[0] and any(n == key[1] for n, _, _ in _max_constants(ast.parse(p.read_text())))
+                        for p in _sources())]
+    assert not stale, f"COINCIDENT_LIMITS names constants that are gone: {stale}"
+
+
+def test_the_duplicate_limit_check_reads_constant_expressions() -> None:
+    tree = ast.parse("MAX_A = 8192\nMAX_B: int = 1 << 20\nMAX_C = 30 * 86400.0\nMAX_D = f(3)\nX = 5\n")
+    assert _max_constants(tree) == [("MAX_A", 8192, 1), ("MAX_B", 1 << 20, 2), ("MAX_C", 30 * 86400.0, 3)]
