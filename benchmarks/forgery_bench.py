@@ -157,6 +157,7 @@ def _audit_setup(graph: Graph, tmp: Path) -> Audit:
 
 def _audited(w: WorkerClient, c: ControlClient, wid: int, mid: int, lie: Lie, audit: Audit) -> str:
     """Finish the model with the real weights in the store, audit it and record the audit: its verdict."""
+    from aiperf.api.wire import model_record
     from worker.audit import audit_model
 
     run_id = c.run_status().run.config.run_id
@@ -164,7 +165,7 @@ def _audited(w: WorkerClient, c: ControlClient, wid: int, mid: int, lie: Lie, au
     w.finish_model(wid, mid, "done", best_accuracy=lie.accuracy, checkpoint_uri=ckpt.uri,
                    checkpoint_sha256=ckpt.sha256)
     (model,) = [m for m in c.list_models(run_id, state="done", include_graph=True).models if m.model_id == mid]
-    f = audit_model(model, "fp32", audit.dataset, audit.weights.parent, timing=audit.timing)
+    f = audit_model(model_record(model), "fp32", audit.dataset, audit.weights.parent, timing=audit.timing)
     return c.record_audit(mid, verdict=f.verdict, architecture_ok=f.architecture_ok,
                           audited_accuracy=f.audited_accuracy, validation_images=f.validation_images,
                           auditor_host="forgery-bench", detail=f.detail,
