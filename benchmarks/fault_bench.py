@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 from aiperf.api import aiperf_pb2 as pb  # noqa: E402
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient  # noqa: E402
 from aiperf.flops import count_flops  # noqa: E402
+from aiperf.hyperparameters import Hyperparameters  # noqa: E402
 from aiperf.profiles import get_profile  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 from worker.outbox import Outbox, call_until_done  # noqa: E402
@@ -51,7 +52,7 @@ from worker.outbox import Outbox, call_until_done  # noqa: E402
 log = logging.getLogger("fault_bench")
 
 TOKENS = {"worker_token": "fault-worker", "admin_token": "fault-admin"}
-HP = {"batch_size": 32, "kernel_size": 3}
+HP = Hyperparameters(32, 3)
 HEARTBEAT_S = 5.0
 REPORT_S = 1.0
 IMAGES_PER_REPORT = 64

@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient  # noqa: E402
 from aiperf.flops import count_flops  # noqa: E402
 from aiperf.graph import Graph, with_inserted_kernel  # noqa: E402
+from aiperf.hyperparameters import Hyperparameters  # noqa: E402
 from aiperf.morphism import deeper_at, deeper_positions  # noqa: E402
 from aiperf.resnet import resnet50  # noqa: E402
 
@@ -202,7 +203,7 @@ def _run(lie: Lie, graphs: dict[str, Graph], tmp: Path, audit: Audit | None = No
         claimed_ops = count_flops(with_inserted_kernel(graph, lie.kernel))
         try:
             mids = [w.submit_model(wid, graph.to_json(), graph.hash(), 0, r,
-                                   {"batch_size": 32, "kernel_size": lie.kernel}, queue=r > 1).model_id
+                                   Hyperparameters(32, lie.kernel), queue=r > 1).model_id
                     for r in range(1, lie.models + 1)]
         except ApiError as exc:
             lie.refused.append(f"SubmitModel: {exc.details}")

@@ -49,6 +49,7 @@ from aiperf.api import aiperf_pb2 as pb  # noqa: E402
 from aiperf import limits  # noqa: E402
 from aiperf.api import bounds  # noqa: E402
 from aiperf.api.calls import CREDENTIAL_METADATA  # noqa: E402
+from aiperf.hyperparameters import Hyperparameters  # noqa: E402
 
 WORKER_TOKEN, ADMIN_TOKEN = "fuzz-worker-token", "fuzz-admin-token"
 QUICK_REQUESTS = 600
@@ -513,7 +514,7 @@ def setup(address: str) -> tuple[dict[str, int], str, str, int]:
         w.register(name=f"filler-{i}", host="filler")
     good = w.register(name="good-worker", host="good", accelerators=acc).worker_id
     run = c.start_run(3600, profile="smoke").config.run_id
-    hp = {"batch_size": 32, "kernel_size": 3}
+    hp = Hyperparameters(32, 3)
     for _ in range(30):
         bad_model = w.submit_model(bad, graph.to_json(), graph.hash(), 0, 1, hp).model_id
     good_model = w.submit_model(good, graph.to_json(), graph.hash(), 0, 1, hp).model_id

@@ -22,6 +22,7 @@ from aiperf.api import bounds
 from aiperf.api.client import ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
+from aiperf.hyperparameters import Hyperparameters
 from tests.fake_clock import FakeClock
 from tests.schema_round_trip import down_and_up
 from tests.test_audit import TOKENS, tiny_graph
@@ -97,7 +98,7 @@ class Run:
 
     def model(self, rate: float, seconds: int, accuracy: float = 0.5) -> int:
         mid = self.w.submit_model(self.wid, self.graph.to_json(), self.graph.hash(), 0, 1,
-                                  {"batch_size": 32, "kernel_size": 3}).model_id
+                                  Hyperparameters(32, 3)).model_id
         for seq in range(1, seconds // 10 + 1):
             self.clock.t += 10
             n = int(rate * 10)

@@ -19,11 +19,12 @@ from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
 from aiperf.api.client import Accelerator, ControlClient, ResourceSample, WorkerClient
 from aiperf.flops import count_flops
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.peaks import largest_bound
 from aiperf.profiles import SMOKE
 from tests.fake_clock import FakeClock
 
-HP = {"batch_size": 32, "kernel_size": 3}
+HP = Hyperparameters(32, 3)
 # a submission's batch is one of its profile's sizes (the master's submission rules), which stay far
 # below limits.MAX_BATCH_SIZE: the largest the smoke profile has
 BIGGEST_BATCH = max(SMOKE.batch_sizes)
@@ -75,7 +76,7 @@ def test_every_bound_at_its_maximum_is_stored_and_read_back(master_server, db_ur
                "validation_images": limits.MAX_DATASET_IMAGES, "num_classes": limits.MAX_DATASET_CLASSES,
                "image_size": limits.MAX_IMAGE_SIZE, "fingerprint": "f" * limits.MAX_GRAPH_HASH_CHARS}
     mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, limits.MAX_ROUND,
-                         {"batch_size": BIGGEST_BATCH, "kernel_size": 7}, dataset=dataset).model_id
+                         Hyperparameters(BIGGEST_BATCH, 7), dataset=dataset).model_id
     fc = count_flops(small_graph)
     per_report = min(limits.MAX_IMAGES_PER_REPORT, limits.MAX_OPS_PER_REPORT // fc.train)
     # an accelerator without a datasheet entry is bounded by the table's fastest (smoke: float32)

@@ -25,13 +25,14 @@ from aiperf.api import bounds
 from aiperf import limits
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
+from aiperf.hyperparameters import Hyperparameters
 from master.core.progress_writer import ProgressWriter
 from master.store.sql.sql_store import SqlStore
 from master.store.records import NewModel, NewRun, ProgressInput, WorkerInput
 from tests.fake_clock import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
-HP = {"batch_size": 32, "kernel_size": 3}
+HP = Hyperparameters(32, 3)
 INT_RANGES = {  # the wire range of each integer field type
     "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1), "uint32": (0, 2**32 - 1), "uint64": (0, 2**64 - 1),
 }

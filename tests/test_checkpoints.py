@@ -26,7 +26,7 @@ from aiperf.states import ModelState
 from tests.schema_round_trip import down_and_up
 from worker.checkpoints import Checkpoint, CheckpointError, LocalStore, open_store, read_checkpoint
 
-HP = {"batch_size": 32, "kernel_size": 3}
+HP = Hyperparameters(32, 3)
 
 
 def _file(path: Path, data: bytes) -> Path:

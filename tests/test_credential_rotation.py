@@ -14,9 +14,10 @@ import pytest
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import ApiError, ControlClient, WorkerClient
+from aiperf.hyperparameters import Hyperparameters
 from tests.fake_clock import FakeClock
 
-HP = {"batch_size": 32, "kernel_size": 3}
+HP = Hyperparameters(32, 3)
 
 
 def refused(fn: Any, *args: Any, **kwargs: Any) -> ApiError:

@@ -20,6 +20,7 @@ import pytest
 
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
+from aiperf.hyperparameters import Hyperparameters
 from master.store.sql.outages import SETTLE_S
 from benchmarks.throwaway_db import ThrowawayPostgres, can_mount, drain, fill, small_filesystem
 from tests.ports import free_port
@@ -27,7 +28,7 @@ from tests.test_cli_exit import aiperf, error_line
 from worker import outbox as retries
 from worker.outbox import Outbox
 
-HP = {"batch_size": 32, "kernel_size": 3}
+HP = Hyperparameters(32, 3)
 
 
 @pytest.fixture

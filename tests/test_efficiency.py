@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiperf import scoring, units
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.precision import PRECISIONS
 from aiperf.ruleset import RULES_VERSION
 from aiperf.states import RunState, WorkerState
@@ -109,7 +110,7 @@ def test_a_reason_names_a_bounded_number_of_models():
 
 H100 = "NVIDIA H100 80GB HBM3"
 MEASURED = 3e14  # the worker's float32 GEMM rate: below the datasheet's 494.5e12 (+5%), so "checked"
-HP = {"batch_size": 32, "kernel_size": 3}
+HP = Hyperparameters(32, 3)
 
 
 def cli(capsys, *argv: str) -> str:

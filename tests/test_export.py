@@ -8,9 +8,10 @@ import json
 
 import pytest
 
+from aiperf.hyperparameters import Hyperparameters
 from aiperf_cli.main import main
 
-HP = {"batch_size": 32, "kernel_size": 3}
+HP = Hyperparameters(32, 3)
 # what a smoke worker reports of its dataset (tests/test_dataset_fingerprint.py)
 DIGITS = {"kind": "digits", "train_images": 1437, "validation_images": 360, "num_classes": 10, "image_size": 32,
           "fingerprint": "0" * 64}

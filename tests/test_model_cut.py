@@ -7,13 +7,14 @@ import json
 
 from sqlalchemy import text
 
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.states import FINISHED_MODEL_STATES, ModelState
 from aiperf_cli.main import main
 from master.store.sql.sql_store import SqlStore
 from tests.schema_round_trip import down_and_up
 from tests.test_store import _model, _run, _worker
 
-HP = {"batch_size": 32, "kernel_size": 3}
+HP = Hyperparameters(32, 3)
 
 
 def test_cut_is_a_way_a_worker_ends_a_model():

@@ -16,6 +16,7 @@ from aiperf import official, peaks
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import ApiError
 from aiperf.flops import count_flops
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import OFFICIAL, SMOKE
 from aiperf.resnet import resnet50
 from tests.test_master_service import HP, FakeClock, clients
@@ -111,7 +112,7 @@ def _gpu_worker(w, name: str) -> int:
 def _official_model(w, wid: int, dataset: dict | None) -> int:
     g = resnet50(224, 3, 1000, 1.0)
     batch = OFFICIAL.for_accelerator_memory(80 << 30).batch_size  # the H100's
-    return w.submit_model(wid, g.to_json(), g.hash(), 0, 1, {"batch_size": batch, "kernel_size": 3},
+    return w.submit_model(wid, g.to_json(), g.hash(), 0, 1, Hyperparameters(batch, 3),
                           dataset=dataset).model_id
 
 

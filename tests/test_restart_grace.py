@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from aiperf.hyperparameters import Hyperparameters
 from master.core.master import Master
 from master.core.requests import ModelSubmission
 from master.core.restart import RESTART_GRACE_S
@@ -15,7 +16,7 @@ from master.store.records import WorkerInput
 from master.store.sql.sql_store import SqlStore
 from tests.fake_clock import FakeClock
 
-HP = {"batch_size": 32, "kernel_size": 3}
+HP = Hyperparameters(32, 3)
 
 
 def _life(url: str, clock: FakeClock, **kwargs: object) -> Master:

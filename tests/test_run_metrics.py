@@ -16,9 +16,10 @@ from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
+from aiperf.hyperparameters import Hyperparameters
 from tests.fake_clock import FakeClock
 
-HP = {"batch_size": 32, "kernel_size": 3}
+HP = Hyperparameters(32, 3)
 
 
 def scrape(port: int) -> dict[str, float]:

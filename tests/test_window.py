@@ -18,6 +18,7 @@ from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import ControlClient, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.api.views import run_status_to_dict, scoreboard_to_dict
+from aiperf.hyperparameters import Hyperparameters
 from aiperf_cli.report import fetch_report
 from aiperf_cli.tables import status_line
 from master.store.sql.tables import MasterLifeRow
@@ -26,7 +27,7 @@ from master.store.errors import FailedPrecondition, InvalidArgument
 from master.store.records import INT64_MAX, NewModel, NewRun, Outage, ProgressInput, WorkerInput
 from tests.fake_clock import FakeClock
 
-HP = {"batch_size": 32, "kernel_size": 3}
+HP = Hyperparameters(32, 3)
 UINT64_MAX = 2**64 - 1
 
 

@@ -135,13 +135,11 @@ class ResourceSample:
     memory_used: int = 0
 
 
-def hyperparameters_message(h: Hyperparameters | Mapping[str, int] | pb.Hyperparameters) -> pb.Hyperparameters:
-    """The wire form of `h`; a dict goes through `Hyperparameters.from_dict` (its one validator), a
-    message is sent as it is (how tests send values the rule refuses, for the master to refuse)."""
+def hyperparameters_message(h: Hyperparameters | pb.Hyperparameters) -> pb.Hyperparameters:
+    """The wire form of `h`; a message is sent as it is (how tests send values the rule refuses,
+    for the master to refuse)."""
     if isinstance(h, pb.Hyperparameters):
         return h
-    if not isinstance(h, Hyperparameters):
-        h = Hyperparameters.from_dict(h)
     return pb.Hyperparameters(batch_size=h.batch_size, kernel_size=h.kernel_size)
 
 
@@ -322,7 +320,7 @@ class WorkerClient(_Client):
         graph_hash: str,
         parent_id: int,
         round: int,
-        hyperparameters: Mapping[str, int] | pb.Hyperparameters,
+        hyperparameters: Hyperparameters | pb.Hyperparameters,
         run_id: int = 0,
         queue: bool = False,
         dataset: Mapping[str, Any] | None = None,

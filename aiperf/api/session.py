@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from aiperf.api import wire
-from aiperf.api.client import Accelerator, ResourceSample, WorkerClient, hyperparameters_message
+from aiperf.api.client import Accelerator, ResourceSample, WorkerClient
 from aiperf.api.records import CheckpointToDelete, Heartbeat, ModelRecord, Registration
 from aiperf.hyperparameters import Hyperparameters
 from aiperf.states import ModelState
@@ -60,7 +60,7 @@ class WorkerSession:
                      inherited_from: int = 0) -> int:
         """As WorkerClient.submit_model; the new model's id."""
         return self.client.submit_model(worker_id, graph_json, graph_hash, parent_id=parent_id, round=round,
-                                        hyperparameters=hyperparameters_message(hyperparameters),
+                                        hyperparameters=hyperparameters,
                                         dataset=dataset, inherited_from=inherited_from).model_id
 
     def report_progress(self, worker_id: int, model_id: int, seq: int, images_trained: int, images_validated: int,
