@@ -261,6 +261,7 @@ def test_two_replicas_use_a_global_batch_and_count_every_image(tmp_path):
         sys.path.insert(0, sys.argv[1])
         from test_trainer import TinyDataset, PROFILE
         from test_trainer import tiny_graph
+        from aiperf.hyperparameters import Hyperparameters
         from worker.trainer import train_model
         strategy = tf.distribute.MirroredStrategy(devices=["/cpu:0", "/cpu:1"])
         reports = []
