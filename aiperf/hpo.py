@@ -35,15 +35,15 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
-from aiperf.hyperparameters import HyperparameterError, Hyperparameters
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import Profile
 
 log = logging.getLogger(__name__)
 
-# (hyperparameters, accuracy) pairs; a dict is read with `Hyperparameters.from_dict`.
-HyperHistory = Sequence[tuple[Hyperparameters | Mapping[str, Any], float | None]]
+# (hyperparameters, accuracy) pairs
+HyperHistory = Sequence[tuple[Hyperparameters, float | None]]
 
 # NNI's import_data skips falsy values, so a failed model (accuracy 0, e.g. out
 # of memory) is recorded as this tiny accuracy: TPE still learns to avoid it.
@@ -62,7 +62,7 @@ def search_space(profile: Profile) -> dict[str, dict[str, Any]]:
 class Tuner:
     """TPE over a profile's space, primed with a run's (hyperparameters, accuracy) history.
 
-    `history` holds pairs of the hyperparameters (or their dict form) and the
+    `history` holds pairs of the hyperparameters and the
     model's accuracy (predicted final accuracy for warm-up rounds; 0.0
     for a failed model; None for one still training, which is skipped).
     Entries outside the profile's space are skipped with a warning.
@@ -155,13 +155,8 @@ def _canonical(profile: Profile, history: HyperHistory) -> list[tuple[Hyperparam
     """Observations TPE can use (finite accuracy, inside the space), in a canonical order."""
     out: list[tuple[Hyperparameters, float]] = []
     skipped = 0
-    for hyper, value in history:
+    for h, value in history:
         if value is None or not math.isfinite(float(value)):
-            continue
-        try:
-            h = hyper if isinstance(hyper, Hyperparameters) else Hyperparameters.from_dict(hyper)
-        except HyperparameterError:
-            skipped += 1
             continue
         if not _in_space(profile, h):
             skipped += 1

@@ -4,6 +4,8 @@ Two are searched (SPEC section 5): ``batch_size``, per accelerator (the global
 batch is batch size × replicas), and ``kernel_size``, the kernel of the convs
 that morphism inserted (`aiperf.graph.with_inserted_kernel`). Their dict form
 ``{"batch_size": int, "kernel_size": int}`` is what JSON, the CLI and NNI use.
+`Hyperparameters` is the one type the tuner, the worker, the trainer and the typed
+client pass around; the wire form is made and read in aiperf/api only.
 """
 
 from __future__ import annotations
@@ -12,9 +14,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-# The largest kernel accepted (the master's limit on submitted models; TPE's
-# choices are 3, 5 and 7).
-MAX_KERNEL_SIZE = 15
+from aiperf.limits import MAX_KERNEL_SIZE
 
 
 class HyperparameterError(ValueError):

@@ -59,6 +59,7 @@ MAX_LINEAGE_OPERATIONS = 256    # morphisms a child records from its parent (the
 MAX_FLOPS_PER_IMAGE = 10**13    # ResNet-50 at 224 px: 2.3e10 per trained image
 MAX_ROUND = 10**7
 MAX_BATCH_SIZE = 65536          # per accelerator; TPE's largest choice is 448
+MAX_KERNEL_SIZE = 15            # an inserted conv's kernel (TPE's choices: 3, 5 and 7)
 MAX_TRIALS_PER_ARCHITECTURE = 10  # a profile's trainings of one architecture after warm-up (the original: 2)
 MAX_EPOCH = 10**6
 MAX_IMAGES_PER_REPORT = 2**40
@@ -121,6 +122,7 @@ LIMITS: tuple[tuple[str, str], ...] = (
     ("MAX_FLOPS_PER_IMAGE", "master-counted operations per trained image of a model"),
     ("MAX_ROUND", "a worker's round"),
     ("MAX_BATCH_SIZE", "batch size per accelerator"),
+    ("MAX_KERNEL_SIZE", "kernel size of the convs morphism inserted (odd, from 1)"),
     ("MAX_TRIALS_PER_ARCHITECTURE", "a profile's trainings of one architecture after warm-up"),
     ("MAX_EPOCH", "a report's epoch"),
     ("MAX_IMAGES_PER_REPORT", "images trained, and images validated, in one report"),

@@ -64,6 +64,16 @@ class CheckState(StrEnum):
     NOT_APPLICABLE = "not applicable"
 
 
+class RoundOutcome(StrEnum):
+    """How a worker's round of training ended (worker/trainer.py), before the worker tells the master:
+    done (its model finishes DONE, or CUT without a validated epoch), failed (FAILED), stopped (a stop
+    request or the run's end: DONE with what it validated, else CUT)."""
+
+    DONE = "done"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
 # The groups of states the master's rules speak of (ordered, so that SQL built from them is stable).
 ACTIVE_RUN_STATES: tuple[RunState, ...] = (RunState.PENDING, RunState.RUNNING, RunState.STOPPING)  # takes work
 OVER_RUN_STATES: tuple[RunState, ...] = (RunState.FINISHED, RunState.ABORTED)  # refuses reports

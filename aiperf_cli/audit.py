@@ -32,10 +32,12 @@ from typing import Any, Optional
 import typer
 
 from aiperf import limits
+from aiperf.api.records import ModelRecord
+from aiperf.api.wire import model_record, run_info
 from aiperf.scoring import model_rank_key
 from aiperf.states import ModelState
 from aiperf_cli.options import Control, ExitCode, UsageError, control_command, fail
-from aiperf_cli.records import audit_to_dict
+from aiperf.api.views import audit_to_dict
 from aiperf_cli.tables import audits_table
 from aiperf_cli.values import RUN_ID, Backend, DatasetFormat, LogLevel, int_option
 
@@ -44,13 +46,13 @@ TOP = (1, 1000)
 PAGE = limits.MAX_PAGE
 
 
-def ranked_done_models(client: Any, run_id: int) -> list[tuple[int, Any]]:
+def ranked_done_models(client: Any, run_id: int) -> list[tuple[int, ModelRecord]]:
     """The run's DONE models without their graphs, best first (the scoreboard's order), each with
     its place in the id order (where `with_graph` fetches it with its graph)."""
-    models: list[Any] = []
+    models: list[ModelRecord] = []
     while True:
         page = client.list_models(run_id, state=ModelState.DONE, limit=PAGE, offset=len(models))
-        models.extend(page.models)
+        models.extend(model_record(m) for m in page.models)
         if not page.models or len(models) >= page.total:
             break
     placed = list(enumerate(models))
@@ -59,13 +61,13 @@ def ranked_done_models(client: Any, run_id: int) -> list[tuple[int, Any]]:
     return placed
 
 
-def with_graph(client: Any, run_id: int, position: int, model_id: int) -> Any:
+def with_graph(client: Any, run_id: int, position: int, model_id: int) -> ModelRecord:
     """The DONE model at `position` (id order) with its graph; it must still be `model_id`."""
     page = client.list_models(run_id, state=ModelState.DONE, limit=1, offset=position, include_graph=True)
     if not page.models or page.models[0].model_id != model_id:
         fail(f"the run's DONE models changed while auditing (model {model_id} moved); run the audit again",
              ExitCode.UNAVAILABLE)
-    return page.models[0]
+    return model_record(page.models[0])
 
 
 def chosen(ranked: list[tuple[int, Any]], top: int, regulated_model_id: int) -> list[tuple[int, Any]]:
@@ -133,13 +135,12 @@ def audit_run(client: Any, run: int, top: int, kind: Optional[str], dataset: Opt
     """Audit the run's top models (and the regulated score's) and record each finding in the master:
     (run id, the recorded audits as rows). The master's refusals raise ApiError; a dataset that is not
     there or does not fit the graphs, one line (exit 2)."""
-    from aiperf.api.enums import PRECISIONS, PROFILES
     from aiperf.profiles import get_profile
     from worker.audit import Timing
 
     board = client.scoreboard(run)
-    run_id, profile = board.run.config.run_id, get_profile(PROFILES[board.run.config.profile])
-    precision = PRECISIONS[board.run.config.precision]
+    config = run_info(board.run).config
+    run_id, profile, precision = config.run_id, get_profile(config.profile), config.precision
     ranked = ranked_done_models(client, run_id)
     picked = chosen(ranked, top, board.audit_model_id)
     data = _dataset(kind or profile.dataset, dataset, profile.input_size) if picked else None
@@ -148,7 +149,7 @@ def audit_run(client: Any, run: int, top: int, kind: Optional[str], dataset: Opt
         from worker.throughput import auditor_hardware, one_device
 
         device, strategy = one_device()
-        timing = Timing(xla=board.run.config.xla, profile=profile, strategy=strategy,
+        timing = Timing(xla=config.xla, profile=profile, strategy=strategy,
                         hardware=auditor_hardware(device)[:limits.MAX_HARDWARE_CHARS])
     ranks = {m.model_id: rank for rank, (_, m) in enumerate(ranked, 1)}
     return run_id, [{**_audit_one(client, run_id, position, model, precision, data, scratch, timing),
@@ -161,7 +162,6 @@ def node_audit_run(client: Any, run: int, node: str, kind: Optional[str], datase
     """Time, on this node, the model the master drew for each worker whose host is `node`, and
     record each with the node's inventory (NVML; the CPU without accelerators): (run id, rows)."""
     from aiperf.api.client import Accelerator, NodeInventory
-    from aiperf.api.enums import PRECISIONS, PROFILES
     from aiperf.profiles import get_profile
     from worker.inventory import inventory
 
@@ -171,8 +171,8 @@ def node_audit_run(client: Any, run: int, node: str, kind: Optional[str], datase
     mine = [(pos, m) for pos, m in enumerate(_all_models(client, run_id)) if m.model_id in drawn and m.worker_id in here]
     if not mine:
         return run_id, []
-    board = client.scoreboard(run_id)
-    profile, precision = get_profile(PROFILES[board.run.config.profile]), PRECISIONS[board.run.config.precision]
+    config = run_info(client.scoreboard(run_id).run).config
+    profile, precision = get_profile(config.profile), config.precision
     inv = inventory()
     found = NodeInventory(tuple(Accelerator(a.model, a.memory_bytes, uuid=a.uuid, pci_bus_id=a.pci_bus_id)
                                 for a in inv.accelerators), inv.cpu_model, inv.cpus)
@@ -183,11 +183,11 @@ def node_audit_run(client: Any, run: int, node: str, kind: Optional[str], datase
         from worker.throughput import auditor_hardware, one_device
 
         device, strategy = one_device()
-        timing = Timing(xla=board.run.config.xla, profile=profile, strategy=strategy,
+        timing = Timing(xla=config.xla, profile=profile, strategy=strategy,
                         hardware=auditor_hardware(device)[:limits.MAX_HARDWARE_CHARS])
     rows = []
     for pos, m in mine:
-        full = client.list_models(run_id, limit=1, offset=pos, include_graph=True).models[0]
+        full = model_record(client.list_models(run_id, limit=1, offset=pos, include_graph=True).models[0])
         rate = timing.rate(full, precision, data) if timing is not None else 0.0
         rows.append(audit_to_dict(client.record_audit(
             m.model_id, verdict="no checkpoint", architecture_ok=False, node=found,
@@ -197,12 +197,12 @@ def node_audit_run(client: Any, run: int, node: str, kind: Optional[str], datase
     return run_id, rows
 
 
-def _all_models(client: Any, run_id: int) -> list[Any]:
+def _all_models(client: Any, run_id: int) -> list[ModelRecord]:
     """Every model of the run, any state, without graphs, ascending id."""
-    models: list[Any] = []
+    models: list[ModelRecord] = []
     while True:
         page = client.list_models(run_id, limit=PAGE, offset=len(models))
-        models.extend(page.models)
+        models.extend(model_record(m) for m in page.models)
         if not page.models or len(models) >= page.total:
             return models
 

@@ -29,7 +29,7 @@ from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS
 from aiperf.states import ModelState, WorkerState
 from aiperf_cli.format import format_duration, format_flops, parse_duration
 from aiperf_cli.options import Control, control_command, fail, fail_api
-from aiperf_cli.records import (
+from aiperf.api.views import (
     model_to_dict, run_info_to_dict, run_status_to_dict, scoreboard_to_dict, worker_entry_to_dict,
 )
 from aiperf_cli.report import fetch_report

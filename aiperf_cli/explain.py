@@ -1,7 +1,7 @@
 """What each number of a run means, where it is shown: the validity checklist as a table,
 one footnote per score with its formula and inputs, the glossary (`aiperf scoreboard
 --explain`, the report) and the one-line result (`aiperf scoreboard --summary`, the end
-of `aiperf demo`), all read from a scoreboard dict (aiperf_cli.records.scoreboard_to_dict).
+of `aiperf demo`), all read from a scoreboard dict (aiperf.api.views.scoreboard_to_dict).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ validity checks, FLOPS(t), error(t) and resource use over time (SPEC
 sections 7 and 8), the hardware and the best models.
 
 `render_report` is a function of the data the control API returns (as the
-plain dicts of aiperf_cli.records); `fetch_report` gets them through a control
+plain dicts of aiperf.api.views); `fetch_report` gets them through a control
 client, for `aiperf report` and `aiperf demo`. Charts are SVG drawn by
 matplotlib and embedded inline, so the file opens anywhere without network
 access.
@@ -22,7 +22,7 @@ from aiperf.timeline import CurvePoint, score_curve
 from aiperf.states import ModelState
 from aiperf_cli.explain import GLOSSARY, score_notes, validity_text
 from aiperf_cli.format import format_flops
-from aiperf_cli.records import audit_to_dict, model_to_dict, scoreboard_to_dict, timeline_to_dict
+from aiperf.api.views import audit_to_dict, model_to_dict, scoreboard_to_dict, timeline_to_dict
 from aiperf_cli.tables import (
     accuracy_text, audit_text, downtime_text, efficiency_text, elapsed_text, measured_efficiency_text, rules_text,
     recipe_text, run_title, score_label, software_text, stop_text,

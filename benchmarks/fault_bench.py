@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
@@ -49,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("fault_bench")
 
 TOKENS = {"worker_token": "fault-worker", "admin_token": "fault-admin"}
-HP = {"batch_size": 32, "kernel_size": 3}
+HP = Hyperparameters(32, 3)
 HEARTBEAT_S = 5.0
 REPORT_S = 1.0
 IMAGES_PER_REPORT = 64

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.graph import Graph, with_inserted_kernel
@@ -154,6 +155,7 @@ def _audit_setup(graph: Graph, tmp: Path) -> Audit:
 
 def _audited(w: WorkerClient, c: ControlClient, wid: int, mid: int, lie: Lie, audit: Audit) -> str:
     """Finish the model with the real weights in the store, audit it and record the audit: its verdict."""
+    from aiperf.api.wire import model_record
     from worker.audit import audit_model
 
     run_id = c.run_status().run.config.run_id
@@ -161,7 +163,7 @@ def _audited(w: WorkerClient, c: ControlClient, wid: int, mid: int, lie: Lie, au
     w.finish_model(wid, mid, "done", best_accuracy=lie.accuracy, checkpoint_uri=ckpt.uri,
                    checkpoint_sha256=ckpt.sha256)
     (model,) = [m for m in c.list_models(run_id, state="done", include_graph=True).models if m.model_id == mid]
-    f = audit_model(model, "fp32", audit.dataset, audit.weights.parent, timing=audit.timing)
+    f = audit_model(model_record(model), "fp32", audit.dataset, audit.weights.parent, timing=audit.timing)
     return c.record_audit(mid, verdict=f.verdict, architecture_ok=f.architecture_ok,
                           audited_accuracy=f.audited_accuracy, validation_images=f.validation_images,
                           auditor_host="forgery-bench", detail=f.detail,
@@ -198,7 +200,7 @@ def _run(lie: Lie, graphs: dict[str, Graph], tmp: Path, audit: Audit | None = No
         claimed_ops = count_flops(with_inserted_kernel(graph, lie.kernel))
         try:
             mids = [w.submit_model(wid, graph.to_json(), graph.hash(), 0, r,
-                                   {"batch_size": 32, "kernel_size": lie.kernel}, queue=r > 1).model_id
+                                   Hyperparameters(32, lie.kernel), queue=r > 1).model_id
                     for r in range(1, lie.models + 1)]
         except ApiError as exc:
             lie.refused.append(f"SubmitModel: {exc.details}")

@@ -24,6 +24,7 @@ from typing import Any
 from aiperf.api.client import Accelerator, ApiError, ControlClient, NodeInventory, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.graph import Graph, conv, dense, simple, with_inserted_kernel
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import OFFICIAL
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -183,7 +184,7 @@ def run_scenario(actors: list[Actor], tmp: Path, name: str) -> dict[str, Any]:
             for a in (a for a in actors if a.wid):
                 try:
                     models[a.name] = w.submit_model(a.wid, a.graph.to_json(), a.graph.hash(), 0, r + 1,
-                                                    {"batch_size": a.batch, "kernel_size": 3}, dataset=IMAGENET).model_id
+                                                    Hyperparameters(a.batch, 3), dataset=IMAGENET).model_id
                 except ApiError as exc:
                     a.refused.append(f"SubmitModel: {exc.details}")
             for k in range(1, steps + 1):  # the workers report side by side on the master's clock

@@ -43,6 +43,7 @@ from typing import Any, Callable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.api import aiperf_pb2 as pb
 from aiperf import limits
 from aiperf.api import bounds
@@ -513,7 +514,7 @@ def setup(address: str) -> tuple[dict[str, int], str, str, int]:
         w.register(name=f"filler-{i}", host="filler")
     good = w.register(name="good-worker", host="good", accelerators=acc).worker_id
     run = c.start_run(3600, profile="smoke").config.run_id
-    hp = {"batch_size": 32, "kernel_size": 3}
+    hp = Hyperparameters(32, 3)
     for _ in range(30):
         bad_model = w.submit_model(bad, graph.to_json(), graph.hash(), 0, 1, hp).model_id
     good_model = w.submit_model(good, graph.to_json(), graph.hash(), 0, 1, hp).model_id

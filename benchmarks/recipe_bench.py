@@ -49,7 +49,7 @@ def main() -> None:
 
     dataset = load_dataset("digits", image_size=SMOKE.input_size)
     graph = SMOKE.base_graph()
-    hyper = SMOKE.default_hyperparameters().to_dict()
+    hyper = SMOKE.default_hyperparameters()
     results: dict[tuple[str, int], list[float]] = {}
     for name, profile in recipes().items():
         for epochs in ROUNDS:

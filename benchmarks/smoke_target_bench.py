@@ -24,7 +24,7 @@ def main() -> None:
 
     dataset = load_dataset("digits", image_size=SMOKE.input_size)
     graph = SMOKE.base_graph()
-    hyper = SMOKE.default_hyperparameters().to_dict()
+    hyper = SMOKE.default_hyperparameters()
     longest = max(SMOKE.epochs_per_round)
     best = []
     for seed in (0, 1, 2):

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiperf.api.client import ApiError
+from aiperf.states import ModelState, WorkerState
 from worker.agent import Outbox, call_until_done, resource_samples
 from worker.monitor import AcceleratorSample, ResourceSample
 
@@ -159,7 +160,6 @@ def test_a_run_closing_just_before_a_submission_is_a_normal_end_not_a_crash(mast
                 box.close()
             assert control.list_models().total == 0, "nothing was created in the closed run"
         finally:
-            agent.stream.close()
             agent.client.close()
 
 
@@ -205,7 +205,6 @@ def test_the_agent_keeps_its_credential_and_gets_its_name_back(master_server, tm
     import json
     import time
 
-    from aiperf.api import aiperf_pb2 as pb
     from worker.agent import Agent, AgentConfig
 
     class Clock:
@@ -266,10 +265,9 @@ def test_the_agent_keeps_its_credential_and_gets_its_name_back(master_server, tm
             beat.join(10)
         assert first._lost.is_set() and not beat.is_alive()
         assert "event=reregister code=PERMISSION_DENIED" in caplog.text
-        assert third.stream.heartbeat(third.worker_id).worker_state == pb.WORKER_ALIVE
+        assert third.client.heartbeat(third.worker_id).worker_state == WorkerState.ALIVE
     finally:
         for agent in agents:
-            agent.stream.close()
             agent.client.close()
 
 
@@ -285,12 +283,10 @@ def _agent(h, name: str, state_dir=None):
 
 def _close(*agents) -> None:
     for agent in agents:
-        agent.stream.close()
         agent.client.close()
 
 
 def test_the_round_counter_counts_the_models_the_master_created(master_server, small_graph, tmp_path, monkeypatch):
-    from aiperf.api import aiperf_pb2 as pb
     from aiperf.api.client import ControlClient
     from aiperf.hyperparameters import Hyperparameters
     from aiperf.morphism import deeper_at
@@ -332,7 +328,7 @@ def test_the_round_counter_counts_the_models_the_master_created(master_server, s
         assert again.worker_id == agent.worker_id
         again._snapshot()
         assert again._next_round() == 3
-        assert {again._history[first].state, again._history[second].state} == {pb.MODEL_ABANDONED}
+        assert {again._history[first].state, again._history[second].state} == {ModelState.ABANDONED}
     finally:
         _close(*agents)
 
@@ -344,7 +340,6 @@ def test_warmup_reuses_the_parents_hyperparameters_and_failures_reach_tpe(master
     from aiperf.hpo import Tuner
     from aiperf.hyperparameters import Hyperparameters
     from aiperf.morphism import deeper_at
-    from aiperf.api import aiperf_pb2 as pb
     from worker.agent import Outbox, tpe_observations
     from worker.trainer import TrainResult
 
@@ -372,10 +367,10 @@ def test_warmup_reuses_the_parents_hyperparameters_and_failures_reach_tpe(master
         box.close()  # ids[3] is still training; ids[4] too
         agent._snapshot()
         cut = agent._history[ids[2]]  # "cut", not "failed", wherever the model is shown
-        assert cut.state == pb.MODEL_CUT and cut.reason == "stop requested"
+        assert cut.state == ModelState.CUT and cut.reason == "stop requested"
 
         obs = tpe_observations(agent._history.values())
-        assert obs == [({"batch_size": 64, "kernel_size": 5}, 0.65), ({"batch_size": 128, "kernel_size": 7}, 0.0)]
+        assert obs == [(Hyperparameters(64, 5), 0.65), (Hyperparameters(128, 7), 0.0)]
         tuner = Tuner(ctx.profile, obs)
         assert (Hyperparameters(128, 7), 1e-6) in tuner.observations  # NNI drops a plain 0
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.calls import CREDENTIAL_METADATA
 from aiperf.api.client import Accelerator, ControlClient, WorkerClient
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.limits import MAX_REQUEST_BYTES
 from tests.conftest import POSTGRES_ENV, postgres_url
 
@@ -144,7 +145,7 @@ def master(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     w, c = WorkerClient(h.address, WORKER_TOKEN, retries=0), ControlClient(h.address, ADMIN_TOKEN, retries=0)
     wid = w.register(name="seed", host="seed", accelerators=[Accelerator("X", 1 << 30)]).worker_id
     c.start_run(600, allow_concurrent=True)
-    w.submit_model(wid, graph.to_json(), graph.hash(), 0, 1, {"batch_size": 32, "kernel_size": 3})
+    w.submit_model(wid, graph.to_json(), graph.hash(), 0, 1, Hyperparameters(32, 3))
     channel = grpc.insecure_channel(h.address)
     h.fuzz_channel, h.graph_json = channel, graph.to_json()
     # worker 1's credential rides every fuzzed worker call, so messages naming it reach the Master's rules

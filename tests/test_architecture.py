@@ -212,14 +212,26 @@ def test_only_the_sql_store_speaks_sql(graph: dict[str, set[str]]) -> None:
 # ---------------------------------------------------------------- protobuf stops at the edges
 
 PROTOBUF_EDGES = ("aiperf.api", "master.rpc")
-# Not edges, still importing the generated code until the typed client returns plain records;
-# delete each entry when its package stops.
-PROTOBUF_NOT_YET_STOPPED = ("worker", "aiperf_cli")
+# Folders outside the packages that may speak the wire itself, each with its reason. Every other
+# Python file of the repository is held to the rule.
+PROTOBUF_EXEMPT = {
+    "tests": "hostile and raw requests the typed client refuses to build, checked at the master",
+    "benchmarks": "the wire's own cost (message sizes, stream throughput) and forged requests",
+}
 
 
-def _protobuf_importers() -> list[str]:
+def _repository_sources() -> list[Path]:
+    """Every Python file of the repository but the exempt folders, the generated code and the
+    virtual environment: what the protobuf rule holds to."""
+    skip = set(PROTOBUF_EXEMPT) | {".venv", "protos"}
+    files = [p for p in sorted(ROOT.rglob("*.py")) if not skip & set(p.relative_to(ROOT).parts[:1])
+             and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
+    return [p for p in files if "migrations" not in p.parts and p.relative_to(ROOT).as_posix() not in GENERATED]
+
+
+def _protobuf_importers(sources: list[Path] | None = None) -> list[str]:
     found = []
-    for path in _sources():
+    for path in _sources() if sources is None else sources:
         module = _module_name(path)
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
@@ -235,19 +247,36 @@ def _protobuf_importers() -> list[str]:
 
 
 def test_protobuf_is_imported_only_at_the_edges() -> None:
-    allowed = PROTOBUF_EDGES + PROTOBUF_NOT_YET_STOPPED
-    bad = [m for m in _protobuf_importers() if not any(m == a or m.startswith(a + ".") for a in allowed)]
+    bad = [m for m in _protobuf_importers(_repository_sources())
+           if not any(m == a or m.startswith(a + ".") for a in PROTOBUF_EDGES)]
     assert not bad, f"aiperf_pb2 imported outside {PROTOBUF_EDGES}: {bad}"
+
+
+def test_the_protobuf_check_sees_every_form_of_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "worker"
+    pkg.mkdir()
+    forms = {"a": "from aiperf.api import aiperf_pb2 as pb\n", "b": "import aiperf.api.aiperf_pb2_grpc\n",
+             "c": "def f():\n    from aiperf.api.aiperf_pb2 import Model\n", "d": "from aiperf.api import client\n"}
+    for name, text in forms.items():
+        (pkg / f"{name}.py").write_text(text)
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert _protobuf_importers(sorted(pkg.glob("*.py"))) == ["worker.a", "worker.b", "worker.c"]
+    finally:
+        ROOT = saved
 
 
 # ---------------------------------------------------------------- states are the enums
 
-STATE_SCOPE = ("aiperf", "master", "aiperf_cli")  # worker/ has states of its own (a round's outcome)
+STATE_SCOPE = PACKAGES
 STATE_MODULE = "aiperf.states"
 # The same words meaning something else, each with its reason.
 NOT_A_STATE = {
     ("aiperf.audit", "failed"): "an audit's verdict and status",
     ("aiperf.api.stream", "done"): "an attribute name in __slots__",
+    ("worker.agent", "stopping"): "a key of the health document (draining after a stop request)",
+    ("worker.health", "stopping"): "a key of the health document (draining after a stop request)",
 }
 
 
@@ -410,3 +439,93 @@ def test_an_install_brings_neither_benchmarks_nor_tests() -> None:
     installed = set(find_packages(str(ROOT), include=find["include"].split(), exclude=find["exclude"].split()))
     assert {"aiperf", "master", "worker", "aiperf_cli"} <= installed
     assert not {p for p in installed if p.split(".")[0] in ("benchmarks", "tests")}, installed
+def _limits_read_elsewhere(module: str, is_package: bool, tree: ast.AST, table: set[str]) -> list[str]:
+    """Where `tree` takes a limit of the table from another module than aiperf.limits (a module that
+    imported it: one more place a reader must look, and the first step to a second definition)."""
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            source = _resolve(module, is_package, node)
+            bad += [f"{module}:{node.lineno} {a.name} from {source}" for a in node.names
+                    if a.name in table and source != "aiperf.limits"]
+        elif isinstance(node, ast.Attribute) and node.attr in table:
+            owner = node.value.id if isinstance(node.value, ast.Name) else ast.unparse(node.value)
+            if owner != "limits":
+                bad.append(f"{module}:{node.lineno} {owner}.{node.attr}")
+    return bad
+
+
+def test_each_limit_is_read_from_the_table() -> None:
+    from aiperf import limits
+
+    table = {name for name, _ in limits.LIMITS}
+    bad = [hit for path in _sources() if _module_name(path) != "aiperf.limits"
+           for hit in _limits_read_elsewhere(_module_name(path), _is_package(path), ast.parse(path.read_text()), table)]
+    assert not bad, "read a limit from aiperf.limits itself: " + ", ".join(bad)
+
+
+def test_the_limit_check_sees_re_exports_and_attributes() -> None:
+    source = ("from aiperf.api.bounds import MAX_ID, clip_text\nfrom aiperf.limits import MAX_SEQ\n"
+              "from aiperf import hyperparameters, limits\nx = hyperparameters.MAX_KERNEL_SIZE + limits.MAX_PAGE\n")
+    found = _limits_read_elsewhere("worker.m", False, ast.parse(source),
+                                   {"MAX_ID", "MAX_SEQ", "MAX_KERNEL_SIZE", "MAX_PAGE"})
+    assert found == ["worker.m:1 MAX_ID from aiperf.api.bounds", "worker.m:4 hyperparameters.MAX_KERNEL_SIZE"]
+
+
+# A MAX_* constant of another module whose number equals a limit of the table by coincidence, each
+# with why it is not that limit; any other equal number is a limit defined twice under two names.
+COINCIDENT_LIMITS = {
+    ("worker.data.numpy_pipeline", "MAX_DEPTH"): "prefetch depth in batches, not accelerator models named",
+    ("aiperf_cli.export", "MAX_SUBMISSION_TEXT"): "characters of --org and --platform, not an accelerator model",
+    ("aiperf_cli.export", "MAX_COMPARE"): "runs one `aiperf compare` reads, not graph JSON nesting",
+    ("aiperf_cli.options", "MAX_SMALL_FILE_BYTES"): "bytes of a token or certificate file, not graph JSON",
+}
+
+
+def _constant(node: ast.expr) -> int | float | None:
+    """The number a constant expression (1 << 20, 30 * 86400.0, -1) stands for; None otherwise."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _constant(node.operand)
+        return None if inner is None else -inner
+    if isinstance(node, ast.BinOp):
+        left, right = _constant(node.left), _constant(node.right)
+        ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+               ast.Pow: lambda a, b: a ** b, ast.LShift: lambda a, b: a << b}
+        if left is not None and right is not None and type(node.op) in ops:
+            return ops[type(node.op)](left, right)
+    return None
+
+
+def _max_constants(tree: ast.Module) -> list[tuple[str, int | float, int]]:
+    """(name, value, line) of each module-level MAX_* constant with a constant value."""
+    found = []
+    for node in tree.body:
+        target = (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1
+                  else node.target if isinstance(node, ast.AnnAssign) and node.value is not None else None)
+        if isinstance(target, ast.Name) and target.id.startswith("MAX_"):
+            value = _constant(node.value)
+            if value is not None:
+                found.append((target.id, value, node.lineno))
+    return found
+
+
+def test_no_limit_is_defined_again_under_another_name() -> None:
+    from aiperf import limits
+
+    values = {value: name for name, value, _ in limits.limits_table() if name.startswith("MAX_")}
+    bad = [f"{module}:{line} {name} = {value!r} (aiperf.limits.{values[value]})" for path in _sources()
+           if (module := _module_name(path)) != "aiperf.limits"
+           for name, value, line in _max_constants(ast.parse(path.read_text()))
+           if value in values and (module, name) not in COINCIDENT_LIMITS]
+    assert not bad, "a limit's number defined again (import it from aiperf.limits):\n" + "\n".join(bad)
+    stale = [key for key in COINCIDENT_LIMITS
+             if not any(_module_name(p) == key[0] and any(n == key[1] for n, _, _ in _max_constants(ast.parse(p.read_text())))
+                        for p in _sources())]
+    assert not stale, f"COINCIDENT_LIMITS names constants that are gone: {stale}"
+
+
+def test_the_duplicate_limit_check_reads_constant_expressions() -> None:
+    tree = ast.parse("MAX_A = 8192\nMAX_B: int = 1 << 20\nMAX_C = 30 * 86400.0\nMAX_D = f(3)\nX = 5\n")
+    assert _max_constants(tree) == [("MAX_A", 8192, 1), ("MAX_B", 1 << 20, 2), ("MAX_C", 30 * 86400.0, 3)]

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from aiperf.hyperparameters import Hyperparameters
 from aiperf import audit as rule
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
@@ -101,7 +102,7 @@ class Scenario:
             ("garbage", 3, 0.33, True),
         ):
             mid = self.w.submit_model(self.wid, graph.to_json(), graph.hash(), 0, len(self.ids) + 1,
-                                      {"batch_size": 32, "kernel_size": kernel}).model_id
+                                      Hyperparameters(32, kernel)).model_id
             seq += 1
             self.clock.t += 30  # 64 images in 30 s: far below what any machine trains
             ops = count_flops(with_inserted_kernel(graph, kernel)).ops(64, 64)
@@ -333,8 +334,8 @@ def test_an_official_run_is_valid_only_when_its_regulated_model_passed(tmp_path)
         mids = []
         for n, accuracy in enumerate((0.74, 0.78)):
             mid = w.submit_model(wid, graph.to_json(), graph.hash(), 0, n + 1,
-                                 {"batch_size": OFFICIAL.for_accelerator_memory(H100.memory_bytes).batch_size,
-                                  "kernel_size": 3}, dataset=IMAGENET).model_id
+                                 Hyperparameters(OFFICIAL.for_accelerator_memory(H100.memory_bytes).batch_size, 3),
+                                 dataset=IMAGENET).model_id
             clock.t += 600
             images = int(0.2 * 8e14 * 600 / per_image.train)
             w.report_progress(wid, mid, 1, images, 0, 1, per_image.ops(images, 0), val_accuracy=accuracy)

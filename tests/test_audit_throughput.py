@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from aiperf.hyperparameters import Hyperparameters
 from aiperf import audit as rule
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
@@ -98,7 +99,7 @@ class Run:
 
     def model(self, rate: float, seconds: int, accuracy: float = 0.5) -> int:
         mid = self.w.submit_model(self.wid, self.graph.to_json(), self.graph.hash(), 0, 1,
-                                  {"batch_size": 32, "kernel_size": 3}).model_id
+                                  Hyperparameters(32, 3)).model_id
         for seq in range(1, seconds // 10 + 1):
             self.clock.t += 10
             n = int(rate * 10)

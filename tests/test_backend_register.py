@@ -17,7 +17,7 @@ from tests.support.schema_round_trip import down_and_up
 
 def test_each_workers_backend_is_listed_and_a_run_may_mix_them(master_server, capsys):
     from aiperf_cli.main import main
-    from aiperf_cli.records import scoreboard_to_dict
+    from aiperf.api.views import scoreboard_to_dict
     from aiperf_cli.report import fetch_report
 
     h = master_server()

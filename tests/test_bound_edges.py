@@ -19,6 +19,7 @@ from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
 from aiperf.api.client import Accelerator, ResourceSample
 from aiperf.flops import count_flops
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.peaks import largest_bound
 from aiperf.profiles import SMOKE
 from tests.support.fake_clock import FakeClock
@@ -71,7 +72,7 @@ def test_every_bound_at_its_maximum_is_stored_and_read_back(master_server, db_ur
                "validation_images": limits.MAX_DATASET_IMAGES, "num_classes": limits.MAX_DATASET_CLASSES,
                "image_size": limits.MAX_IMAGE_SIZE, "fingerprint": "f" * limits.MAX_GRAPH_HASH_CHARS}
     mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, limits.MAX_ROUND,
-                         {"batch_size": BIGGEST_BATCH, "kernel_size": 7}, dataset=dataset).model_id
+                         Hyperparameters(BIGGEST_BATCH, 7), dataset=dataset).model_id
     fc = count_flops(small_graph)
     per_report = min(limits.MAX_IMAGES_PER_REPORT, limits.MAX_OPS_PER_REPORT // fc.train)
     # an accelerator without a datasheet entry is bounded by the table's fastest (smoke: float32)

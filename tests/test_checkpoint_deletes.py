@@ -74,7 +74,6 @@ def test_the_worker_reports_what_it_could_not_delete_and_the_master_keeps_it_sto
         assert "permission denied" in rows[ids[1]]["checkpoint"]["delete_error"]
         assert rows[ids[0]]["checkpoint"]["delete_error"] is None
     finally:
-        agent.stream.close()
         agent.client.close()
 
 
@@ -190,7 +189,6 @@ def test_a_finish_refused_for_its_undeleted_list_goes_through_without_it(master_
         assert control.list_models().models[0].state == pb.MODEL_DONE
         assert agent.inheritance.undeleted == [] and "event=undeleted_refused" in caplog.text
     finally:
-        agent.stream.close()
         agent.client.close()
 
 
@@ -232,7 +230,6 @@ def test_a_restarted_worker_sends_what_its_earlier_life_could_not_delete(master_
         assert Agent(cfg).inheritance.undeleted == []
     finally:
         for agent in agents:
-            agent.stream.close()
             agent.client.close()
 
 

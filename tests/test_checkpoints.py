@@ -14,6 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aiperf.states import ModelState
+from aiperf.api.records import ModelRecord
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
 from aiperf.api.client import ApiError, ControlClient
@@ -119,8 +122,8 @@ def test_saved_weights_load_into_the_model_built_from_the_graph(tmp_path, small_
     ckpt = inh.save(1, 9, small_graph, 3, weights)
     assert ckpt is not None and ckpt.uri.endswith("run-1/model-9.weights.h5")
     assert list((tmp_path / "scratch").iterdir()) == []  # the scratch file went into the store
-    parent = pb.Model(model_id=9, checkpoint_uri=ckpt.uri, checkpoint_sha256=ckpt.sha256,
-                      hyperparameters=pb.Hyperparameters(batch_size=32, kernel_size=3))
+    parent = ModelRecord(model_id=9, run_id=1, state=ModelState.DONE, checkpoint_uri=ckpt.uri,
+                         checkpoint_sha256=ckpt.sha256, hyperparameters=Hyperparameters(32, 3))
     loaded = inh.parent_weights(parent, small_graph)
     assert set(loaded) == set(weights)
     for name, arrays in weights.items():
@@ -374,7 +377,6 @@ def test_a_bad_checkpoints_url_stops_the_worker_with_one_line(capsys, monkeypatc
 def test_the_worker_deletes_what_retention_lets_go_from_its_store(master_server, small_graph, tmp_path, caplog):
     import logging
 
-    from aiperf.hyperparameters import Hyperparameters
     from aiperf.morphism import deeper_at
     from worker.agent import Agent, AgentConfig, Outbox
     from worker.trainer import TrainResult
@@ -403,6 +405,5 @@ def test_the_worker_deletes_what_retention_lets_go_from_its_store(master_server,
         assert models[ids[1]].checkpoint_deleted and not models[ids[0]].checkpoint_deleted
         assert models[ids[0]].checkpoint_sha256 == hashlib.sha256(b"w" * (ids[0] + 1)).hexdigest()
     finally:
-        agent.stream.close()
         agent.client.close()
         agent.inheritance.close()

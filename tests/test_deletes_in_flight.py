@@ -332,5 +332,4 @@ def test_a_worker_killed_before_its_deletes_finishes_them_when_it_starts_again(
         assert (m2.checkpoint_deleted, m2.checkpoint_delete_error) == (False, error), "the record says where it is"
     finally:
         for agent in agents:
-            agent.stream.close()
             agent.client.close()

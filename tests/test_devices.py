@@ -14,6 +14,7 @@ from aiperf import peaks, scoring
 from aiperf.api.client import Accelerator, ApiError
 from aiperf.audit import same_hardware
 from aiperf.flops import count_flops
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.scoring import Point
 from tests.support.fake_clock import FakeClock
 from tests.support.master_clients import HP, IMAGENET, clients
@@ -82,7 +83,7 @@ def _official(master_server, accelerators, cpus: int = 8):
 
     g = OFFICIAL.base_graph()
     batch = OFFICIAL.for_accelerator_memory(min((a.memory_bytes for a in accelerators), default=0)).batch_size
-    w.submit_model(wid, g.to_json(), g.hash(), 0, 1, {"batch_size": batch, "kernel_size": 3}, dataset=IMAGENET)
+    w.submit_model(wid, g.to_json(), g.hash(), 0, 1, Hyperparameters(batch, 3), dataset=IMAGENET)
     return c.scoreboard()
 
 

@@ -72,7 +72,6 @@ def test_health_follows_the_heartbeat_loop_of_a_registered_agent(master_server):
         assert code == 200 and body["stopping"] is True
     finally:
         health.stop()
-        agent.stream.close()
         agent.client.close()
 
 

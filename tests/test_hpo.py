@@ -21,8 +21,8 @@ def history_where_3_and_32_is_best(seed=0, n=16):
     for _ in range(n):
         b, k = r.choice(SMOKE.batch_sizes), r.choice(SMOKE.kernel_sizes)
         acc = 0.9 if (b, k) == (32, 3) else 0.2 + 0.1 * r.random()
-        hist.append(({"batch_size": b, "kernel_size": k}, acc))
-    hist += [({"batch_size": 32, "kernel_size": 3}, 0.88), ({"batch_size": 32, "kernel_size": 3}, 0.91)]
+        hist.append((Hyperparameters(b, k), acc))
+    hist += [(Hyperparameters(32, 3), 0.88), (Hyperparameters(32, 3), 0.91)]
     return hist
 
 
@@ -112,9 +112,9 @@ def test_tpe_maximises():
 
 def test_tpe_is_in_effect_with_few_observations():
     # hyperopt's default samples at random for 20 observations; ours models them after 5.
-    hist = [({"batch_size": 16, "kernel_size": 7}, 0.9), ({"batch_size": 128, "kernel_size": 3}, 0.1),
-            ({"batch_size": 64, "kernel_size": 5}, 0.2), ({"batch_size": 32, "kernel_size": 3}, 0.15),
-            ({"batch_size": 64, "kernel_size": 7}, 0.2), ({"batch_size": 128, "kernel_size": 5}, 0.1)]
+    hist = [(Hyperparameters(16, 7), 0.9), (Hyperparameters(128, 3), 0.1),
+            (Hyperparameters(64, 5), 0.2), (Hyperparameters(32, 3), 0.15),
+            (Hyperparameters(64, 7), 0.2), (Hyperparameters(128, 5), 0.1)]
     proposals = [Tuner(SMOKE, hist).propose(seed) for seed in range(20)]
     assert sum(p == Hyperparameters(16, 7) for p in proposals) >= 12
 
@@ -140,11 +140,10 @@ def test_proposals_stay_in_the_space():
 
 
 def test_failed_and_foreign_entries():
-    # 0.0 (a failed model) is an observation, None (still training) and out-of-space
-    # or malformed entries are not; entries may be Hyperparameters or their dict form.
-    hist = [({"batch_size": 64, "kernel_size": 3}, 0.0), (Hyperparameters(64, 5), None),
-            ({"batch_size": 999, "kernel_size": 3}, 0.9), ({"kernel_size": 3}, 0.5),
-            ({"batch_size": 64, "kernel_size": 4}, 0.5), (Hyperparameters(16, 9), 0.5)]
+    # 0.0 (a failed model) is an observation, None (still training) and out-of-space entries
+    # are not (a malformed one cannot be built: aiperf.hyperparameters checks it).
+    hist = [(Hyperparameters(64, 3), 0.0), (Hyperparameters(64, 5), None),
+            (Hyperparameters(999, 3), 0.9), (Hyperparameters(16, 9), 0.5)]
     t = Tuner(SMOKE, hist)
     assert t.observations == [(Hyperparameters(64, 3), pytest.approx(1e-6))]
     assert t.propose(1).batch_size in SMOKE.batch_sizes

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from aiperf.api import aiperf_pb2 as pb
+from aiperf.api.records import ModelRecord
 from aiperf.graph import with_inserted_kernel
 from aiperf.hyperparameters import Hyperparameters
+from aiperf.states import ModelState
 from worker.checkpoints import open_store
 
 
@@ -97,7 +100,7 @@ def test_a_child_starts_at_its_parents_final_accuracy_end_to_end(master_server, 
     assert first.parent_id == 0 and first.inherited_from == 0
 
 
-def _trained_parent(tmp_path: Path, graph, kernel: int, model_id: int = 1) -> tuple[Any, pb.Model, dict]:
+def _trained_parent(tmp_path: Path, graph, kernel: int, model_id: int = 1) -> tuple[Any, ModelRecord, dict]:
     """A parent with random (non-initial) weights stored as its checkpoint."""
     from aiperf.keras_builder import build_model
     from worker.inheritance import Inheritance
@@ -113,8 +116,8 @@ def _trained_parent(tmp_path: Path, graph, kernel: int, model_id: int = 1) -> tu
     inh = Inheritance(open_store(str(tmp_path / "store")), tmp_path / "scratch")
     weights = layer_weights(model)
     ckpt = inh.save(1, model_id, graph, kernel, weights)
-    parent = pb.Model(model_id=model_id, checkpoint_uri=ckpt.uri, checkpoint_sha256=ckpt.sha256,
-                      hyperparameters=pb.Hyperparameters(batch_size=32, kernel_size=kernel))
+    parent = ModelRecord(model_id=model_id, run_id=1, state=ModelState.DONE, checkpoint_uri=ckpt.uri,
+                         checkpoint_sha256=ckpt.sha256, hyperparameters=Hyperparameters(32, kernel))
     return inh, parent, weights
 
 
@@ -157,7 +160,7 @@ def test_a_child_planned_while_its_parent_trains_inherits_at_the_hand_over(tmp_p
     parent_graph = deeper_at(small_graph, "conv2_block1_out")
     child_graph = deeper_at(parent_graph, "conv3_block1_out")
     inh, parent, weights = _trained_parent(tmp_path, parent_graph, kernel=5)
-    training = pb.Model(model_id=1, state=pb.MODEL_TRAINING, hyperparameters=parent.hyperparameters)
+    training = replace(parent, state=ModelState.TRAINING, checkpoint_uri="", checkpoint_sha256="")
     start = inh.child_start(True, training, parent_graph, child_graph, Hyperparameters(32, 3))
     assert (start.weights, start.inherited_from, start.pending_parent) == (None, 0, 1)
     assert start.hyperparameters.kernel_size == 5, "prepared at the kernel it will inherit with"
@@ -176,7 +179,7 @@ def test_a_child_planned_while_its_parent_trains_inherits_at_the_hand_over(tmp_p
     assert inh.late_weights(training, parent_graph, child_graph, 5) == (
         None, "from scratch: the parent's checkpoint was not written by the first step")
     # a parent that ended without a checkpoint is not waited for
-    failed = pb.Model(model_id=1, state=pb.MODEL_FAILED, hyperparameters=parent.hyperparameters)
+    failed = replace(training, state=ModelState.FAILED)
     assert inh.child_start(True, failed, parent_graph, child_graph, Hyperparameters(32, 3)).pending_parent == 0
 
 
@@ -196,10 +199,9 @@ def test_a_missing_or_corrupt_parent_checkpoint_trains_from_scratch_and_says_so(
     path.unlink()  # missing: the worker that wrote it crashed before
     start = inh.child_start(True, parent, small_graph, child_graph, hyper)
     assert start.weights is None and start.inherited_from == 0 and "missing" in start.why
-    deleted = pb.Model(model_id=1, checkpoint_uri=parent.checkpoint_uri, checkpoint_sha256=parent.checkpoint_sha256,
-                       checkpoint_deleted=True, hyperparameters=parent.hyperparameters)
+    deleted = replace(parent, checkpoint_deleted=True)
     assert "deleted by retention" in inh.child_start(True, deleted, small_graph, child_graph, hyper).why
-    none = pb.Model(model_id=1, hyperparameters=parent.hyperparameters)
+    none = replace(parent, checkpoint_uri="", checkpoint_sha256="")
     assert "no checkpoint" in inh.child_start(True, none, small_graph, child_graph, hyper).why
     # a checkpoint of another architecture does not fit
     inh_other, other_parent, _ = _trained_parent(tmp_path / "o", child_graph, kernel=3, model_id=1)
@@ -220,7 +222,7 @@ def test_the_compiled_round_starts_from_the_given_weights(small_graph):
     graph = with_inserted_kernel(small_graph, 3)
     weights = layer_weights(build_model(graph, seed=11))
     dataset = load_dataset("digits", None, image_size=32)
-    prepared = prepare_round(graph, {"batch_size": 16, "kernel_size": 3}, dataset, SMOKE, 1, seed=1,
+    prepared = prepare_round(graph, Hyperparameters(16, 3), dataset, SMOKE, 1, seed=1,
                              initial_weights=weights)
     try:
         got = layer_weights(prepared.compiled.model)

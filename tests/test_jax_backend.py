@@ -135,7 +135,9 @@ def test_checkpoints_are_interchangeable_between_the_backends(checked):
     """A JAX child inherits from a TensorFlow parent (same function), and a TensorFlow model
     reads the JAX child's checkpoint (same accuracy)."""
     _ok(checked, "inheritance")
-    from aiperf.api import aiperf_pb2 as pb
+    from aiperf.api.records import ModelRecord
+    from aiperf.hyperparameters import Hyperparameters
+    from aiperf.states import ModelState
     from aiperf.keras_builder import build_model
     from worker.checkpoints import open_store
     from worker.inheritance import Inheritance
@@ -146,8 +148,8 @@ def test_checkpoints_are_interchangeable_between_the_backends(checked):
     np.testing.assert_allclose(np.load(checked["directory"] / "child_logits_jax.npy"), checked["parent_logits"],
                                atol=1e-4)
     inh = Inheritance(open_store(str(checked["directory"] / "store")), checked["directory"] / "scratch-tf")
-    child = pb.Model(model_id=2, checkpoint_uri=got["uri"], checkpoint_sha256=got["sha256"],
-                     hyperparameters=pb.Hyperparameters(batch_size=16, kernel_size=3))
+    child = ModelRecord(model_id=2, run_id=1, state=ModelState.DONE, checkpoint_uri=got["uri"],
+                        checkpoint_sha256=got["sha256"], hyperparameters=Hyperparameters(16, 3))
     weights = inh.parent_weights(child, checked["child_graph"])
     model = build_model(checked["child_graph"], kernel_size=3)
     set_layer_weights(model, weights)

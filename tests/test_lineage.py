@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from aiperf.api.client import ApiError
 from aiperf.graph import Graph, conv, dense, simple
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.lineage import LineageError, check_descent
 from aiperf.morphism import MorphSpace, deeper_at, morph_step, random_morph, wider_at, wider_positions
 from aiperf.profiles import OFFICIAL, SMOKE
@@ -121,9 +122,9 @@ def test_the_master_accepts_the_search_and_refuses_the_rest(master_server):
     assert len(c.list_models().models) == 4  # the accepted ones, nothing else
 
 
-@pytest.mark.parametrize("hp, what", [({"batch_size": 256, "kernel_size": 3}, "batch_size 256"),
-                                      ({"batch_size": 8, "kernel_size": 3}, "batch_size 8"),
-                                      ({"batch_size": 32, "kernel_size": 9}, "kernel_size 9")])
+@pytest.mark.parametrize("hp, what", [(Hyperparameters(256, 3), "batch_size 256"),
+                                      (Hyperparameters(8, 3), "batch_size 8"),
+                                      (Hyperparameters(32, 9), "kernel_size 9")])
 def test_hyperparameters_outside_the_profile_are_refused(master_server, hp, what):
     w, c, wid = _run(master_server)
     with pytest.raises(ApiError) as e:
@@ -141,9 +142,9 @@ def test_official_batch_sizes_follow_the_accelerator_memory(master_server):
     c.start_run(3600, profile="official")
     sizes = OFFICIAL.for_accelerator_memory(80 << 30).batch_sizes
     base = OFFICIAL.base_graph()
-    _submit(w, wid, base, hp={"batch_size": sizes[-1], "kernel_size": 3})
+    _submit(w, wid, base, hp=Hyperparameters(sizes[-1], 3))
     with pytest.raises(ApiError) as e:
-        _submit(w, wid, base, hp={"batch_size": sizes[-1] + 1, "kernel_size": 3})
+        _submit(w, wid, base, hp=Hyperparameters(sizes[-1] + 1, 3))
     assert e.value.code.name == "INVALID_ARGUMENT"
 
 

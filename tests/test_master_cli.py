@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from aiperf.hyperparameters import Hyperparameters
 from aiperf_cli.format import parse_duration
 from aiperf_cli.main import main
 from tests.support.cli_runs import run_cli as run
@@ -216,7 +217,7 @@ def test_report_writes_a_self_contained_html_file(cli, capsys, tmp_path, small_g
     wid = w.register(name="n1", host="n1").worker_id
     fc = count_flops(small_graph)
     mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1,
-                         {"batch_size": 32, "kernel_size": 3}).model_id
+                         Hyperparameters(32, 3)).model_id
     w.report_progress(wid, mid, 1, 3200, 320, 1, fc.ops(3200, 320), val_accuracy=0.5)
     w.send_resource_samples(wid, [ResourceSample(cpu_util=0.4, memory_used=1 << 30)])
     w.finish_model(wid, mid, "done", best_accuracy=0.5)

@@ -19,6 +19,7 @@ from aiperf.api.client import Accelerator, ApiError, ControlClient, NodeInventor
 from aiperf.api.enums import MODEL_STATES
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.morphism import deeper_at, deeper_positions
 from tests.support.fake_clock import FakeClock
 from tests.support.master_clients import HP, clients, register, wait_for
@@ -61,7 +62,7 @@ def test_whole_lifecycle(master_server, small_graph, db_url):
 
     # round 2: a child with a different kernel size for the inserted conv
     child = deeper_at(small_graph, deeper_positions(small_graph)[0])
-    hp2 = {"batch_size": 64, "kernel_size": 5}
+    hp2 = Hyperparameters(64, 5)
     sub2 = w.submit_model(wid, child.to_json(), child.hash(), sub.model_id, 2, hp2)
     fc2 = count_flops(with_inserted_kernel(child, 5))
     assert sub2.flops_per_train_image == fc2.train != count_flops(child).train
@@ -163,7 +164,7 @@ def test_scores_on_the_master_clock(master_server):
     fc = count_flops(small_graph)
     imagenet = {"kind": "imagenet-tfrecord", "train_images": 1_281_167, "validation_images": 50_000,
                 "num_classes": 1000, "image_size": 224, "fingerprint": "0" * 64}
-    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, {"batch_size": 448, "kernel_size": 3},
+    mid = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, Hyperparameters(448, 3),
                          dataset=imagenet).model_id
     script = [  # (t - t0, images trained, images validated, accuracy)
         (1800, 100_000, 0, None),
@@ -856,8 +857,8 @@ def test_a_graph_must_fit_the_runs_profile(master_server, small_graph):
     ]
     for graph, k, message in cases:
         with pytest.raises(ApiError) as excinfo:
-            w.submit_model(wid, graph.to_json(), graph.hash(), 0, 1, {"batch_size": 32, "kernel_size": k})
+            w.submit_model(wid, graph.to_json(), graph.hash(), 0, 1, Hyperparameters(32, k))
         assert excinfo.value.code == grpc.StatusCode.INVALID_ARGUMENT and message in excinfo.value.details
     assert c.list_models().total == 0
-    fits = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, {"batch_size": 32, "kernel_size": 7})
+    fits = w.submit_model(wid, small_graph.to_json(), small_graph.hash(), 0, 1, Hyperparameters(32, 7))
     assert fits.model_id > 0

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiperf.api.client import Accelerator, ApiError, NodeInventory
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import OFFICIAL
 from master.core import node_audits
 from tests.support.master_clients import IMAGENET, clients
@@ -31,7 +32,7 @@ def _run(master_server, workers: dict[str, list[Accelerator]], models_each: int 
     c.start_run(7200, profile="official")
     g = OFFICIAL.base_graph()
     batch = OFFICIAL.for_accelerator_memory(80 << 30).batch_size
-    models = {name: [w.submit_model(wid, g.to_json(), g.hash(), 0, r + 1, {"batch_size": batch, "kernel_size": 3},
+    models = {name: [w.submit_model(wid, g.to_json(), g.hash(), 0, r + 1, Hyperparameters(batch, 3),
                                     dataset=IMAGENET, queue=True).model_id for r in range(models_each)]
               for name, wid in ids.items()}
     return h, w, c, ids, models
@@ -122,7 +123,7 @@ def test_aiperf_audit_node_times_the_drawn_models_of_its_node_and_sends_its_inve
     here = w.register(name="here", host="node-a", cpus=inv.cpus, cpu_model=inv.cpu_model).worker_id
     elsewhere = w.register(name="there", host="node-b", cpus=2, cpu_model="Other CPU").worker_id
     c.start_run(600, profile="smoke")
-    hp = {"batch_size": 32, "kernel_size": 3}
+    hp = Hyperparameters(32, 3)
     mine = [w.submit_model(here, small_graph.to_json(), small_graph.hash(), 0, r, hp, queue=True).model_id
             for r in (1, 2)]
     w.submit_model(elsewhere, small_graph.to_json(), small_graph.hash(), 0, 1, hp)

@@ -16,6 +16,7 @@ from aiperf import official, peaks
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import ApiError
 from aiperf.flops import count_flops
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import OFFICIAL, SMOKE
 from aiperf.resnet import resnet50
 from tests.support.fake_clock import FakeClock
@@ -109,7 +110,7 @@ def _gpu_worker(w, name: str) -> int:
 def _official_model(w, wid: int, dataset: dict | None) -> int:
     g = resnet50(224, 3, 1000, 1.0)
     batch = OFFICIAL.for_accelerator_memory(80 << 30).batch_size  # the H100's
-    return w.submit_model(wid, g.to_json(), g.hash(), 0, 1, {"batch_size": batch, "kernel_size": 3},
+    return w.submit_model(wid, g.to_json(), g.hash(), 0, 1, Hyperparameters(batch, 3),
                           dataset=dataset).model_id
 
 
@@ -136,7 +137,7 @@ def test_an_official_run_defaults_to_mixed_fp16_with_xla_and_stays_official_on_i
     ({"xla": False}, "XLA off (official: on)"),
 ])
 def test_any_override_makes_the_run_unofficial(master_server, options, reason):
-    from aiperf_cli.records import run_status_to_dict, scoreboard_to_dict
+    from aiperf.api.views import run_status_to_dict, scoreboard_to_dict
 
     h = master_server()
     w, c = clients(h)

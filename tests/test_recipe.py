@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import OFFICIAL, SMOKE
 from tests.support.recipe_checks import (
     KERNELS,
@@ -127,7 +128,7 @@ def test_early_stopping_on_validation_loss_ignores_accuracy_and_small_improvemen
 
 def test_the_run_record_the_scoreboard_and_the_report_show_the_recipe():
     from aiperf.api import aiperf_pb2 as pb
-    from aiperf_cli.records import run_info_to_dict
+    from aiperf.api.views import run_info_to_dict
     from aiperf_cli.tables import recipe_text
 
     official = run_info_to_dict(pb.RunInfo(config=pb.RunConfig(profile=pb.PROFILE_OFFICIAL)))
@@ -152,7 +153,7 @@ def test_a_round_stops_early_once_the_validation_loss_is_flat_not_the_accuracy()
     def run(**changes):
         profile = recipe(epochs_per_round=(4,), learning_rate=0.0, patience_base=0, patience_step=1,
                          patience_max=1, early_stop_min_delta=0.0, **changes)
-        return train_model(tiny_graph(), {"batch_size": 32, "kernel_size": 3}, TinyDataset(n_train=32, n_val=32),
+        return train_model(tiny_graph(), Hyperparameters(32, 3), TinyDataset(n_train=32, n_val=32),
                            profile, 1, on_progress=lambda p: None)
 
     # lr 0: the weights stay, the accuracy is flat, but the batch-norm moving statistics move, and the loss with them

@@ -12,6 +12,7 @@ import pytest
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
+from aiperf.hyperparameters import Hyperparameters
 from aiperf_cli.main import main
 from tests.support.master_clients import wait_for
 
@@ -63,7 +64,7 @@ def test_workers_show_state_heartbeat_and_current_model(cluster, capsys, small_g
     run_id = c.start_run(600, profile="smoke").config.run_id
     w.heartbeat(a.worker_id)
     sub = w.submit_model(a.worker_id, small_graph.to_json(), small_graph.hash(), parent_id=0, round=1,
-                         hyperparameters={"batch_size": 32, "kernel_size": 3})
+                         hyperparameters=Hyperparameters(32, 3))
     # b falls silent: lost after 3 heartbeat intervals; a keeps beating
     def b_lost() -> bool:
         w.heartbeat(a.worker_id, sub.model_id)

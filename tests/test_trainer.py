@@ -9,6 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.flops import count_flops
 from aiperf.graph import INSERTED, conv, simple, with_inserted_kernel
 from aiperf.profiles import SMOKE
@@ -45,7 +46,7 @@ def test_progress_counts_images_and_flops_exactly():
     graph = graph_with_inserted_conv()  # a real ResNet-50 (reduced width) once; the others use a tiny graph
     data = TinyDataset(n_train=100, n_val=40)
     reports: list[Progress] = []
-    res = train_model(graph, {"batch_size": 32, "kernel_size": 5}, data, PROFILE, 1,
+    res = train_model(graph, Hyperparameters(32, 5), data, PROFILE, 1,
                       on_progress=reports.append, progress_interval_s=0.0, seed=1)
     assert res.state == "done" and res.epochs == 2 and len(res.val_accuracies) == 2
     assert res.replicas == 1 and res.global_batch_size == 32
@@ -64,13 +65,13 @@ def test_progress_counts_images_and_flops_exactly():
     assert [r.val_accuracy for r in ends] == list(res.val_accuracies)
     assert res.best_val_accuracy == max(res.val_accuracies)
     assert res.best_val_accuracy <= res.predicted_accuracy <= 1.0
-    assert res.hyperparameters == {"batch_size": 32, "kernel_size": 5}
+    assert res.hyperparameters == Hyperparameters(32, 5)
 
 
 def test_reports_follow_the_interval(graph):
     data = TinyDataset(n_train=64, n_val=32)
     reports: list[Progress] = []
-    res = train_model(graph, {"batch_size": 16, "kernel_size": 3}, data, PROFILE, 2,
+    res = train_model(graph, Hyperparameters(16, 3), data, PROFILE, 2,
                       on_progress=reports.append, progress_interval_s=3600.0, epochs=2)
     # With a long interval only the epoch ends report, carrying the whole epoch.
     assert [(r.images_trained, r.images_validated, r.epoch_end) for r in reports] == [(64, 32, True)] * 2
@@ -86,7 +87,7 @@ def test_should_stop_stops_within_a_batch(graph):
         return calls["n"] >= 4
 
     reports: list[Progress] = []
-    res = train_model(graph, {"batch_size": 16, "kernel_size": 3}, data, PROFILE, 2,
+    res = train_model(graph, Hyperparameters(16, 3), data, PROFILE, 2,
                       on_progress=reports.append, should_stop=should_stop, progress_interval_s=3600.0)
     assert res.state == "stopped" and res.reason == "stop requested"
     assert res.images_trained == 3 * 16 and res.epochs == 0 and res.val_accuracies == ()
@@ -99,7 +100,7 @@ def test_should_stop_stops_within_a_batch(graph):
 
 def test_stop_before_start_trains_nothing(graph):
     reports: list[Progress] = []
-    res = train_model(graph, {"batch_size": 16, "kernel_size": 3}, TinyDataset(), PROFILE, 1,
+    res = train_model(graph, Hyperparameters(16, 3), TinyDataset(), PROFILE, 1,
                       on_progress=reports.append, should_stop=lambda: True)
     assert (res.state, res.images_trained, res.images_validated, reports) == ("stopped", 0, 0, [])
 
@@ -110,7 +111,7 @@ def test_early_stopping_uses_the_profile_patience(graph):
                                   patience_base=0, patience_step=1, patience_max=1)
     assert profile.patience(2) == 1
     data = TinyDataset(n_train=32, n_val=32)
-    res = train_model(graph, {"batch_size": 32, "kernel_size": 3}, data, profile, 2,
+    res = train_model(graph, Hyperparameters(32, 3), data, profile, 2,
                       on_progress=lambda p: None)
     assert res.state == "done" and res.early_stopped and "early stop" in res.reason
     assert res.epochs < profile.epochs_for_round(2)
@@ -157,7 +158,7 @@ def test_out_of_memory_marks_the_model_failed(graph, monkeypatch, where):
     _failing_steps(monkeypatch, tf.errors.ResourceExhaustedError(
         None, None, "OOM when allocating tensor with shape[128,64,16,16]"), where)
     before = keras.config.dtype_policy().name
-    res = train_model(graph, {"batch_size": 128, "kernel_size": 3}, TinyDataset(), PROFILE, 1,
+    res = train_model(graph, Hyperparameters(128, 3), TinyDataset(), PROFILE, 1,
                       on_progress=lambda p: None, precision="mixed_bf16")
     assert res.state == "failed"
     assert res.reason.startswith("out of memory at batch size 128")
@@ -169,16 +170,16 @@ def test_out_of_memory_marks_the_model_failed(graph, monkeypatch, where):
 def test_other_errors_propagate(graph, monkeypatch, where):
     _failing_steps(monkeypatch, tf.errors.InvalidArgumentError(None, None, "bad input"), where)
     with pytest.raises(tf.errors.InvalidArgumentError):
-        train_model(graph, {"batch_size": 16, "kernel_size": 3}, TinyDataset(), PROFILE, 1,
+        train_model(graph, Hyperparameters(16, 3), TinyDataset(), PROFILE, 1,
                     on_progress=lambda p: None)
 
 
 def test_bad_arguments(graph):
     with pytest.raises(ValueError, match="precision"):
-        train_model(graph, {"batch_size": 16, "kernel_size": 3}, TinyDataset(), PROFILE, 1,
+        train_model(graph, Hyperparameters(16, 3), TinyDataset(), PROFILE, 1,
                     on_progress=lambda p: None, precision="fp4")
     with pytest.raises(ValueError, match="does not match"):
-        train_model(graph, {"batch_size": 16, "kernel_size": 3}, TinyDataset(classes=7), PROFILE, 1,
+        train_model(graph, Hyperparameters(16, 3), TinyDataset(classes=7), PROFILE, 1,
                     on_progress=lambda p: None)
 
 
@@ -196,7 +197,7 @@ def test_mixed_precision_trains_and_restores_the_policy(graph, precision, monkey
     monkeypatch.setattr(aiperf.keras_builder, "build_model", spy)
     before = keras.config.dtype_policy().name
     reports: list[Progress] = []
-    res = train_model(graph, {"batch_size": 32, "kernel_size": 3}, TinyDataset(n_train=64, n_val=32),
+    res = train_model(graph, Hyperparameters(32, 3), TinyDataset(n_train=64, n_val=32),
                       dataclasses.replace(PROFILE, epochs_per_round=(1,)), 1,
                       on_progress=reports.append, precision=precision)
     assert res.state == "done" and res.images_trained == 64 and res.images_validated == 32
@@ -211,7 +212,7 @@ def test_mixed_precision_trains_and_restores_the_policy(graph, precision, monkey
 
 def test_xla_compiled_training_counts_the_same(graph):
     reports: list[Progress] = []
-    res = train_model(graph, {"batch_size": 32, "kernel_size": 3}, TinyDataset(n_train=64, n_val=32),
+    res = train_model(graph, Hyperparameters(32, 3), TinyDataset(n_train=64, n_val=32),
                       dataclasses.replace(PROFILE, epochs_per_round=(1,)), 1,
                       on_progress=reports.append, xla=True, progress_interval_s=0.0)
     # (Full batches only: every new batch shape is another XLA compilation.)
@@ -233,7 +234,7 @@ def test_two_replicas_use_a_global_batch_and_count_every_image(tmp_path):
         from worker.trainer import train_model
         strategy = tf.distribute.MirroredStrategy(devices=["/cpu:0", "/cpu:1"])
         reports = []
-        res = train_model(tiny_graph(), {"batch_size": 16, "kernel_size": 3},
+        res = train_model(tiny_graph(), Hyperparameters(16, 3),
                           TinyDataset(n_train=100, n_val=40), dataclasses.replace(PROFILE, epochs_per_round=(1,)),
                           1, on_progress=reports.append, progress_interval_s=0.0, strategy=strategy)
         trained = [r.images_trained for r in reports if r.images_trained]
@@ -291,7 +292,7 @@ def test_the_stored_weights_are_the_best_epochs(graph):
     data = TinyDataset(n_train=64, n_val=40)
     profile = dataclasses.replace(PROFILE, learning_rate=0.5, patience_base=6, patience_step=0, patience_max=6)
     got: list[dict] = []
-    res = train_model(graph, {"batch_size": 16, "kernel_size": 3}, data, profile, 2,
+    res = train_model(graph, Hyperparameters(16, 3), data, profile, 2,
                       on_progress=lambda p: None, on_weights=got.append)
     assert res.state == "done" and len(got) == 1 and len(res.val_accuracies) >= 2
     model = build_model(graph, kernel_size=3)
@@ -317,7 +318,7 @@ def test_a_trained_round_leaves_no_graph_behind(graph):
     registry = ops._gradient_registry._registry
     graphs, names = _train_graphs(), set(registry)
     for seed in (1, 2):
-        res = train_model(graph, {"batch_size": 16, "kernel_size": 3}, TinyDataset(), PROFILE, 1,
+        res = train_model(graph, Hyperparameters(16, 3), TinyDataset(), PROFILE, 1,
                           on_progress=lambda p: None, epochs=1, seed=seed)
         assert res.state == "done" and res.images_trained == 100
     assert set(registry) == names
@@ -369,7 +370,7 @@ def test_a_released_rounds_iterators_are_deleted_on_the_reaper_thread(graph):
         def __del__(self):
             deleted_on.append(threading.current_thread().name)
 
-    prepared = prepare_round(graph, {"batch_size": 16, "kernel_size": 3}, TinyDataset(), PROFILE, 1)
+    prepared = prepare_round(graph, Hyperparameters(16, 3), TinyDataset(), PROFILE, 1)
     compiled = prepared.compiled
     next(compiled.train_iterator)  # the pipeline (and its autotuning) started
     train_iterator = weakref.ref(compiled.train_iterator)  # the round's own distributed iterator

@@ -123,7 +123,7 @@ def test_bad_wait_options_are_one_line(cli, capsys, argv, message):
 
 
 def test_progress_line_of_a_finished_valid_run():
-    from aiperf_cli.records import scoreboard_to_dict
+    from aiperf.api.views import scoreboard_to_dict
 
     line = progress_line(scoreboard_to_dict(board(pb.RUN_FINISHED, 300.0, valid=True)), now=0.0)
     assert line.startswith("00:00:00Z run 7 finished: elapsed 0:05:00 of 0:05:00;") and "(final)" in line

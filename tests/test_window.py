@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, select
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import ControlClient, WorkerClient
 from aiperf.flops import count_flops
-from aiperf_cli.records import run_status_to_dict, scoreboard_to_dict
+from aiperf.api.views import run_status_to_dict, scoreboard_to_dict
 from aiperf_cli.report import fetch_report
 from aiperf_cli.tables import status_line
 from master.store.sql.tables import MasterLifeRow

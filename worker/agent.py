@@ -37,16 +37,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 import grpc
 import tenacity
 
-from aiperf.api import aiperf_pb2 as pb
-from aiperf.limits import MAX_UNDELETED_PER_FINISH
-from aiperf.api.client import Accelerator, ApiError, ResourceSample, WorkerClient, hyperparameters_dict
-from aiperf.api.enums import PRECISIONS, PROFILES
+from aiperf.api.client import Accelerator, ApiError, ResourceSample, WorkerClient
+from aiperf.api.records import ModelRecord, RunInfo
+from aiperf.api.session import WorkerSession
 from aiperf.graph import Graph
 from aiperf.morphism import Limits
 from aiperf.profiles import Profile, get_profile
-from aiperf.hyperparameters import HyperparameterError, Hyperparameters
+from aiperf.hyperparameters import Hyperparameters
+from aiperf.limits import MAX_UNDELETED_PER_FINISH
 from aiperf.search import HistoryEntry, derive_seed, worker_seed
-from aiperf.states import ModelState
+from aiperf.states import OPEN_MODEL_STATES, ModelState, RoundOutcome, RunState, WorkerState
 from worker.checkpoints import Checkpoint, CheckpointStore, open_store
 from worker.credentials import CredentialFile
 from worker.data.fingerprint import checked_dataset
@@ -117,18 +117,17 @@ class Agent:
 
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
-        self.client = WorkerClient(config.master, config.token,
-                                   root_certificates=config.root_certificates, tls=config.tls)
+        # heartbeats and progress reports share the session's one Connect stream: cheaper for the master
+        self.client = WorkerSession(WorkerClient(config.master, config.token,
+                                                 root_certificates=config.root_certificates, tls=config.tls))
         self.credential_file = (CredentialFile(config.state_dir, config.master, config.name)
                                 if config.state_dir is not None else None)
-        # heartbeats and progress reports share one Connect stream: cheaper for the master
-        self.stream = self.client.connect()
         self.worker_id = 0
         self.inventory: Inventory | None = None  # taken at registration
         self.peaks: list[dict[str, float]] | None = None  # GEMM rate per accelerator and compute type
         self.cpu_peaks: dict[str, float] = {}  # without accelerators: the CPU's GEMM rate per compute type
         self.heartbeat_interval_s = 5.0
-        self._run: pb.RunInfo | None = None
+        self._run: RunInfo | None = None
         self._lost = threading.Event()  # the master gave up on our current model
         self._stop = threading.Event()
         self._run_lock = threading.Lock()
@@ -136,7 +135,7 @@ class Agent:
         self._heartbeat_tick: float | None = None  # time.monotonic() of the heartbeat loop's last turn
         self._stop_reason = ""
         self._stop_requested_at = 0.0
-        self._history: dict[int, pb.Model] = {}
+        self._history: dict[int, ModelRecord] = {}
         self._graphs: dict[int, Graph] = {}  # parsed once per model
         self._datasets: dict[tuple[str, str | None, int, bool], Dataset] = {}  # (kind, path, size, deterministic)
         self._closed_runs: set[int] = set()  # runs that refused new models (stopping, model limit)
@@ -179,8 +178,7 @@ class Agent:
             self._stop.set()
             hb.join(timeout=self.heartbeat_interval_s + 1)
             if self.worker_id and not self._lost.is_set():  # lost at once, not alive for 3 intervals
-                self.stream.goodbye(self.worker_id, GOODBYE_S)
-            self.stream.close()
+                self.client.goodbye(self.worker_id, GOODBYE_S)
             self.client.close()
             if self._stop_reason:  # what a signal's grace period got: the log line an operator reads
                 log.info("event=stopped reason=%s drain_s=%.1f rounds=%d", self._stop_reason,
@@ -230,7 +228,7 @@ class Agent:
         if reg.abandoned_model_ids:
             log.info("event=abandoned_by_restart models=%s", list(reg.abandoned_model_ids))
         with self._run_lock:
-            self._run = reg.run if reg.has_run else None
+            self._run = reg.run
         self._lost.clear()
         log.info("event=registered worker_id=%d name=%s accelerators=%d backend=%s", self.worker_id,
                  self.config.name, len(inv.accelerators), inv.backend)
@@ -240,7 +238,7 @@ class Agent:
         while not self._stop.wait(self.heartbeat_interval_s):
             self._heartbeat_tick = time.monotonic()  # the loop turns: healthy, master answering or not
             try:
-                hb = self.stream.heartbeat(self.worker_id, self._current_model)
+                hb = self.client.heartbeat(self.worker_id, self._current_model)
             except ApiError as exc:
                 # NOT_FOUND: the master lost us (new database?); PERMISSION_DENIED: our
                 # credential is refused (the name was taken over while we were lost)
@@ -255,26 +253,26 @@ class Agent:
                     log.warning("event=heartbeat_failed code=%s", exc.code.name)
                 continue
             with self._run_lock:
-                self._run = hb.run if hb.has_run else None
+                self._run = hb.run
             if hb.heartbeat_interval_s:
                 self.heartbeat_interval_s = hb.heartbeat_interval_s
-            if hb.worker_state == pb.WORKER_LOST and not self._lost.is_set():
+            if hb.worker_state == WorkerState.LOST and not self._lost.is_set():
                 log.warning("event=marked_lost model=%d", self._current_model)
                 self._lost.set()
 
-    def _run_state(self, run_id: int) -> int:
+    def _run_state(self, run_id: int) -> RunState | None:
         with self._run_lock:
             run = self._run
         if run is None or run.config.run_id != run_id:
-            return pb.RUN_FINISHED
+            return RunState.FINISHED
         return run.state
 
-    def _wait_for_running_run(self) -> pb.RunInfo | None:
+    def _wait_for_running_run(self) -> RunInfo | None:
         announced = False
         while not self._stop.is_set():
             with self._run_lock:
                 run = self._run
-            if run is not None and run.state == pb.RUN_RUNNING and run.config.run_id not in self._closed_runs:
+            if run is not None and run.state == RunState.RUNNING and run.config.run_id not in self._closed_runs:
                 return run
             if not announced:
                 log.info("event=waiting_for_run")
@@ -283,13 +281,13 @@ class Agent:
         return None
 
     # -- a run --------------------------------------------------------------
-    def _context(self, run: pb.RunInfo) -> RunContext:
+    def _context(self, run: RunInfo) -> RunContext:
         cfg = run.config
         # Batch sizes scale with the accelerator's memory (448 on a 32 GiB V100).
         accelerators = self.inventory.accelerators if self.inventory else ()
         memory = min((a.memory_bytes for a in accelerators), default=0)
-        profile = get_profile(PROFILES.get(cfg.profile, "smoke")).for_accelerator_memory(memory)
-        precision = PRECISIONS.get(cfg.precision, "fp32")
+        profile = get_profile(cfg.profile or "smoke").for_accelerator_memory(memory)
+        precision = cfg.precision or "fp32"
         return RunContext(
             run_id=cfg.run_id, profile=profile, seed=int(cfg.seed), precision=precision,
             warmup_rounds=int(cfg.warmup_rounds) or profile.warmup_rounds,
@@ -312,7 +310,7 @@ class Agent:
                                                deterministic=ctx.deterministic)
         return self._datasets[key]
 
-    def _work_on(self, run: pb.RunInfo) -> None:
+    def _work_on(self, run: RunInfo) -> None:
         from worker.generator import GeneratorPool
         from worker.monitor import Monitor
 
@@ -351,7 +349,7 @@ class Agent:
         freeze_heap()
         basis: Basis | None = None
         with LookAhead(lambda b: self._plan(ctx, dataset, pool, b), enabled=self.config.lookahead) as ahead:
-            while not self._stop.is_set() and self._run_state(ctx.run_id) == pb.RUN_RUNNING:
+            while not self._stop.is_set() and self._run_state(ctx.run_id) == RunState.RUNNING:
                 if self._lost.is_set():
                     self._register()
                     basis = None  # the master may have abandoned models: a fresh basis
@@ -404,12 +402,12 @@ class Agent:
     def _fetch_history(self) -> bool:
         """Bring `_history` up to date: new models and those still open; False on an error."""
         open_ids = [mid for mid, m in self._history.items()
-                    if m.state in (pb.MODEL_QUEUED, pb.MODEL_TRAINING)]
+                    if m.state in OPEN_MODEL_STATES]
         since = (min(open_ids) - 1) if open_ids else max(self._history, default=0)
         try:
             while True:  # page until the master has nothing newer (it may cap a page)
                 # the search ranks what it holds itself (aiperf.search): the master's ranking is not asked for
-                models = self.client.get_history(self.worker_id, since_model_id=since, ranking=False).models
+                models = self.client.get_history(self.worker_id, since_model_id=since)
                 if not models:
                     return True
                 for m in models:
@@ -425,7 +423,7 @@ class Agent:
         for mid in sorted(self._history):
             m = self._history[mid]
             accuracy = None
-            if m.state == pb.MODEL_DONE and m.has_accuracy:
+            if m.state == ModelState.DONE and m.has_accuracy:
                 accuracy = m.predicted_accuracy or m.best_accuracy
             if mid not in self._graphs:
                 self._graphs[mid] = Graph.from_json(m.graph_json)
@@ -467,7 +465,7 @@ class Agent:
             ahead.dispose(planned)
         self._current_model = 0
         self._finish(outbox, model_id, round_index, result, saved[-1] if saved else None)
-        if result.state == "failed" and result.reason.startswith(OOM_REASON_PREFIX):
+        if result.state == RoundOutcome.FAILED and result.reason.startswith(OOM_REASON_PREFIX):
             ctx.profile = profile_after_out_of_memory(ctx.profile, hyper.batch_size)
         self.rounds_done += 1
         return following
@@ -527,18 +525,17 @@ class Agent:
         planned.inherited_from = parent_id
 
     def _hyperparameters(self, ctx: RunContext, round_index: int, parent_id: int,
-                         models: Mapping[int, pb.Model]) -> tuple[Hyperparameters, str]:
+                         models: Mapping[int, ModelRecord]) -> tuple[Hyperparameters, str]:
         """This round's hyperparameters and their source: the parent's during warm-up (where
         the profile says so), else the defaults; TPE on the round's basis after warm-up."""
         from aiperf.hpo import choose_hyperparameters
 
         parent = models.get(parent_id)
         inherited = None
-        if parent is not None and parent.state == pb.MODEL_DONE:
-            try:
-                inherited = Hyperparameters.from_dict(hyperparameters_dict(parent.hyperparameters))
-            except HyperparameterError as exc:  # the master checks them; never trust, though
-                log.warning("event=parent_hyperparameters_unusable model=%d error=%s", parent_id, exc)
+        if parent is not None and parent.state == ModelState.DONE:
+            inherited = parent.hyperparameters
+            if inherited is None:  # the master checks them; never trust, though
+                log.warning("event=parent_hyperparameters_unusable model=%d", parent_id)
         observations = tpe_observations(models.values()) if round_index > ctx.warmup_rounds else []
         return choose_hyperparameters(ctx.profile, round_index, observations,
                                       seed=derive_seed(ctx.seed, "hpo", self.worker_id, round_index),
@@ -551,7 +548,7 @@ class Agent:
         Raises `_RunClosed` when the run accepts no more models.
         """
         try:
-            sub = self.client.submit_model(self.worker_id, graph.to_json(), graph.hash(),
+            model_id = self.client.submit_model(self.worker_id, graph.to_json(), graph.hash(),
                                            parent_id=parent_id, round=round_index,
                                            hyperparameters=hyper, dataset=dataset,
                                            inherited_from=inherited_from)
@@ -563,7 +560,7 @@ class Agent:
             if exc.code == grpc.StatusCode.FAILED_PRECONDITION:
                 raise _RunClosed(exc.details) from None
             raise
-        return sub.model_id
+        return model_id
 
     def _train(self, ctx: RunContext, planned: PlannedRound, outbox: Outbox, model_id: int,
                on_weights: Callable[[Any], None] | None = None) -> TrainResult:
@@ -575,14 +572,14 @@ class Agent:
         def on_progress(p: Progress) -> None:
             seq[0] += 1
             n = seq[0]
-            outbox.put(f"progress model={model_id} seq={n}", lambda: self.stream.report_progress(
+            outbox.put(f"progress model={model_id} seq={n}", lambda: self.client.report_progress(
                 self.worker_id, model_id, seq=n, images_trained=p.images_trained,
                 images_validated=p.images_validated, epoch=p.epoch,
                 val_accuracy=p.val_accuracy, worker_flops=p.worker_flops))
 
         def should_stop() -> bool:
             return (self._stop.is_set() or self._lost.is_set()
-                    or self._run_state(ctx.run_id) != pb.RUN_RUNNING)
+                    or self._run_state(ctx.run_id) != RunState.RUNNING)
 
         return run_round(planned.prepared, on_progress=on_progress, should_stop=should_stop,
                          progress_interval_s=ctx.report_interval_s, phase_reports=self.config.phase_reports,
@@ -594,7 +591,7 @@ class Agent:
         if self._lost.is_set():
             log.warning("event=model_abandoned model=%d", model_id)
             return
-        if result.state == "failed":
+        if result.state == RoundOutcome.FAILED:
             self._send_finish(outbox, model_id, ModelState.FAILED, reason=result.reason)
             log.warning("event=model_failed model=%d reason=%s", model_id, result.reason)
             return
@@ -622,14 +619,14 @@ class Agent:
         def send() -> None:  # then delete what retention let go (on the outbox's thread)
             undeleted = self.inheritance.undeleted[:MAX_UNDELETED_PER_FINISH]  # what earlier deletes could not
             try:
-                reply = self.client.finish_model(self.worker_id, model_id, state, undeleted=undeleted, **fields)
+                doomed = self.client.finish_model(self.worker_id, model_id, state, undeleted=undeleted, **fields)
             except ApiError as exc:  # e.g. a master on another database: the model's own finish must not wait
                 if not undeleted or exc.code not in REFUSED_UNDELETED:
                     raise
                 log.warning("event=undeleted_refused models=%s error=%s", [m for m, _ in undeleted], exc)
-                reply = self.client.finish_model(self.worker_id, model_id, state, **fields)
+                doomed = self.client.finish_model(self.worker_id, model_id, state, **fields)
             # what was sent is answered; one write of the file covers that and the deletes to come
-            self.inheritance.delete(reply.delete_checkpoints, answered=len(undeleted))
+            self.inheritance.delete(doomed, answered=len(undeleted))
 
         outbox.put(f"finish model={model_id}", send)
 
@@ -638,7 +635,7 @@ class _RunClosed(Exception):
     """The master accepts no more models in this run."""
 
 
-def _model_with_hash(models: Mapping[int, pb.Model], graph_hash: str | None) -> int:
+def _model_with_hash(models: Mapping[int, ModelRecord], graph_hash: str | None) -> int:
     """The model id of an architecture in a history; 0 when unknown."""
     if graph_hash:
         for mid, m in sorted(models.items()):
@@ -647,16 +644,19 @@ def _model_with_hash(models: Mapping[int, pb.Model], graph_hash: str | None) -> 
     return 0
 
 
-def tpe_observations(models: Iterable[pb.Model]) -> list[tuple[dict[str, int], float]]:
+def tpe_observations(models: Iterable[ModelRecord]) -> list[tuple[Hyperparameters, float]]:
     """TPE's (hyperparameters, accuracy) pairs from the run's models, by model id: a done
     model with its (predicted) accuracy, a model that failed on its own (out of memory,
-    NaN loss) with 0.0, a failure. Open, abandoned and cut models are left out."""
-    out = []
+    NaN loss) with 0.0, a failure. Open, abandoned and cut models are left out, and so are
+    hyperparameters that break the rule."""
+    out: list[tuple[Hyperparameters, float]] = []
     for m in sorted(models, key=lambda m: m.model_id):
-        if m.state == pb.MODEL_DONE and m.has_accuracy:
-            out.append((hyperparameters_dict(m.hyperparameters), m.predicted_accuracy or m.best_accuracy))
-        elif m.state == pb.MODEL_FAILED:
-            out.append((hyperparameters_dict(m.hyperparameters), 0.0))
+        if m.hyperparameters is None:
+            continue
+        if m.state == ModelState.DONE and m.has_accuracy:
+            out.append((m.hyperparameters, m.predicted_accuracy or m.best_accuracy))
+        elif m.state == ModelState.FAILED:
+            out.append((m.hyperparameters, 0.0))
     return out
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from aiperf import audit as rule
-from aiperf.api import aiperf_pb2 as pb
+from aiperf.api.records import ModelRecord
 from aiperf.graph import Graph
 from aiperf.precision import get_precision
 from worker.checkpoints import CheckpointError, read_checkpoint
@@ -134,19 +134,21 @@ class Timing:
     hardware: str
     rates: dict[tuple[str, int, int, str], float] = field(default_factory=dict)
 
-    def rate(self, model: pb.Model, precision: str, dataset: Any) -> float:
+    def rate(self, model: ModelRecord, precision: str, dataset: Any) -> float:
         """The model's training images per second on the one device (`worker.throughput`)."""
         from worker.throughput import training_rate
 
         hp = model.hyperparameters
-        key = (model.graph_hash or model.graph_json, hp.kernel_size, hp.batch_size or 32, precision)
+        if hp is None:
+            raise ValueError(f"model {model.model_id} has no usable hyperparameters to time it with")
+        key = (model.graph_hash or model.graph_json, hp.kernel_size, hp.batch_size, precision)
         if key not in self.rates:
             self.rates[key] = training_rate(Graph.from_json(model.graph_json), hp.kernel_size, key[2], precision,
                                             self.xla, dataset, self.profile, self.strategy)
         return self.rates[key]
 
 
-def audit_model(model: pb.Model, precision: str, dataset: Any, scratch: Path | None = None,
+def audit_model(model: ModelRecord, precision: str, dataset: Any, scratch: Path | None = None,
                 batch_size: int = 0, timing: Timing | None = None) -> Finding:
     """Audit one DONE model (its graph_json included): the checkpoint, its architecture, its
     accuracy, and with `timing` its training rate on one device here.
@@ -160,7 +162,7 @@ def audit_model(model: pb.Model, precision: str, dataset: Any, scratch: Path | N
                    auditor_hardware=timing.hardware)
 
 
-def _audit_weights(model: pb.Model, precision: str, dataset: Any, scratch: Path | None,
+def _audit_weights(model: ModelRecord, precision: str, dataset: Any, scratch: Path | None,
                    batch_size: int) -> Finding:
     """The checkpoint, its architecture and its accuracy (the Finding without a timed rate)."""
     claimed = model.best_accuracy if model.has_accuracy else None
@@ -172,6 +174,8 @@ def _audit_weights(model: pb.Model, precision: str, dataset: Any, scratch: Path 
         return unread(rule.NO_CHECKPOINT, "no checkpoint was recorded")
     if model.checkpoint_deleted:
         return unread(rule.NO_CHECKPOINT, f"checkpoint {model.checkpoint_uri} was deleted by retention")
+    if model.hyperparameters is None:  # the master checks them: a record without them is not this model's
+        return unread(rule.WRONG_ARCHITECTURE, "no usable hyperparameters were recorded: the kernel is unknown")
     graph = Graph.from_json(model.graph_json)
     kernel = model.hyperparameters.kernel_size
     with tempfile.TemporaryDirectory(prefix="aiperf-audit-", dir=scratch) as tmp:
@@ -192,7 +196,7 @@ def _audit_weights(model: pb.Model, precision: str, dataset: Any, scratch: Path 
                       + "; ".join(problems[:MAX_LISTED_MISMATCHES]))
             return Finding(model.model_id, claimed, None, False, rule.WRONG_ARCHITECTURE, 0, detail)
         accuracy, images = evaluate(path, graph, kernel, precision, dataset,
-                                    batch_size or model.hyperparameters.batch_size or 32)
+                                    batch_size or model.hyperparameters.batch_size)
     verdict = rule.verdict(claimed, accuracy, True, images)
     log.info("event=model_audited model=%d claimed=%s audited=%.6f images=%d verdict=%r",
              model.model_id, claimed, accuracy, images, verdict)

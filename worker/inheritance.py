@@ -38,16 +38,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from aiperf.api import aiperf_pb2 as pb
+from aiperf.api.records import CheckpointToDelete, ModelRecord
 from aiperf.graph import Graph, with_inserted_kernel
 from aiperf.hyperparameters import Hyperparameters
+from aiperf.states import OPEN_MODEL_STATES
 from aiperf.weight_transfer import TransferError, Weights, inherited_kernel_size, transfer_weights
 from worker.checkpoints import Checkpoint, CheckpointError, CheckpointStore, read_checkpoint, save_model_weights
 from worker.undeleted import MAX_DELETING, MAX_ENTRIES, Kept, UndeletedFile, clean_error
 
 log = logging.getLogger(__name__)
 
-OPEN_STATES = (pb.MODEL_QUEUED, pb.MODEL_TRAINING)  # a model that may still get a checkpoint
+def parent_kernel(parent: ModelRecord) -> int:
+    """The kernel size the parent trained with (CheckpointError: its record holds none usable)."""
+    if parent.hyperparameters is None:
+        raise CheckpointError(f"model {parent.model_id} has no usable hyperparameters")
+    return parent.hyperparameters.kernel_size
 
 
 @dataclass(frozen=True)
@@ -142,7 +147,7 @@ class Inheritance:
         self._last_saved = (model_id, ckpt.sha256, weights)
         return ckpt
 
-    def delete(self, doomed: Iterable[pb.CheckpointToDelete], answered: int = 0) -> None:
+    def delete(self, doomed: Iterable[CheckpointToDelete], answered: int = 0) -> None:
         """Delete the checkpoints retention let go, in reply to a FinishModel that sent the first
         `answered` of `undeleted` (forgotten). The file lists them as deleting before the first
         delete and is written again after the last (twice in all): a worker stopped in between
@@ -216,7 +221,7 @@ class Inheritance:
                         len(self.undeleted), len(self._deleting), exc)
 
     # -- reading --------------------------------------------------------------
-    def parent_weights(self, parent: pb.Model, parent_graph: Graph) -> Weights:
+    def parent_weights(self, parent: ModelRecord, parent_graph: Graph) -> Weights:
         """The parent's trained weights by layer id, from its checkpoint (CheckpointError: none usable)."""
         if not parent.checkpoint_uri:
             raise CheckpointError(f"model {parent.model_id} has no checkpoint")
@@ -226,7 +231,7 @@ class Inheritance:
         try:
             from worker.rounds import layer_weights
 
-            model = build_weights_model(parent_graph, int(parent.hyperparameters.kernel_size))
+            model = build_weights_model(parent_graph, parent_kernel(parent))
             try:
                 with warnings.catch_warnings():  # Keras only warns about layers it could not match
                     warnings.simplefilter("error", UserWarning)
@@ -238,7 +243,7 @@ class Inheritance:
         finally:
             path.unlink(missing_ok=True)
 
-    def child_start(self, inherit: bool, parent: pb.Model | None, parent_graph: Graph | None, child: Graph,
+    def child_start(self, inherit: bool, parent: ModelRecord | None, parent_graph: Graph | None, child: Graph,
                     hyper: Hyperparameters) -> ChildStart:
         """How the child starts (see the module's docstring); never raises for a bad checkpoint."""
         if not inherit:
@@ -247,8 +252,10 @@ class Inheritance:
             return ChildStart(hyper, None, 0, "no parent model")
         if self.store is None:
             return ChildStart(hyper, None, 0, "this worker has no checkpoint store")
-        kernel = inherited_kernel_size(parent_graph, int(parent.hyperparameters.kernel_size), hyper.kernel_size)
-        pending = not parent.checkpoint_uri and parent.state in OPEN_STATES
+        if parent.hyperparameters is None:  # the master checks them; never trust, though
+            return ChildStart(hyper, None, 0, f"from scratch: model {parent.model_id} has no usable hyperparameters")
+        kernel = inherited_kernel_size(parent_graph, parent.hyperparameters.kernel_size, hyper.kernel_size)
+        pending = not parent.checkpoint_uri and parent.state in OPEN_MODEL_STATES  # may still get a checkpoint
         if not pending:
             try:
                 child_weights = self.child_weights(parent, parent_graph, child, kernel)
@@ -264,14 +271,14 @@ class Inheritance:
                               pending_parent=int(parent.model_id))
         return ChildStart(hyper, child_weights, int(parent.model_id), "inherited")
 
-    def child_weights(self, parent: pb.Model, parent_graph: Graph, child: Graph, kernel: int) -> Weights:
+    def child_weights(self, parent: ModelRecord, parent_graph: Graph, child: Graph, kernel: int) -> Weights:
         """The child's initial weights (at `kernel`) from the parent's checkpoint (CheckpointError:
         none usable; TransferError: the graphs do not fit)."""
         weights = self.parent_weights(parent, parent_graph)
-        return transfer_weights(with_inserted_kernel(parent_graph, int(parent.hyperparameters.kernel_size)),
+        return transfer_weights(with_inserted_kernel(parent_graph, parent_kernel(parent)),
                                 weights, child, kernel_size=kernel)
 
-    def late_weights(self, parent: pb.Model | None, parent_graph: Graph | None, child: Graph,
+    def late_weights(self, parent: ModelRecord | None, parent_graph: Graph | None, child: Graph,
                      kernel: int) -> tuple[Weights | None, str]:
         """At the hand-over, for a child prepared while its parent trained: the child's weights
         from the parent's checkpoint if it exists now (None and why not otherwise; never raises
@@ -286,7 +293,7 @@ class Inheritance:
             saved = self._last_saved
             if saved is not None and (saved[0], saved[1]) == (parent.model_id, parent.checkpoint_sha256):
                 # the checkpoint this worker just stored: its weights are still in memory
-                weights = transfer_weights(with_inserted_kernel(parent_graph, int(parent.hyperparameters.kernel_size)),
+                weights = transfer_weights(with_inserted_kernel(parent_graph, parent_kernel(parent)),
                                            saved[2], child, kernel_size=kernel)
             else:
                 weights = self.child_weights(parent, parent_graph, child, kernel)

@@ -55,6 +55,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from aiperf.api.records import ModelRecord
 from aiperf.graph import Graph
 from aiperf.search import Candidate, HistoryEntry
 from worker.generator import snapshot_digest, snapshot_rows
@@ -73,12 +74,12 @@ class Basis:
     run_id: int
     round_index: int
     entries: tuple[HistoryEntry, ...]
-    models: Mapping[int, Any] = field(default_factory=dict)  # the snapshot's models as the master sent them
+    models: Mapping[int, ModelRecord] = field(default_factory=dict)  # the snapshot's models as the master sent them
     digest: str = ""
 
     @classmethod
     def of(cls, run_id: int, round_index: int, entries: Sequence[HistoryEntry],
-           models: Mapping[int, Any]) -> "Basis":
+           models: Mapping[int, ModelRecord]) -> "Basis":
         entries = tuple(entries)
         return cls(run_id, round_index, entries, dict(models), snapshot_digest(snapshot_rows(entries)))
 

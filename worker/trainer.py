@@ -70,13 +70,14 @@ from aiperf.hyperparameters import Hyperparameters
 from aiperf.learning_curve import predict_final_accuracy
 from aiperf.precision import get_precision
 from aiperf.profiles import Profile
+from aiperf.states import RoundOutcome
 from worker.backend import compile_round, is_out_of_memory, local_distribution
 from worker.rounds import OOM_REASON_PREFIX, CompiledRound, DataEnded, StepSettings
 
 log = logging.getLogger(__name__)
 
 
-DONE, FAILED, STOPPED = "done", "failed", "stopped"
+DONE, FAILED, STOPPED = RoundOutcome.DONE, RoundOutcome.FAILED, RoundOutcome.STOPPED
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class Progress:
 class TrainResult:
     """Outcome of one round."""
 
-    state: str                               # "done" | "failed" | "stopped"
+    state: RoundOutcome
     val_accuracies: tuple[float, ...]        # per completed epoch
     epochs: int                              # completed epochs (trained and validated)
     images_trained: int                      # totals, equal to the sums of the progress reports
@@ -109,14 +110,14 @@ class TrainResult:
     duration_s: float = 0.0
     replicas: int = 1
     global_batch_size: int = 0
-    hyperparameters: Mapping[str, int] = field(default_factory=dict)
+    hyperparameters: Hyperparameters | None = None  # the round's; None only in a result built by hand
     # seconds: preparation phases (build, data, trace_train, trace_eval, warm), then "train"
     # (in training steps) and "validation"; duration_s runs from the first step to the end
     timings: Mapping[str, float] = field(default_factory=dict)
     val_losses: tuple[float, ...] = ()       # per completed epoch: mean validation loss (recipe_loss)
 
 
-def train_model(graph: Graph, hyper: Hyperparameters | Mapping[str, int], dataset: Any, profile: Profile,
+def train_model(graph: Graph, hyper: Hyperparameters, dataset: Any, profile: Profile,
                 round_index: int, *, on_progress: Callable[[Progress], None],
                 should_stop: Callable[[], bool] = lambda: False, precision: str = "fp32",
                 xla: bool = False, progress_interval_s: float = 30.0, seed: int = 0,
@@ -172,7 +173,7 @@ class PreparedRound:
             self.compiled = None
 
 
-def prepare_round(graph: Graph, hyper: Hyperparameters | Mapping[str, int], dataset: Any, profile: Profile,
+def prepare_round(graph: Graph, hyper: Hyperparameters, dataset: Any, profile: Profile,
                   round_index: int, *, precision: str = "fp32", xla: bool = False, seed: int = 0,
                   strategy: Any = None, epochs: int | None = None,
                   initial_weights: Mapping[str, Any] | None = None) -> PreparedRound:
@@ -221,12 +222,10 @@ class _RoundPlan:
     hyperparameters: Hyperparameters
 
 
-def _plan_round(graph: Graph, hyper: Hyperparameters | Mapping[str, int], dataset: Any, profile: Profile,
+def _plan_round(graph: Graph, hyper: Hyperparameters, dataset: Any, profile: Profile,
                 round_index: int, *, precision: str, epochs: int | None, strategy: Any) -> _RoundPlan:
     """Check the round's settings against the dataset; ValueError names the first bad one."""
     get_precision(precision)  # ValueError naming the known ones
-    if not isinstance(hyper, Hyperparameters):
-        hyper = Hyperparameters.from_dict(hyper)  # HyperparameterError is a ValueError
     batch_size = hyper.batch_size
     graph = with_inserted_kernel(graph, hyper.kernel_size)
     if tuple(graph.input_shape) != (dataset.image_size, dataset.image_size, graph.input_shape[2]) \
@@ -299,7 +298,7 @@ def _run(prepared: PreparedRound, on_progress: Callable[[Progress], None], shoul
 
 
 def _epochs(compiled: CompiledRound, plan: _RoundPlan, tracker: "_Tracker", phase_reports: bool,
-            keep_best: bool = False) -> tuple[str, str]:
+            keep_best: bool = False) -> tuple[RoundOutcome, str]:
     """The round's epochs: training steps, then a validation pass; returns the state and reason.
     keep_best: after each epoch that validated best so far, its weights are kept in `tracker.best_weights`."""
     tracker.start = tracker.last_report = time.monotonic()
@@ -388,7 +387,7 @@ def _oom_reason(plan: _RoundPlan, exc: BaseException) -> str:
             f"(global {plan.global_batch}, {plan.precision}): {_first_line(exc)}")
 
 
-def _result(plan: _RoundPlan, tracker: "_Tracker", profile: Profile, state: str, reason: str, *,
+def _result(plan: _RoundPlan, tracker: "_Tracker", profile: Profile, state: RoundOutcome, reason: str, *,
             duration_s: float, timings: Mapping[str, float] | None = None) -> TrainResult:
     accs = tuple(tracker.val_accuracies)
     best = max(accs) if accs else None
@@ -402,7 +401,7 @@ def _result(plan: _RoundPlan, tracker: "_Tracker", profile: Profile, state: str,
         worker_flops=plan.flop_count.ops(trained, validated),
         best_val_accuracy=best, predicted_accuracy=predicted, early_stopped=tracker.early_stopped,
         reason=reason, duration_s=duration_s, replicas=plan.replicas,
-        global_batch_size=plan.global_batch, hyperparameters=plan.hyperparameters.to_dict(),
+        global_batch_size=plan.global_batch, hyperparameters=plan.hyperparameters,
         timings=dict(timings or {}), val_losses=tuple(tracker.val_losses))
 
 
@@ -458,7 +457,7 @@ class _Tracker:
     def epochs_run(self) -> int:
         return len(self.val_accuracies)
 
-    def outcome(self) -> tuple[str, str]:
+    def outcome(self) -> tuple[RoundOutcome, str]:
         """State and reason of a round whose training ran to its end or was cut."""
         if self.stopped:
             return STOPPED, "stop requested"

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from aiperf import hyperparameters
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.limits import (
     MAX_ACCELERATORS_PER_WORKER, MAX_ACCELERATOR_MEMORY_BYTES, MAX_AUDIT_IMAGES, MAX_AUDIT_IMAGES_PER_S,
@@ -39,7 +38,7 @@ from aiperf.limits import (
     MAX_REASON_CHARS, MAX_ROUND, MAX_RUN_DURATION_S, MAX_SAMPLES_PER_CALL, MAX_SAMPLE_AGE_S, MAX_SEED, MAX_SEQ,
     MAX_SOFTWARE_ENTRIES, MAX_SOFTWARE_NAME_CHARS, MAX_SOFTWARE_VERSION_CHARS, MAX_STOP_REASON_CHARS,
     MAX_TIMELINE_BUCKETS, MAX_TIMELINE_POINTS, MAX_UNDELETED_PER_FINISH, MAX_VERDICT_CHARS, MAX_WORKERS,
-    SHA256_HEX_CHARS, MAX_ACCELERATOR_UUID_CHARS, MAX_PCI_BUS_ID_CHARS,
+    SHA256_HEX_CHARS, MAX_ACCELERATOR_UUID_CHARS, MAX_PCI_BUS_ID_CHARS, MAX_KERNEL_SIZE,
 )
 
 
@@ -292,7 +291,7 @@ RULES: dict[Any, dict[str, Rule]] = {
     },
     pb.Hyperparameters: {
         "batch_size": Integer(0, MAX_BATCH_SIZE),  # 0 and even kernels: the library's rule names them
-        "kernel_size": Integer(0, hyperparameters.MAX_KERNEL_SIZE),
+        "kernel_size": Integer(0, MAX_KERNEL_SIZE),
     },
     pb.Limits: {
         "max_models": Integer(0, MAX_MODELS),

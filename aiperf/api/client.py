@@ -38,7 +38,7 @@ from aiperf.states import FINISHED_MODEL_STATES
 
 __all__ = [
     "Accelerator", "ApiError", "ControlClient", "DEFAULT_TIMEOUT_S", "MAX_MESSAGE_BYTES", "ResourceSample",
-    "WorkerClient", "WorkerStream", "hyperparameters_dict", "hyperparameters_message", "make_channel",
+    "WorkerClient", "WorkerStream", "hyperparameters_message", "make_channel",
 ]
 
 log = logging.getLogger(__name__)
@@ -87,19 +87,12 @@ class ResourceSample:
     memory_used: int = 0
 
 
-def hyperparameters_message(h: Hyperparameters | Mapping[str, int] | pb.Hyperparameters) -> pb.Hyperparameters:
-    """The wire form of `h`; a dict goes through `Hyperparameters.from_dict` (its one validator)."""
+def hyperparameters_message(h: Hyperparameters | pb.Hyperparameters) -> pb.Hyperparameters:
+    """The wire form of `h`; a message is sent as it is (how tests send values the rule refuses,
+    for the master to refuse)."""
     if isinstance(h, pb.Hyperparameters):
         return h
-    if not isinstance(h, Hyperparameters):
-        h = Hyperparameters.from_dict(h)
     return pb.Hyperparameters(batch_size=h.batch_size, kernel_size=h.kernel_size)
-
-
-def hyperparameters_dict(h: pb.Hyperparameters) -> dict[str, int]:
-    """The dict form {"batch_size": int, "kernel_size": int} of a message, unvalidated
-    (history rows are shown and fed to the tuner as stored; the tuner skips bad ones)."""
-    return {"batch_size": int(h.batch_size), "kernel_size": int(h.kernel_size)}
 
 
 def make_channel(
@@ -280,7 +273,7 @@ class WorkerClient(_Client):
         graph_hash: str,
         parent_id: int,
         round: int,
-        hyperparameters: Hyperparameters | Mapping[str, int] | pb.Hyperparameters,
+        hyperparameters: Hyperparameters | pb.Hyperparameters,
         run_id: int = 0,
         queue: bool = False,
         dataset: Mapping[str, Any] | None = None,

@@ -539,7 +539,7 @@ class Master(RunViews):  # its answers about a run: master/core/run_views.py
         return ProgressInput(
             model_id=r.model_id, worker_id=r.worker_id, seq=int(r.seq), t=now, epoch=int(r.epoch),
             images_trained=int(r.images_trained), images_validated=int(r.images_validated),
-            accuracy=r.accuracy, worker_flops=int(r.worker_flops), master_flops=int(master_flops),
+            val_accuracy=r.val_accuracy, worker_flops=int(r.worker_flops), master_flops=int(master_flops),
             flops_mismatch=not scoring.flops_agree(master_flops, int(r.worker_flops)), resent=resent,
         )
 

@@ -93,7 +93,7 @@ class ProgressReport:
     epoch: int
     images_trained: int
     images_validated: int
-    accuracy: float | None  # a new observed validation accuracy
+    val_accuracy: float | None  # a new observed validation accuracy
     worker_flops: int
 
     def check_figures(self) -> None:
@@ -105,8 +105,8 @@ class ProgressReport:
                                   f"validated={self.images_validated}")
         if self.worker_flops < 0:
             raise InvalidArgument("worker_flops must be >= 0")
-        if self.accuracy is not None and not (0.0 <= self.accuracy <= 1.0):
-            raise InvalidArgument(f"val_accuracy must be in [0, 1], got {self.accuracy}")
+        if self.val_accuracy is not None and not (0.0 <= self.val_accuracy <= 1.0):
+            raise InvalidArgument(f"val_accuracy must be in [0, 1], got {self.val_accuracy}")
 
 
 @dataclass(frozen=True)

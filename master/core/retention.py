@@ -96,8 +96,8 @@ class AccuracyRecords:
         """The progress writer's hook: fold the accuracies of the reports it has just recorded
         (not those refused or resent), whether or not their callers are still waiting."""
         for item, result in zip(items, results):
-            if item.accuracy is not None and result.run_id and result.error is None and not result.duplicate:
-                self.add(result.run_id, item.model_id, item.accuracy, item.t)
+            if item.val_accuracy is not None and result.run_id and result.error is None and not result.duplicate:
+                self.add(result.run_id, item.model_id, item.val_accuracy, item.t)
 
 
 def release_checkpoints(store: _ReleaseStore, run: RunRecord, worker_id: int,

@@ -98,7 +98,7 @@ def dataset_dict(d: pb.DatasetInfo) -> dict[str, Any]:
 def progress_report(r: pb.ProgressReport) -> ProgressReport:
     return ProgressReport(
         worker_id=r.worker_id, model_id=r.model_id, seq=r.seq, epoch=r.epoch, images_trained=r.images_trained,
-        images_validated=r.images_validated, accuracy=r.val_accuracy if r.has_accuracy else None,
+        images_validated=r.images_validated, val_accuracy=r.val_accuracy if r.has_accuracy else None,
         worker_flops=r.worker_flops,
     )
 

@@ -58,7 +58,7 @@ def apply_reports(
         rows.append({
             "run_id": m["run_id"], "model_id": it.model_id, "worker_id": it.worker_id, "seq": it.seq,
             "t": it.t, "epoch": it.epoch, "images_trained": it.images_trained,
-            "images_validated": it.images_validated, "accuracy": it.accuracy,
+            "images_validated": it.images_validated, "accuracy": it.val_accuracy,  # the column's name
             "worker_flops": it.worker_flops, "master_flops": it.master_flops,
             "flops_mismatch": it.flops_mismatch,
         })
@@ -70,8 +70,8 @@ def apply_reports(
         m["images_trained"] += it.images_trained
         m["images_validated"] += it.images_validated
         m["epochs"] = max(m["epochs"], it.epoch)
-        if it.accuracy is not None and (m["best_accuracy"] is None or it.accuracy > m["best_accuracy"]):
-            m["best_accuracy"] = it.accuracy
+        if it.val_accuracy is not None and (m["best_accuracy"] is None or it.val_accuracy > m["best_accuracy"]):
+            m["best_accuracy"] = it.val_accuracy
         m["changed"] = True
         results.append(ProgressResult(it.model_id, it.seq, master_flops=it.master_flops,
                                       flops_mismatch=it.flops_mismatch, model_state=m["state"], run_id=m["run_id"]))

@@ -141,7 +141,7 @@ class ProgressInput:
     epoch: int
     images_trained: int
     images_validated: int
-    accuracy: float | None
+    val_accuracy: float | None  # stored in the progress table's `accuracy` column
     worker_flops: int
     master_flops: int
     flops_mismatch: bool

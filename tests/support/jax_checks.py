@@ -110,10 +110,11 @@ def check_data_parallel(out: dict[str, Any]) -> None:
 
 def check_round(out: dict[str, Any]) -> None:
     """A whole round on both devices: replicas, global batch, exact image counts, accuracies."""
+    from aiperf.hyperparameters import Hyperparameters
     from worker.trainer import train_model
 
     reports: list[Any] = []
-    res = train_model(tiny_graph(), {"batch_size": 16, "kernel_size": 3}, NumpyData(), profile(2), 1,
+    res = train_model(tiny_graph(), Hyperparameters(16, 3), NumpyData(), profile(2), 1,
                       on_progress=reports.append, progress_interval_s=0.0)
     out["round"] = {"state": res.state, "replicas": res.replicas, "global_batch": res.global_batch_size,
                     "trained": res.images_trained, "validated": res.images_validated,
@@ -125,6 +126,7 @@ def check_precisions(out: dict[str, Any]) -> None:
     import keras
 
     import aiperf.keras_builder
+    from aiperf.hyperparameters import Hyperparameters
     from worker.trainer import train_model
 
     built: list[Any] = []
@@ -132,7 +134,7 @@ def check_precisions(out: dict[str, Any]) -> None:
     aiperf.keras_builder.build_model = lambda *a, **k: built.append(real(*a, **k)) or built[-1]
     try:
         for precision in ("mixed_bf16", "mixed_fp16"):
-            res = train_model(tiny_graph(), {"batch_size": 16, "kernel_size": 3}, NumpyData(), profile(), 1,
+            res = train_model(tiny_graph(), Hyperparameters(16, 3), NumpyData(), profile(), 1,
                               on_progress=lambda p: None, precision=precision)
             model = built[-1]
             out[precision] = {"state": res.state, "trained": res.images_trained,
@@ -146,11 +148,12 @@ def check_precisions(out: dict[str, Any]) -> None:
 def check_out_of_memory(out: dict[str, Any]) -> None:
     """A real one: a conv of 2**20 filters, whose activation at batch 16 is 64 GiB."""
     from aiperf.graph import INPUT, Graph, conv, dense, simple
+    from aiperf.hyperparameters import Hyperparameters
     from worker.trainer import train_model
 
     layers = [conv("wide", INPUT, 2**20, 1, 1), simple("pool", "avgpool", "wide"), dense("fc", "pool", 10),
               simple("out", "softmax", "fc")]
-    res = train_model(Graph((32, 32, 3), 10, tuple(layers)), {"batch_size": 16, "kernel_size": 3}, NumpyData(),
+    res = train_model(Graph((32, 32, 3), 10, tuple(layers)), Hyperparameters(16, 3), NumpyData(),
                       profile(), 1, on_progress=lambda p: None)
     out["oom"] = {"state": res.state, "reason": res.reason, "trained": res.images_trained}
 
@@ -158,6 +161,7 @@ def check_out_of_memory(out: dict[str, Any]) -> None:
 def check_planned_memory(out: dict[str, Any]) -> None:
     """The memory XLA plans for the tiny graph's steps, then the same round on devices that report a
     limit below it (the CPU reports none: the limit is the one thing given here)."""
+    from aiperf.hyperparameters import Hyperparameters
     from worker import jax_memory
     from worker.trainer import train_model
 
@@ -170,11 +174,11 @@ def check_planned_memory(out: dict[str, Any]) -> None:
 
     jax_memory.check_fits = recording
     try:
-        res = train_model(tiny_graph(), {"batch_size": 16, "kernel_size": 3}, NumpyData(), profile(), 1,
+        res = train_model(tiny_graph(), Hyperparameters(16, 3), NumpyData(), profile(), 1,
                           on_progress=lambda p: None)
         step = next(b for what, images, b in planned if what == "training step" and images == 32)
         jax_memory.device_limit = lambda devices: step - 1
-        small = train_model(tiny_graph(), {"batch_size": 16, "kernel_size": 3}, NumpyData(), profile(), 1,
+        small = train_model(tiny_graph(), Hyperparameters(16, 3), NumpyData(), profile(), 1,
                             on_progress=lambda p: None)
     finally:
         jax_memory.check_fits, jax_memory.device_limit = check_fits, device_limit
@@ -196,8 +200,9 @@ def check_memory_plan(out: dict[str, Any]) -> None:
 def check_inheritance(out: dict[str, Any], directory: Path) -> None:
     """Weights in and out through Keras: the TensorFlow parent's checkpoint (written by the test
     process) is inherited here, the child trained and its best weights stored for TensorFlow."""
-    from aiperf.api import aiperf_pb2 as pb
+    from aiperf.api.records import ModelRecord
     from aiperf.hyperparameters import Hyperparameters
+    from aiperf.states import ModelState
     from worker.checkpoints import open_store
     from worker.inheritance import Inheritance
     from worker.trainer import train_model
@@ -207,8 +212,8 @@ def check_inheritance(out: dict[str, Any], directory: Path) -> None:
 
     parent_graph, child_graph = Graph.from_json(spec["graph"]), Graph.from_json(spec["child"])
     inh = Inheritance(open_store(str(directory / "store")), directory / "scratch")
-    parent = pb.Model(model_id=1, state=pb.MODEL_DONE, checkpoint_uri=spec["uri"], checkpoint_sha256=spec["sha256"],
-                      hyperparameters=pb.Hyperparameters(batch_size=16, kernel_size=3))
+    parent = ModelRecord(model_id=1, run_id=1, state=ModelState.DONE, checkpoint_uri=spec["uri"],
+                         checkpoint_sha256=spec["sha256"], hyperparameters=Hyperparameters(16, 3))
     start = inh.child_start(True, parent, parent_graph, child_graph, Hyperparameters(16, 3))
     x = np.load(directory / "x.npy")
     from aiperf.keras_builder import build_model
@@ -218,7 +223,7 @@ def check_inheritance(out: dict[str, Any], directory: Path) -> None:
     set_layer_weights(model, start.weights)
     np.save(directory / "child_logits_jax.npy", np.asarray(model(x, training=False)))
     kept: list[Any] = []
-    res = train_model(child_graph, {"batch_size": 16, "kernel_size": 3}, NumpyData(), profile(), 2,
+    res = train_model(child_graph, Hyperparameters(16, 3), NumpyData(), profile(), 2,
                       on_progress=lambda p: None, initial_weights=start.weights, on_weights=kept.append)
     ckpt = inh.save(1, 2, child_graph, 3, kept[-1])
     out["inheritance"] = {"inherited_from": start.inherited_from, "state": res.state, "uri": ckpt.uri,

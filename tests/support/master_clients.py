@@ -9,8 +9,9 @@ import urllib.request
 from typing import Any, Callable
 
 from aiperf.api.client import Accelerator, ControlClient, WorkerClient
+from aiperf.hyperparameters import Hyperparameters
 
-HP = {"batch_size": 32, "kernel_size": 3}
+HP = Hyperparameters(32, 3)
 # what an official run's worker reports of its dataset: ImageNet-1k's split sizes (docs/spec.md)
 IMAGENET = {"kind": "imagenet-tfrecord", "train_images": 1_281_167, "validation_images": 50_000,
             "num_classes": 1000, "image_size": 224, "fingerprint": "ab" * 32}

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.graph import with_inserted_kernel
 from aiperf.profiles import SMOKE, Profile
 from tests.support.graphs import tiny_graph
@@ -85,7 +86,7 @@ def validation_loss(profile: Profile, dataset: Any, validation: tuple[np.ndarray
     from worker.trainer import train_model
 
     kept: list[Any] = []
-    res = train_model(tiny_graph(), {"batch_size": 16, "kernel_size": 3}, dataset, profile, 1,
+    res = train_model(tiny_graph(), Hyperparameters(16, 3), dataset, profile, 1,
                       on_progress=lambda p: None, on_weights=kept.append)
     with backend.host_scope():
         model = build_model(with_inserted_kernel(tiny_graph(), 3))

@@ -1,13 +1,13 @@
 """The control API's messages as plain JSON-ready dicts: what `--json` prints,
 what the tables and the HTML report read. None stands for a value the master
-does not know (proto3 sends 0 or "" for it)."""
+does not know (proto3 sends 0 or "" for it). Here, in aiperf.api, protobuf stops on the
+CLI's side: aiperf_cli/ reads these dicts, never a message's module."""
 
 from __future__ import annotations
 
 from typing import Any, Iterable
 
 from aiperf.api import aiperf_pb2 as pb
-from aiperf.api.client import hyperparameters_dict
 from aiperf.api.enums import BACKENDS, MODEL_STATES, PRECISIONS, PROFILES, RUN_STATES, WORKER_STATES
 from aiperf.profiles import get_profile
 
@@ -253,7 +253,8 @@ def model_to_dict(m: pb.Model) -> dict[str, Any]:
         "worker_id": m.worker_id,
         "round": m.round,
         "graph_hash": m.graph_hash,
-        "hyperparameters": hyperparameters_dict(m.hyperparameters),
+        "hyperparameters": {"batch_size": int(m.hyperparameters.batch_size),  # as stored, unvalidated
+                            "kernel_size": int(m.hyperparameters.kernel_size)},
         "state": MODEL_STATES.get(m.state, "unknown"),
         "best_accuracy": m.best_accuracy if m.has_accuracy else None,
         "predicted_accuracy": m.predicted_accuracy or None,
