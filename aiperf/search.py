@@ -110,12 +110,27 @@ class _Node:
     mean: float = field(compare=False, default=math.nan)
 
 
+@dataclass(frozen=True)
+class SearchSettings:
+    """How `select_child` searches: the GP's neighbours and noise, the upper confidence bound's
+    beta, and the annealing's schedule and length (the defaults above)."""
+
+    n_neighbours: int = N_NEIGHBOURS
+    beta: float = UCB_BETA
+    t_min: float = T_MIN
+    cooling: float = COOLING
+    max_candidates: int = MAX_CANDIDATES
+    noise: float = GP_NOISE
+
+    def __post_init__(self) -> None:
+        if self.n_neighbours < 1 or not 0 < self.cooling < 1 or self.t_min <= 0 or self.max_candidates < 1:
+            raise ValueError("n_neighbours and max_candidates must be >= 1, 0 < cooling < 1, t_min > 0")
+
+
 def select_child(history: Sequence[HistoryEntry], seed: int, *, base: Graph,
-                 kernel_size: int = 3, limits: Limits | None = None,
-                 exclude: Iterable[str] = (), n_neighbours: int = N_NEIGHBOURS,
-                 beta: float = UCB_BETA, t_min: float = T_MIN, cooling: float = COOLING,
-                 max_candidates: int = MAX_CANDIDATES, noise: float = GP_NOISE,
-                 cache: DistanceCache | None = None, space: MorphSpace | None = None) -> Candidate:
+                 kernel_size: int = 3, limits: Limits | None = None, exclude: Iterable[str] = (),
+                 settings: SearchSettings = SearchSettings(), cache: DistanceCache | None = None,
+                 space: MorphSpace | None = None) -> Candidate:
     """The next architecture to train.
 
     From a history without any accuracy this is `base` itself (or, once `base`
@@ -123,8 +138,6 @@ def select_child(history: Sequence[HistoryEntry], seed: int, *, base: Graph,
     (one per process); a fresh one is used when None; the result does not depend
     on what it holds. `space`: what morphs may do (default: the original's).
     """
-    if n_neighbours < 1 or not 0 < cooling < 1 or t_min <= 0 or max_candidates < 1:
-        raise ValueError("n_neighbours and max_candidates must be >= 1, 0 < cooling < 1, t_min > 0")
     limits = limits or Limits()
     space = space or MorphSpace()
     seen = {e.hash for e in history} | set(exclude)
@@ -134,11 +147,11 @@ def select_child(history: Sequence[HistoryEntry], seed: int, *, base: Graph,
 
     if cache is None:
         cache = DistanceCache(CUTOFF, HORIZON)
-    gp, others = _fit(fitted, cache, noise)
+    gp, others = _fit(fitted, cache, settings.noise)
     heap = _history_nodes(fitted, cache)
     annealing = _Annealing(random.Random(seed), gp, others, cache.cutoff, seen, len(heap),
-                           kernel_size, limits, n_neighbours, beta, space)
-    best = annealing.run(heap, t_min, cooling, max_candidates)
+                           kernel_size, limits, settings.n_neighbours, settings.beta, space)
+    best = annealing.run(heap, settings.t_min, settings.cooling, settings.max_candidates)
     if best is None:  # every morph was a duplicate: walk further from the best model
         top = fitted[0]
         return _fresh_morph(top.graph, top.hash, top.model_id, seen, seed, kernel_size, limits, space)

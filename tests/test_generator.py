@@ -14,11 +14,11 @@ import pytest
 from aiperf.graph import Graph
 from aiperf.morphism import Limits, morph_step
 from aiperf.resnet import resnet50
-from aiperf.search import Candidate, HistoryEntry, select_child
+from aiperf.search import Candidate, HistoryEntry, SearchSettings, select_child
 from worker.generator import GeneratorError, GeneratorPool, default_workers, round_seed, snapshot_digest, snapshot_rows
 
 pytestmark = pytest.mark.slow
-FAST = {"max_candidates": 48}  # a short annealing keeps each job well under a second
+FAST = {"search": SearchSettings(max_candidates=48)}  # a short annealing keeps each job well under a second
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def test_a_round_child_is_select_child_on_the_round_seed(base: Graph, history: l
         # the same snapshot given in another order and as fresh objects is the same snapshot
         again = pool.child(4, [HistoryEntry(e.model_id, e.graph, e.accuracy) for e in reversed(history)],
                            timeout=120)
-    expected = select_child(history, round_seed(11, 4), base=base, **FAST)
+    expected = select_child(history, round_seed(11, 4), base=base, settings=FAST["search"])
     for c in (got, again):
         assert c.graph.to_json() == expected.graph.to_json()
         assert (c.parent_model_id, c.predicted_accuracy, c.ucb) == (

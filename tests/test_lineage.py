@@ -153,14 +153,14 @@ def test_official_batch_sizes_follow_the_accelerator_memory(master_server):
 def test_the_searchs_own_choice_descends_from_the_model_it_names(seed):
     """What the worker submits: `select_child` over a history with accuracies (the annealing's
     several steps from a history model), through JSON, checked against that model's graph."""
-    from aiperf.search import HistoryEntry, select_child
+    from aiperf.search import HistoryEntry, SearchSettings, select_child
 
     base = SMOKE.base_graph()
     first = _search_child(base, seed, 1)
     second = _search_child(first, seed + 1, 2)
     history = [HistoryEntry(1, base, 0.3), HistoryEntry(2, first, 0.5), HistoryEntry(3, second, 0.4)]
     graphs = {1: base, 2: first, 3: second}
-    cand = select_child(history, seed, base=base, kernel_size=3, space=SPACE, max_candidates=24)
+    cand = select_child(history, seed, base=base, kernel_size=3, space=SPACE, settings=SearchSettings(max_candidates=24))
     child = Graph.from_json(cand.graph.to_json())
     parent = graphs[cand.parent_model_id] if cand.parent_model_id else base
     check_descent(parent, child, SPACE, SMOKE.kernel_sizes)

@@ -17,7 +17,7 @@ from aiperf.gp import GaussianProcess
 from aiperf.graph import Graph
 from aiperf.morphism import Limits, MorphSpace, deeper_at, morph_step, random_morph, skip_at, wider_at
 from aiperf.resnet import resnet50
-from aiperf.search import (HistoryEntry, derive_seed, predict, select_child, worker_seed)
+from aiperf.search import (HistoryEntry, SearchSettings, derive_seed, predict, select_child, worker_seed)
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +169,7 @@ def test_gp_is_fitted_on_accuracies_of_the_same_model_id(tree: list[Graph]) -> N
 # -- selection ------------------------------------------------------------------
 # Fewer annealing expansions than the default keep these tests quick; the
 # default budget is exercised by benchmarks/search_bench.py.
-FAST = {"max_candidates": 64}
+FAST = {"settings": SearchSettings(max_candidates=64)}
 
 
 def _history(tree: list[Graph], n: int, seed: int = 1) -> list[HistoryEntry]:
@@ -259,10 +259,10 @@ def test_selection_is_identical_in_another_process(tree: list[Graph], base: Grap
         "import json, sys\n"
         "from aiperf.graph import Graph\n"
         "from aiperf.resnet import resnet50\n"
-        "from aiperf.search import HistoryEntry, select_child\n"
+        "from aiperf.search import HistoryEntry, SearchSettings, select_child\n"
         "rows = json.loads(sys.stdin.read())\n"
         "h = [HistoryEntry(i, Graph.from_json(g), a) for i, g, a in rows]\n"
-        "print(select_child(h, seed=8, base=resnet50(32, 3, 10, 0.25), max_candidates=64).graph.to_json())\n")
+        "print(select_child(h, seed=8, base=resnet50(32, 3, 10, 0.25), settings=SearchSettings(max_candidates=64)).graph.to_json())\n")
     env = {**os.environ, "PYTHONHASHSEED": "999"}  # different set/dict hashing
     out = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True, text=True,
                          env=env, check=True)
@@ -283,3 +283,11 @@ def test_an_architecture_trained_twice_counts_by_its_best_trial(tree: list[Graph
     history = [HistoryEntry(1, a, 0.2), HistoryEntry(2, b, 0.5), HistoryEntry(3, a, 0.8), HistoryEntry(4, a, None)]
     fitted = _fit_set(history)
     assert [(e.model_id, e.accuracy) for e in fitted] == [(1, 0.8), (2, 0.5)]
+
+
+@pytest.mark.parametrize("bad", [{"n_neighbours": 0}, {"cooling": 1.0}, {"cooling": 0.0}, {"t_min": 0.0},
+                                 {"max_candidates": 0}])
+def test_search_settings_outside_their_ranges_are_refused(bad):
+    with pytest.raises(ValueError, match="n_neighbours and max_candidates"):
+        SearchSettings(**bad)
+    assert SearchSettings().max_candidates == 320  # the defaults: the module's constants

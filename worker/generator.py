@@ -45,8 +45,8 @@ from typing import Any, Sequence
 
 from aiperf.distance import DistanceCache
 from aiperf.graph import Graph
-from aiperf.morphism import Limits
-from aiperf.search import Candidate, HistoryEntry, derive_seed, select_child
+from aiperf.morphism import Limits, MorphSpace
+from aiperf.search import Candidate, HistoryEntry, SearchSettings, derive_seed, select_child
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,8 @@ class _Job:
     seed: int
     kernel_size: int
     limits: Limits | None
-    options: tuple[tuple[str, Any], ...]
+    space: MorphSpace | None
+    search: SearchSettings
 
 
 class GeneratorPool:
@@ -102,7 +103,8 @@ class GeneratorPool:
 
     def __init__(self, base: Graph, seed: int, workers: int | None = None, *,
                  kernel_size: int = 3, limits: Limits | None = None, input_pipeline_cpus: int = 1,
-                 max_prepared: int = 2, **select_options: Any) -> None:
+                 max_prepared: int = 2, space: MorphSpace | None = None,
+                 search: SearchSettings = SearchSettings()) -> None:
         if max_prepared < 1:
             raise ValueError(f"max_prepared must be >= 1, got {max_prepared}")
         self.workers = max(1, workers) if workers is not None else default_workers(input_pipeline_cpus)
@@ -111,7 +113,7 @@ class GeneratorPool:
         self.limits = limits
         self.max_prepared = max_prepared
         self.hits = self.misses = 0
-        self._options = tuple(sorted(select_options.items()))
+        self.space, self.search = space, search
         self._dir = tempfile.mkdtemp(prefix="aiperf-generator-")
         os.makedirs(os.path.join(self._dir, "graphs"))
         _write(os.path.join(self._dir, "base.json"), base.to_json())
@@ -228,7 +230,8 @@ class GeneratorPool:
             return
         index = f"history-{key[1]}.json"
         _write(os.path.join(self._dir, index), json.dumps(rows))
-        job = _Job(self._dir, index, round_seed(self.seed, key[0]), self.kernel_size, self.limits, self._options)
+        job = _Job(self._dir, index, round_seed(self.seed, key[0]), self.kernel_size, self.limits, self.space,
+                   self.search)
         self._jobs[key] = self._executor.submit(_generate, job)
         while len(self._jobs) > self.max_prepared:
             self._retire(next(iter(self._jobs)))
@@ -311,5 +314,5 @@ def _generate(job: _Job) -> _Generated:
                 graph = _GRAPHS[h] = Graph.from_json(f.read())
         history.append(HistoryEntry(model_id, graph, accuracy, h))
     cand = select_child(history, job.seed, base=base, kernel_size=job.kernel_size, limits=job.limits,
-                        cache=_CACHE, **dict(job.options))
+                        space=job.space, settings=job.search, cache=_CACHE)
     return cand.graph.to_json(), cand.parent_model_id, cand.predicted_accuracy, cand.ucb

@@ -35,5 +35,5 @@ def progress_row(model_id: int, worker_id: int, seq: int, t: float, trained: int
                  acc: float | None = None) -> ProgressInput:
     """A report of `trained` images at `t`, its FLOPs counted alike by the worker and the master."""
     return ProgressInput(model_id=model_id, worker_id=worker_id, seq=seq, t=t, epoch=1, images_trained=trained,
-                         images_validated=0, accuracy=acc, worker_flops=30 * trained, master_flops=30 * trained,
+                         images_validated=0, val_accuracy=acc, worker_flops=30 * trained, master_flops=30 * trained,
                          flops_mismatch=False)
