@@ -440,7 +440,7 @@ class Agent:
             if planned.pending_parent:
                 self._inherit_at_hand_over(planned)
             model_id = self._submit(planned.graph, planned.parent_id, round_index, planned.hyper, ctx.dataset,
-                                    planned.inherited_from)
+                                    planned.inherited_from, prepared=planned.prepared)
         finally:
             if model_id is None:  # not submitted (run closed, transient error): drop the model
                 planned.release()
@@ -516,6 +516,7 @@ class Agent:
             return
         try:
             planned.prepared.compiled.load_weights(weights)
+            planned.prepared.inherited.update(weights)
         except ValueError as exc:  # the transfer's shapes do not fit the prepared model: a bug, not fatal
             log.warning("event=inheritance_failed parent=%d error=%s: training from scratch", parent_id, exc)
             planned.start_why = f"from scratch: {exc}"
@@ -541,8 +542,9 @@ class Agent:
                                       warmup_rounds=ctx.warmup_rounds, parent=inherited)
 
     def _submit(self, graph: Graph, parent_id: int, round_index: int, hyper: Hyperparameters,
-                dataset: dict[str, Any] | None = None, inherited_from: int = 0) -> int | None:
+                dataset: dict[str, Any] | None = None, inherited_from: int = 0, prepared: Any = None) -> int | None:
         """The model id the master gives the child; None after a transient error (the round is skipped).
+        `prepared` (a worker.trainer.PreparedRound) then starts from the master's initialisation seed.
 
         Raises `_RunClosed` when the run accepts no more models.
         """
@@ -559,6 +561,8 @@ class Agent:
             if exc.code == grpc.StatusCode.FAILED_PRECONDITION:
                 raise _RunClosed(exc.details) from None
             raise
+        if prepared is not None:  # no weights from before the model existed (worker/weight_seed.py)
+            prepared.start_from_seed(sub.init_seed)
         return sub.model_id
 
     def _train(self, ctx: RunContext, planned: PlannedRound, outbox: Outbox, model_id: int,
@@ -574,7 +578,7 @@ class Agent:
             outbox.put(f"progress model={model_id} seq={n}", lambda: self.stream.report_progress(
                 self.worker_id, model_id, seq=n, images_trained=p.images_trained,
                 images_validated=p.images_validated, epoch=p.epoch,
-                val_accuracy=p.val_accuracy, worker_flops=p.worker_flops))
+                val_accuracy=p.val_accuracy, worker_flops=p.worker_flops, weights_sha256=p.weights_sha256))
 
         def should_stop() -> bool:
             return (self._stop.is_set() or self._lost.is_set()
@@ -608,7 +612,8 @@ class Agent:
         predicted = float(result.predicted_accuracy if result.predicted_accuracy is not None else best)
         self._send_finish(outbox, model_id, ModelState.DONE, best_accuracy=best, predicted_accuracy=predicted,
                           checkpoint_uri=checkpoint.uri if checkpoint else "",
-                          checkpoint_sha256=checkpoint.sha256 if checkpoint else "")
+                          checkpoint_sha256=checkpoint.sha256 if checkpoint else "",
+                          checkpoint_weights_sha256=checkpoint.weights_sha256 if checkpoint else "")
         outbox.flush()
         log.info("event=round_end round=%d model=%d state=%s best=%.4f predicted=%.4f epochs=%d",
                  round_index, model_id, result.state, best, predicted, result.epochs)

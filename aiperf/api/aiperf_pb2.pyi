@@ -461,16 +461,18 @@ class SubmitModelRequest(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., run_id: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., parent_id: _Optional[int] = ..., round: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., queue: _Optional[bool] = ..., dataset: _Optional[_Union[DatasetInfo, _Mapping]] = ..., has_dataset: _Optional[bool] = ..., inherited_from: _Optional[int] = ...) -> None: ...
 
 class SubmitModelResponse(_message.Message):
-    __slots__ = ("model_id", "state", "flops_per_train_image", "flops_per_eval_image")
+    __slots__ = ("model_id", "state", "flops_per_train_image", "flops_per_eval_image", "init_seed")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     FLOPS_PER_TRAIN_IMAGE_FIELD_NUMBER: _ClassVar[int]
     FLOPS_PER_EVAL_IMAGE_FIELD_NUMBER: _ClassVar[int]
+    INIT_SEED_FIELD_NUMBER: _ClassVar[int]
     model_id: int
     state: ModelState
     flops_per_train_image: int
     flops_per_eval_image: int
-    def __init__(self, model_id: _Optional[int] = ..., state: _Optional[_Union[ModelState, str]] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ...) -> None: ...
+    init_seed: int
+    def __init__(self, model_id: _Optional[int] = ..., state: _Optional[_Union[ModelState, str]] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ..., init_seed: _Optional[int] = ...) -> None: ...
 
 class GetHyperparameterHistoryRequest(_message.Message):
     __slots__ = ("worker_id", "run_id")
@@ -503,7 +505,7 @@ class GetHyperparameterHistoryResponse(_message.Message):
     def __init__(self, run_id: _Optional[int] = ..., observations: _Optional[_Iterable[_Union[HyperparameterObservation, _Mapping]]] = ...) -> None: ...
 
 class ProgressReport(_message.Message):
-    __slots__ = ("worker_id", "model_id", "seq", "images_trained", "images_validated", "has_accuracy", "val_accuracy", "epoch", "worker_flops")
+    __slots__ = ("worker_id", "model_id", "seq", "images_trained", "images_validated", "has_accuracy", "val_accuracy", "epoch", "worker_flops", "weights_sha256")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -513,6 +515,7 @@ class ProgressReport(_message.Message):
     VAL_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     WORKER_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_SHA256_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     model_id: int
     seq: int
@@ -522,7 +525,8 @@ class ProgressReport(_message.Message):
     val_accuracy: float
     epoch: int
     worker_flops: int
-    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., seq: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., has_accuracy: _Optional[bool] = ..., val_accuracy: _Optional[float] = ..., epoch: _Optional[int] = ..., worker_flops: _Optional[int] = ...) -> None: ...
+    weights_sha256: str
+    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., seq: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., has_accuracy: _Optional[bool] = ..., val_accuracy: _Optional[float] = ..., epoch: _Optional[int] = ..., worker_flops: _Optional[int] = ..., weights_sha256: _Optional[str] = ...) -> None: ...
 
 class ProgressAck(_message.Message):
     __slots__ = ("model_id", "seq", "duplicate", "master_flops", "flops_mismatch", "run_state", "model_state")
@@ -543,7 +547,7 @@ class ProgressAck(_message.Message):
     def __init__(self, model_id: _Optional[int] = ..., seq: _Optional[int] = ..., duplicate: _Optional[bool] = ..., master_flops: _Optional[int] = ..., flops_mismatch: _Optional[bool] = ..., run_state: _Optional[_Union[RunState, str]] = ..., model_state: _Optional[_Union[ModelState, str]] = ...) -> None: ...
 
 class FinishModelRequest(_message.Message):
-    __slots__ = ("worker_id", "model_id", "state", "reason", "best_accuracy", "predicted_accuracy", "has_accuracy", "checkpoint_uri", "checkpoint_sha256", "undeleted_checkpoints")
+    __slots__ = ("worker_id", "model_id", "state", "reason", "best_accuracy", "predicted_accuracy", "has_accuracy", "checkpoint_uri", "checkpoint_sha256", "undeleted_checkpoints", "checkpoint_weights_sha256")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -554,6 +558,7 @@ class FinishModelRequest(_message.Message):
     CHECKPOINT_URI_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_SHA256_FIELD_NUMBER: _ClassVar[int]
     UNDELETED_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_WEIGHTS_SHA256_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     model_id: int
     state: ModelState
@@ -564,7 +569,8 @@ class FinishModelRequest(_message.Message):
     checkpoint_uri: str
     checkpoint_sha256: str
     undeleted_checkpoints: _containers.RepeatedCompositeFieldContainer[CheckpointNotDeleted]
-    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., state: _Optional[_Union[ModelState, str]] = ..., reason: _Optional[str] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., checkpoint_uri: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ..., undeleted_checkpoints: _Optional[_Iterable[_Union[CheckpointNotDeleted, _Mapping]]] = ...) -> None: ...
+    checkpoint_weights_sha256: str
+    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., state: _Optional[_Union[ModelState, str]] = ..., reason: _Optional[str] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., checkpoint_uri: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ..., undeleted_checkpoints: _Optional[_Iterable[_Union[CheckpointNotDeleted, _Mapping]]] = ..., checkpoint_weights_sha256: _Optional[str] = ...) -> None: ...
 
 class CheckpointToDelete(_message.Message):
     __slots__ = ("model_id", "uri")

@@ -333,6 +333,7 @@ RULES: dict[Any, dict[str, Rule]] = {
         "val_accuracy": _ACCURACY,
         "epoch": Integer(0, MAX_EPOCH),
         "worker_flops": Integer(0, MAX_OPS_PER_REPORT),
+        "weights_sha256": HexDigest(SHA256_HEX_CHARS),
     },
     pb.WorkerMessage: {"heartbeat": Nested(pb.HeartbeatRequest), "progress": Nested(pb.ProgressReport)},
     pb.GetHistoryRequest: {
@@ -364,6 +365,7 @@ RULES: dict[Any, dict[str, Rule]] = {
         "checkpoint_uri": Text(MAX_CHECKPOINT_URI_CHARS),
         "checkpoint_sha256": HexDigest(SHA256_HEX_CHARS),  # the Master checks both or neither
         "undeleted_checkpoints": Repeated(MAX_UNDELETED_PER_FINISH, Nested(pb.CheckpointNotDeleted)),
+        "checkpoint_weights_sha256": HexDigest(SHA256_HEX_CHARS),  # the Master checks it was stamped
     },
     pb.CheckpointNotDeleted: {"model_id": _ID, "error": Text(MAX_REASON_CHARS, multiline=True)},
     pb.SendResourceSamplesRequest: {

@@ -371,11 +371,12 @@ class WorkerClient(_Client):
         epoch: int,
         worker_flops: int,
         val_accuracy: float | None = None,
+        weights_sha256: str = "",
     ) -> pb.ProgressAck:
         """Report images processed since the last report (idempotent on seq;
         retried on transient failures). Sent on the client's Connect stream of this worker."""
         return self._stream_for(worker_id).report_progress(worker_id, model_id, seq, images_trained, images_validated, epoch,
-                                            worker_flops, val_accuracy)
+                                            worker_flops, val_accuracy, weights_sha256)
 
     def connect(self) -> WorkerStream:
         """A new Connect stream for this worker's heartbeats and progress
@@ -396,6 +397,7 @@ class WorkerClient(_Client):
         checkpoint_uri: str = "",
         checkpoint_sha256: str = "",
         undeleted: Sequence[tuple[int, str]] = (),
+        checkpoint_weights_sha256: str = "",
     ) -> pb.FinishModelResponse:
         """End a model: state "done", "failed" (with reason) or "cut" (the run's end stopped it). best_accuracy is
         the best observed validation accuracy; predicted_accuracy ranks it. A done
@@ -415,7 +417,7 @@ class WorkerClient(_Client):
             best_accuracy=float(best_accuracy or 0.0),
             predicted_accuracy=float(predicted_accuracy or 0.0),
             checkpoint_uri=checkpoint_uri,
-            checkpoint_sha256=checkpoint_sha256,
+            checkpoint_sha256=checkpoint_sha256, checkpoint_weights_sha256=checkpoint_weights_sha256,
             undeleted_checkpoints=[pb.CheckpointNotDeleted(model_id=m, error=clip_text(e, MAX_REASON_CHARS))
                                    for m, e in undeleted],
         )

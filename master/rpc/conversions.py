@@ -99,7 +99,7 @@ def progress_report(r: pb.ProgressReport) -> ProgressReport:
     return ProgressReport(
         worker_id=r.worker_id, model_id=r.model_id, seq=r.seq, epoch=r.epoch, images_trained=r.images_trained,
         images_validated=r.images_validated, accuracy=r.val_accuracy if r.has_accuracy else None,
-        worker_flops=r.worker_flops,
+        worker_flops=r.worker_flops, weights_sha256=r.weights_sha256,
     )
 
 
@@ -110,6 +110,7 @@ def model_finish(req: pb.FinishModelRequest) -> ModelFinish:
         predicted_accuracy=req.predicted_accuracy if req.predicted_accuracy != 0 else None,  # 0: unknown
         checkpoint_uri=req.checkpoint_uri, checkpoint_sha256=req.checkpoint_sha256,
         undeleted=tuple((u.model_id, u.error) for u in req.undeleted_checkpoints),
+        checkpoint_weights_sha256=req.checkpoint_weights_sha256,
     )
 
 
