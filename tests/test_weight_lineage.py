@@ -250,3 +250,75 @@ def test_each_epoch_end_reports_the_digest_of_the_weights_then(tiny):
     # the checkpoint's weights are the best epoch's: their digest is the one that epoch's report carried
     best = int(np.argmax(result.val_accuracies))
     assert weights_digest(kept[-1]) == ends[best].weights_sha256
+
+
+# ---------------------------------------------------------------- the first epoch re-trained from the seed
+
+
+@given(st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.integers(1, 100_000))
+@settings(max_examples=100, deadline=None)
+def test_a_first_epoch_short_of_its_report_by_more_than_the_tolerance_is_not_earned(reported, retrained, images):
+    from aiperf import audit as rule
+
+    v = rule.retrain_verdict(reported, retrained, images)
+    assert v == (rule.PASSED if retrained >= reported - rule.retrain_tolerance(images) else rule.NOT_EARNED)
+    assert rule.retrain_verdict(None, retrained, images) == rule.PASSED  # no first-epoch claim
+    assert rule.retrain_verdict(reported, float("nan"), images) == rule.NOT_EARNED
+
+
+def test_the_audit_compares_the_retrained_first_epoch_with_the_report(master_server, small_graph):
+    h, w, c, wid, subs = _smoke(master_server, small_graph, models=2)
+    for sub in subs:
+        _report(w, wid, sub.model_id, small_graph, 1, 1, _digest(sub.model_id), acc=0.7)
+        _finish(w, wid, sub.model_id, _digest(sub.model_id))
+    listed = {m.model_id: m for m in c.list_models().models}
+    assert [listed[s.model_id].init_seed for s in subs] == [s.init_seed for s in subs]  # the auditor's seed
+    honest, liar = subs
+    ok = c.record_audit(honest.model_id, verdict="passed", architecture_ok=True, audited_accuracy=0.7,
+                        validation_images=360, retrained_accuracy=0.68)
+    assert ok.verdict != "not earned in the run" and "epoch 1 re-trained from the seed: 0.6800" in ok.detail
+    caught = c.record_audit(liar.model_id, verdict="passed", architecture_ok=True, audited_accuracy=0.7,
+                            validation_images=360, retrained_accuracy=0.3, detail="the auditor's words")
+    assert caught.verdict == "not earned in the run"
+    assert caught.detail.startswith("epoch 1 re-trained from the seed: 0.3000, reported 0.7000")
+    assert caught.detail.endswith("the auditor's words")
+    for bad in ({"verdict": "no checkpoint", "architecture_ok": False},  # weights not read
+                {"verdict": "passed", "architecture_ok": True, "audited_accuracy": 0.7}):  # no images
+        with pytest.raises(ApiError) as e:
+            c.record_audit(liar.model_id, retrained_accuracy=0.5, **bad)
+        assert e.value.code.name == "INVALID_ARGUMENT"
+
+
+def test_a_node_audit_sends_no_retrained_accuracy(master_server, small_graph):
+    from aiperf.api.client import NodeInventory
+
+    _, _, c, _, [sub] = _smoke(master_server, small_graph)
+    with pytest.raises(ApiError) as e:
+        c.record_audit(sub.model_id, verdict="no checkpoint", architecture_ok=False, retrained_accuracy=0.5,
+                       node=NodeInventory((), "cpu", 2))
+    assert e.value.code.name == "INVALID_ARGUMENT"
+
+
+def test_the_auditor_retrains_the_first_epoch_as_the_worker_trained_it(tiny):
+    from aiperf import audit as rule
+    from aiperf.api import aiperf_pb2 as pb_
+    from tests.test_trainer import PROFILE
+    from worker.audit import Retraining
+    from worker.trainer import prepare_round, run_round
+
+    graph, data = tiny
+    seed = 2**40 + 3
+    # the data order the auditor uses too (a real worker's differs: the tolerance's noise, aiperf/audit.py)
+    prepared = prepare_round(graph, HP, data, PROFILE, 1, seed=seed, epochs=2)
+    prepared.start_from_seed(seed)
+    reports = []
+    run_round(prepared, on_progress=reports.append, should_stop=lambda: False, progress_interval_s=0.0,
+              phase_reports=False)
+    worker_first = next(r.val_accuracy for r in reports if r.epoch_end)
+    model = pb_.Model(model_id=1, round=1, graph_json=graph.to_json(), init_seed=seed,
+                      hyperparameters=pb_.Hyperparameters(**HP))
+    retrained = Retraining(PROFILE, max_epochs_per_round=2).first_epoch(model, "fp32", data)
+    assert retrained is not None and abs(retrained - worker_first) <= rule.retrain_tolerance(data.validation_size)
+    inherited = pb_.Model(model_id=2, round=1, graph_json=graph.to_json(), init_seed=seed, inherited_from=1,
+                          hyperparameters=pb_.Hyperparameters(**HP))
+    assert Retraining(PROFILE).first_epoch(inherited, "fp32", data) is None  # its start is its parent's

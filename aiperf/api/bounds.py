@@ -415,6 +415,8 @@ RULES: dict[Any, dict[str, Rule]] = {
         "detail": Text(MAX_REASON_CHARS, multiline=True),
         "audited_images_per_second": Real(0.0, MAX_AUDIT_IMAGES_PER_S),
         "auditor_hardware": Text(MAX_HARDWARE_CHARS),
+        "has_retrained_accuracy": None,
+        "retrained_accuracy": _ACCURACY,
         "node_audit": None,
         "node_accelerators": Repeated(MAX_ACCELERATORS_PER_WORKER, Nested(pb.Accelerator)),
         "node_cpu_model": AsciiText(MAX_HARDWARE_CHARS),

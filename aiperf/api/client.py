@@ -543,7 +543,8 @@ class ControlClient(_Client):
     def record_audit(self, model_id: int, *, verdict: str, architecture_ok: bool,
                      audited_accuracy: float | None = None, validation_images: int = 0,
                      auditor_host: str = "", detail: str = "", audited_images_per_second: float = 0.0,
-                     auditor_hardware: str = "", node: "NodeInventory | None" = None) -> pb.Audit:
+                     auditor_hardware: str = "", node: "NodeInventory | None" = None,
+                     retrained_accuracy: float | None = None) -> pb.Audit:
         """Record `aiperf audit`'s finding for a DONE model (aiperf.audit): `verdict` is the weights'
         (the master checks it), `audited_images_per_second` the model's steps timed on one device of
         `auditor_hardware` (0: not timed). The reply is the recorded audit, with the final verdict.
@@ -553,6 +554,7 @@ class ControlClient(_Client):
             audited_accuracy=audited_accuracy or 0.0, architecture_ok=architecture_ok, verdict=verdict,
             auditor_host=auditor_host, validation_images=validation_images, detail=clip_text(detail, MAX_REASON_CHARS),
             audited_images_per_second=audited_images_per_second, auditor_hardware=auditor_hardware,
+            has_retrained_accuracy=retrained_accuracy is not None, retrained_accuracy=retrained_accuracy or 0.0,
         )
         if node is not None:  # a node audit: the node's inventory with it
             req.node_audit, req.node_cpu_model, req.node_cpus = True, node.cpu_model, int(node.cpus)

@@ -81,6 +81,7 @@ class AuditSubmission:
     node_accelerators: tuple[dict[str, Any], ...] = ()  # the node's accelerators (model, uuid) per NVML
     node_cpu_model: str = ""
     node_cpus: int = 0
+    retrained_accuracy: float | None = None  # the first epoch re-trained from the model's seed; None: not
 
 
 @dataclass(frozen=True)

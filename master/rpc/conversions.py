@@ -385,6 +385,7 @@ def audit_submission(req: pb.RecordAuditRequest) -> AuditSubmission:
         audited_images_per_second=req.audited_images_per_second, auditor_hardware=req.auditor_hardware,
         node_audit=req.node_audit, node_cpu_model=req.node_cpu_model, node_cpus=int(req.node_cpus),
         node_accelerators=tuple({"model": a.model, "uuid": a.uuid} for a in req.node_accelerators),
+        retrained_accuracy=req.retrained_accuracy if req.has_retrained_accuracy else None,
     )
 
 

@@ -310,6 +310,10 @@ class AuditStore(Protocol):
         digest (an epoch's end), in the order received."""
 
     @abc.abstractmethod
+    def epoch_accuracy(self, model_id: int, epoch: int) -> float | None:
+        """The accuracy the model's report closing `epoch` carried (the last such); None: none did."""
+
+    @abc.abstractmethod
     def model_owners(self, run_id: int) -> list[tuple[int, int]]:
         """(model id, worker id) of every model of the run, ascending id: what node audits draw from."""
 

@@ -74,6 +74,12 @@ class AuditSql:
                 .where(ProgressRow.model_id == model_id, ProgressRow.weights_sha256 != "")
                 .order_by(ProgressRow.seq))]
 
+    def epoch_accuracy(self, model_id: int, epoch: int) -> float | None:
+        with self._read() as s:
+            return s.scalars(select(ProgressRow.accuracy).where(
+                ProgressRow.model_id == model_id, ProgressRow.epoch == epoch, ProgressRow.accuracy.is_not(None))
+                .order_by(ProgressRow.seq.desc()).limit(1)).first()
+
     def model_owners(self, run_id: int) -> list[tuple[int, int]]:
         with self._read() as s:
             return [(int(m), int(w)) for m, w in s.execute(
