@@ -28,12 +28,12 @@ RECORDED_DIGESTS = {
     "peaks": "3c35f5c76da09d5e",
     "scoring": "ae007d355464223f",
     "precisions": "84a3fac877e01c31",
-    "audit": "617b5b93e69f1e8c",
+    "audit": "9be683c376e6835d",
     "official workload": "b923f3a7b4caddcb",
     "flop count": "db2d4e91190f5091",
     "lineage": "7ae4538a95798a2d",
     "limits": "2e1aaaa6b9110740",
-    "master rules": "92bf97c2f48225b1",
+    "master rules": "e4a09b24d78b6102",
 }
 VERSION_FORMAT = re.compile(r"aiperf-rules (\d+)\.(\d+)")
 
