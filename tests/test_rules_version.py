@@ -26,7 +26,7 @@ RECORDED_VERSION = "aiperf-rules 1.0"
 RECORDED_DIGESTS = {
     "profiles": "64eae6b70e7f86b5",
     "peaks": "3c35f5c76da09d5e",
-    "scoring": "ae007d355464223f",
+    "scoring": "d77207533000a6a7",
     "precisions": "84a3fac877e01c31",
     "audit": "9be683c376e6835d",
     "official workload": "b923f3a7b4caddcb",
