@@ -15,7 +15,7 @@ import hashlib
 import hmac
 
 from aiperf.states import OPEN_MODEL_STATES, ModelState
-from typing import Any, Callable, Protocol
+from typing import Protocol
 
 from master.core import node_audits, retention
 from master.core.requests import ModelFinish
@@ -69,13 +69,3 @@ def check_checkpoint(store: DigestStore, fin: ModelFinish) -> None:
             f"model {fin.model_id}: the checkpoint's weights ({fin.checkpoint_weights_sha256[:16]}...) are none "
             f"of the {len(stamped)} digests its epoch reports carried inside the run's window")
 
-
-def with_seeds(page: Any, run_of: Callable[[int], RunRecord]) -> Any:
-    """A ListModels reply (pb.ListModelsResponse) with each model's init_seed, for the auditor
-    that re-trains a first epoch from it (an admin call: workers never list models)."""
-    runs: dict[int, RunRecord] = {}
-    for m in page.models:
-        if m.run_id not in runs:
-            runs[m.run_id] = run_of(m.run_id)
-        m.init_seed = init_seed(runs[m.run_id], m.model_id)
-    return page

@@ -7,7 +7,7 @@ messages. Nothing here reads the store or decides anything.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.enums import (
@@ -15,6 +15,7 @@ from aiperf.api.enums import (
     PROFILE_VALUES, PROFILES, RUN_STATE_VALUES, WORKER_STATE_VALUES, WORKER_STATES,
 )
 from aiperf.states import ModelState
+from master.core import weight_lineage
 from master.core.replies import (
     History, HyperparameterObservation, ModelPage, RunPage, RunStatus, RunTimeline, Scoreboard, WorkerPage,
 )
@@ -415,3 +416,14 @@ def timeline_message(tl: RunTimeline) -> pb.Timeline:
             has_host=r.cpu_util is not None, cpu_util=r.cpu_util or 0.0, memory_used=r.memory_used or 0.0,
         ) for r in tl.resources],
     )
+
+
+def with_init_seeds(page: pb.ListModelsResponse, run_of: Callable[[int], RunRecord]) -> pb.ListModelsResponse:
+    """`page` with each model's init_seed (master/core/weight_lineage.py), for the auditor that
+    re-trains a first epoch from it (ListModels is an admin call: workers never list models)."""
+    runs: dict[int, RunRecord] = {}
+    for m in page.models:
+        if m.run_id not in runs:
+            runs[m.run_id] = run_of(m.run_id)
+        m.init_seed = weight_lineage.init_seed(runs[m.run_id], m.model_id)
+    return page

@@ -362,7 +362,7 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
     @rpc
     def ListModels(self, request: pb.ListModelsRequest) -> pb.ListModelsResponse:
         page = self.m.list_models(request.run_id, cv.model_state(request.state), request.limit, request.offset)
-        return weight_lineage.with_seeds(cv.model_page_message(page, request.include_graph), self.m.resolve_run)
+        return cv.with_init_seeds(cv.model_page_message(page, request.include_graph), self.m.resolve_run)
 
     @rpc
     def ListRuns(self, request: pb.ListRunsRequest) -> pb.ListRunsResponse:
