@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-
-from aiperf.states import OPEN_MODEL_STATES, ModelState
 from typing import Protocol
 
+from aiperf.states import OPEN_MODEL_STATES, ModelState
 from master.core import node_audits, retention
 from master.core.requests import ModelFinish
 from master.store.errors import FailedPrecondition
