@@ -42,15 +42,18 @@ the model's first epoch from them, as its worker did (graph, kernel, batch,
 precision, the profile's schedule for the model's round), validates it on the same
 split and sends that accuracy; the master compares it with the accuracy the worker
 reported at its first epoch's end (`retrain_verdict`), and a shortfall beyond
-`RETRAIN_TOLERANCE` is NOT_EARNED, which fails the audit. The tolerance is
+`retrain_tolerance` is NOT_EARNED, which fails the audit. The tolerance is
 training noise, not rounding: the auditor does not reproduce the worker's data
-order or its accelerator's summation order, so two honest first epochs from the
-same weights differ by the spread of SGD over one epoch (a few points at most
-between shuffles; a first epoch is far from converged, where that spread is
-largest), plus one image of the split. 5 points is above that spread and far
-below what weights trained for many epochs add at a first epoch (ResNet-50 on
-ImageNet gains tens of points after its first epoch). It is one-sided: a first
-epoch reported below what it gives raises no score.
+order or its accelerator's summation order, so its first epoch is another model
+than the worker's, from the same start. Two such models differ by the spread of
+SGD over one epoch (`RETRAIN_TOLERANCE`, 5 points: a few points between shuffles,
+largest far from convergence, where a first epoch is) and by the sampling of the
+split they are measured on: each accuracy has a standard error of at most
+sqrt(0.25 / n) on n images, so their difference three standard errors of at most
+3·sqrt(0.5 / n) (6.7 points on 1,000 images, 0.95 on ImageNet's 50,000). Weights
+trained for many epochs are tens of points above a first epoch (ResNet-50 on
+ImageNet). It is one-sided: a first epoch reported below what it gives raises no
+score.
 """
 
 from __future__ import annotations
@@ -102,8 +105,9 @@ def verdict(claimed: float | None, audited: float | None, architecture_ok: bool,
 
 
 def retrain_tolerance(validation_images: int) -> float:
-    """RETRAIN_TOLERANCE plus one image of a split of this size."""
-    return RETRAIN_TOLERANCE + (1.0 / validation_images if validation_images > 0 else 0.0)
+    """RETRAIN_TOLERANCE plus three standard errors of the difference of two models' accuracies
+    on a split of this size (each at most sqrt(0.25 / n)): 3·sqrt(0.5 / n)."""
+    return RETRAIN_TOLERANCE + (3.0 * math.sqrt(0.5 / validation_images) if validation_images > 0 else 0.0)
 
 
 def retrain_verdict(reported: float | None, retrained: float, validation_images: int) -> str:

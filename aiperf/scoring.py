@@ -376,7 +376,7 @@ VALIDITY_RULES: tuple[Rule, ...] = (
                            f"{audit.ACCURACY_TOLERANCE * 100:g} points plus one image, and are exactly its "
                            "recorded network; its first epoch, re-trained from the seed the master gave it, "
                            f"reaches its reported first-epoch accuracy within {audit.RETRAIN_TOLERANCE * 100:g} "
-                           "points plus one image); pending until it is audited"),
+                           "points plus three standard errors of the split); pending until it is audited"),
     Rule("throughput_audit", "Throughput audit", "no audit found a worker's claimed throughput more than "
                                                  f"{audit.THROUGHPUT_TOLERANCE:.0%} above the model's training "
                                                  "steps timed on the same hardware (too fast)"),

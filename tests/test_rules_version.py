@@ -26,9 +26,9 @@ RECORDED_VERSION = "aiperf-rules 1.0"
 RECORDED_DIGESTS = {
     "profiles": "64eae6b70e7f86b5",
     "peaks": "3c35f5c76da09d5e",
-    "scoring": "d77207533000a6a7",
+    "scoring": "beb6bb4602e65b4a",
     "precisions": "84a3fac877e01c31",
-    "audit": "9be683c376e6835d",
+    "audit": "949fca44fba5e2af",
     "official workload": "b923f3a7b4caddcb",
     "flop count": "db2d4e91190f5091",
     "lineage": "7ae4538a95798a2d",

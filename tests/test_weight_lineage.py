@@ -266,6 +266,13 @@ def test_a_first_epoch_short_of_its_report_by_more_than_the_tolerance_is_not_ear
     assert rule.retrain_verdict(reported, float("nan"), images) == rule.NOT_EARNED
 
 
+@pytest.mark.parametrize("images, tolerance", [(50_000, 0.0595), (1_000, 0.1171), (360, 0.1618)])
+def test_the_retraining_tolerance_is_sgd_spread_plus_three_standard_errors(images, tolerance):
+    from aiperf import audit as rule
+
+    assert rule.retrain_tolerance(images) == pytest.approx(tolerance, abs=5e-5)  # the figures docs/spec.md gives
+
+
 def test_the_audit_compares_the_retrained_first_epoch_with_the_report(master_server, small_graph):
     h, w, c, wid, subs = _smoke(master_server, small_graph, models=2)
     for sub in subs:
