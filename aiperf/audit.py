@@ -33,6 +33,27 @@ thermals of one accelerator model against another unit of the same model
 smaller than the tolerance goes unseen. The check needs the auditor on the
 worker's hardware (the same accelerator model; for a worker without
 accelerators the same CPU model and count): elsewhere it is DIFFERENT_HARDWARE.
+
+Weights from outside the run. The checkpoint's accuracy says nothing of where the
+weights came from: weights trained before the run (or another model's), claimed
+from a model's first report, pass the check above. Every model starts from the
+weights its master-given seed gives (`worker.weight_seed`), so the auditor re-trains
+the model's first epoch from them, as its worker did (graph, kernel, batch,
+precision, the profile's schedule for the model's round), validates it on the same
+split and sends that accuracy; the master compares it with the accuracy the worker
+reported at its first epoch's end (`retrain_verdict`), and a shortfall beyond
+`retrain_tolerance` is NOT_EARNED, which fails the audit. The tolerance is
+training noise, not rounding: the auditor does not reproduce the worker's data
+order or its accelerator's summation order, so its first epoch is another model
+than the worker's, from the same start. Two such models differ by the spread of
+SGD over one epoch (`RETRAIN_TOLERANCE`, 5 points: a few points between shuffles,
+largest far from convergence, where a first epoch is) and by the sampling of the
+split they are measured on: each accuracy has a standard error of at most
+sqrt(0.25 / n) on n images, so their difference three standard errors of at most
+3·sqrt(0.5 / n) (6.7 points on 1,000 images, 0.95 on ImageNet's 50,000). Weights
+trained for many epochs are tens of points above a first epoch (ResNet-50 on
+ImageNet). It is one-sided: a first epoch reported below what it gives raises no
+score.
 """
 
 from __future__ import annotations
@@ -46,6 +67,7 @@ from aiperf.limits import MAX_MODEL_NAME_CHARS
 
 ACCURACY_TOLERANCE = 0.005  # absolute top-1, see the module docstring
 THROUGHPUT_TOLERANCE = 0.25  # relative, see the module docstring
+RETRAIN_TOLERANCE = 0.05  # absolute top-1 of a first epoch re-trained from the seed, see the module docstring
 
 PASSED = "passed"
 FAILED = "failed"                        # the weights give less accuracy than claimed
@@ -53,6 +75,7 @@ WRONG_ARCHITECTURE = "wrong architecture"  # the weights are not the recorded gr
 NO_CHECKPOINT = "no checkpoint"          # none recorded, deleted by retention, or missing from the store
 CORRUPT = "corrupt"                      # its SHA-256 differs from the recorded one, or it cannot be read
 VERDICTS = (PASSED, FAILED, WRONG_ARCHITECTURE, NO_CHECKPOINT, CORRUPT)  # of the weights (the auditor's)
+NOT_EARNED = "not earned in the run"     # its first epoch, re-trained from its seed, falls short of the report
 TOO_FAST = "too fast"                    # the worker claimed more than the audited rate allows
 DIFFERENT_HARDWARE = "different hardware"  # the auditor's device is not the worker's: throughput unchecked
 NOT_TIMED = "not timed"                  # the auditor sent no timed rate
@@ -79,6 +102,23 @@ def verdict(claimed: float | None, audited: float | None, architecture_ok: bool,
         return FAILED
     claim = claimed if claimed is not None else 0.0
     return PASSED if audited >= claim - tolerance(validation_images) else FAILED
+
+
+def retrain_tolerance(validation_images: int) -> float:
+    """RETRAIN_TOLERANCE plus three standard errors of the difference of two models' accuracies
+    on a split of this size (each at most sqrt(0.25 / n)): 3·sqrt(0.5 / n)."""
+    return RETRAIN_TOLERANCE + (3.0 * math.sqrt(0.5 / validation_images) if validation_images > 0 else 0.0)
+
+
+def retrain_verdict(reported: float | None, retrained: float, validation_images: int) -> str:
+    """PASSED when the first epoch re-trained from the model's seed reaches the accuracy its worker
+    reported at that epoch's end, less `retrain_tolerance`; else NOT_EARNED. A model that reported
+    no first-epoch accuracy claimed nothing there: PASSED."""
+    if reported is None:
+        return PASSED
+    if not math.isfinite(retrained) or validation_images <= 0:
+        return NOT_EARNED
+    return PASSED if retrained >= reported - retrain_tolerance(validation_images) else NOT_EARNED
 
 
 def status(latest_verdict: str | None) -> str:

@@ -374,7 +374,9 @@ VALIDITY_RULES: tuple[Rule, ...] = (
     Rule("audit", "Audit", "official runs: the model behind the regulated score passed `aiperf audit` (its "
                            f"stored weights give its claimed accuracy on the validation split within "
                            f"{audit.ACCURACY_TOLERANCE * 100:g} points plus one image, and are exactly its "
-                           "recorded network); pending until it is audited"),
+                           "recorded network; its first epoch, re-trained from the seed the master gave it, "
+                           f"reaches its reported first-epoch accuracy within {audit.RETRAIN_TOLERANCE * 100:g} "
+                           "points plus three standard errors of the split); pending until it is audited"),
     Rule("throughput_audit", "Throughput audit", "no audit found a worker's claimed throughput more than "
                                                  f"{audit.THROUGHPUT_TOLERANCE:.0%} above the model's training "
                                                  "steps timed on the same hardware (too fast)"),

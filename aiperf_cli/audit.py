@@ -100,6 +100,8 @@ def audit_cmd(
                                            "(default: the system's temporary directory)."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Do not time the models' training steps (the "
                                    "master then records 'not timed', which never passes)."),
+    no_retrain: bool = typer.Option(False, "--no-retrain", help="Do not re-train the models' first epoch from "
+                                    "their seed (docs/spec.md, \"Weights from outside the run\")."),
     node: Optional[str] = typer.Option(None, "--node", help="A node audit: time the models the master drew for "
                                        "the workers whose host is NAME (\"\": this machine's host name) "
                                        "and send the node's inventory (docs/spec.md, \"Node audits\")."),
@@ -123,7 +125,8 @@ def audit_cmd(
     # TensorFlow's start-up lines (aiperf_cli/worker.py's docstring): shown on a crash or with --log-level debug
     job = ((lambda: ctl.call(node_audit_run, ctl.client(), run, node or socket.gethostname(), kind, dataset,
                              not no_timing)) if node is not None else
-           (lambda: ctl.call(audit_run, ctl.client(), run, top, kind, dataset, scratch, not no_timing)))
+           (lambda: ctl.call(audit_run, ctl.client(), run, top, kind, dataset, scratch, not no_timing,
+                             not no_retrain)))
     run_id, rows = held_stderr(job,
                                show=lambda exc: log_level.value == "debug" or not (
                                    exc is None or isinstance(exc, UsageError)))
@@ -131,12 +134,13 @@ def audit_cmd(
 
 
 def audit_run(client: Any, run: int, top: int, kind: Optional[str], dataset: Optional[str],
-              scratch: Optional[Path] = None, timed: bool = True) -> tuple[int, list[dict[str, Any]]]:
+              scratch: Optional[Path] = None, timed: bool = True,
+              retrain: bool = True) -> tuple[int, list[dict[str, Any]]]:
     """Audit the run's top models (and the regulated score's) and record each finding in the master:
     (run id, the recorded audits as rows). The master's refusals raise ApiError; a dataset that is not
     there or does not fit the graphs, one line (exit 2)."""
     from aiperf.profiles import get_profile
-    from worker.audit import Timing
+    from worker.audit import Retraining, Timing
 
     board = client.scoreboard(run)
     config = run_info(board.run).config
@@ -151,8 +155,10 @@ def audit_run(client: Any, run: int, top: int, kind: Optional[str], dataset: Opt
         device, strategy = one_device()
         timing = Timing(xla=config.xla, profile=profile, strategy=strategy,
                         hardware=auditor_hardware(device)[:limits.MAX_HARDWARE_CHARS])
+    retraining = Retraining(profile, int(board.run.config.limits.max_epochs_per_round),
+                            bool(board.run.config.xla)) if retrain else None
     ranks = {m.model_id: rank for rank, (_, m) in enumerate(ranked, 1)}
-    return run_id, [{**_audit_one(client, run_id, position, model, precision, data, scratch, timing),
+    return run_id, [{**_audit_one(client, run_id, position, model, precision, data, scratch, timing, retraining),
                      "why": why_audited(ranks.get(model.model_id, 0), top)}
                     for position, model in picked]
 
@@ -215,20 +221,20 @@ def why_audited(rank: int, top: int) -> str:
 
 
 def _audit_one(client: Any, run_id: int, position: int, model: Any, precision: str, data: Any,
-               scratch: Optional[Path], timing: Any) -> dict[str, Any]:
+               scratch: Optional[Path], timing: Any, retraining: Any = None) -> dict[str, Any]:
     """Audit one model and record it; the recorded audit as a row."""
     from worker.audit import audit_model
 
     full = with_graph(client, run_id, position, model.model_id)
     try:
-        f = audit_model(full, precision, data, scratch, timing=timing)
+        f = audit_model(full, precision, data, scratch, timing=timing, retraining=retraining)
     except (ValueError, TypeError) as exc:  # the dataset does not fit the graph: the auditor's mistake
         fail(f"model {model.model_id}: cannot evaluate on this dataset: {' '.join(str(exc).split())[:300]}")
     recorded = client.record_audit(f.model_id, verdict=f.verdict, architecture_ok=f.architecture_ok,
                                    audited_accuracy=f.audited_accuracy, validation_images=f.validation_images,
                                    auditor_host=socket.gethostname()[:limits.MAX_NAME_CHARS], detail=f.detail,
                                    audited_images_per_second=f.audited_images_per_second,
-                                   auditor_hardware=f.auditor_hardware)
+                                   auditor_hardware=f.auditor_hardware, retrained_accuracy=f.retrained_accuracy)
     return audit_to_dict(recorded)
 
 

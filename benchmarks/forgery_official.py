@@ -4,12 +4,18 @@ node audits, the accuracy window, graphs from the search, honest retries.
 A real master (gRPC on a real port, SQLite) on a scripted clock runs an official 2 h run
 (mixed fp16, ImageNet reported) per scenario. Each worker submits the profile's ResNet-50
 every 20 min (six rounds), reports every 60 s and finishes each model; accuracy rises to
-its final figure over the rounds. After the deadline a scripted auditor does what `aiperf
-audit` does: it audits the weights of the model behind the regulated score (passed at the
-claimed accuracy when a checkpoint is recorded: the weights are taken to be real, and
-"no checkpoint" otherwise), and runs the node audit of every worker's drawn model on that
-worker's real node, timing at AUDIT_IMAGES_PER_S x ResNet-50's operations per image (an
-H100's rate: the project's own figure). The honest worker is one H100 reporting at
+its final figure over the rounds. Each model is one epoch long: its last report closes
+the epoch with its accuracy and the digest of its weights, and its checkpoint is that
+digest. After the deadline a scripted auditor does what `aiperf audit` does: it audits
+the weights of the model behind the regulated score (passed at the claimed accuracy when
+a checkpoint is recorded: the weights are taken to be the claimed ones, and "no
+checkpoint" otherwise) and re-trains that model's first epoch from the weights its seed
+gives: training from scratch on that hardware reaches the accuracy of the honest curve
+(`earned`), whatever the worker claimed, so for an honest worker the re-trained accuracy
+is its report, and for a worker that claimed weights trained before the run it is the
+honest curve's figure at that model, not the claim. It then runs the node audit of every
+worker's drawn model on that worker's real node, timing at AUDIT_IMAGES_PER_S x
+ResNet-50's operations per image (an H100's rate: the project's own figure). The honest worker is one H100 reporting at
 HONEST_SHARE of that rate, with final accuracy 0.72. A scenario's ratio is its score over
 the honest one's; as a valid result only when the run is valid and official.
 """
@@ -67,6 +73,7 @@ class Actor:
     images_per_s: float = HONEST_SHARE * AUDIT_IMAGES_PER_S
     accuracy: float = 0.72           # its final claimed accuracy
     pretrained: bool = False         # claims its final accuracy from the first report
+    earned_accuracy: float | None = None  # the final accuracy training in the run gives (None: `accuracy`)
     finish: str = "done"
     checkpoint: bool = True
     late_checkpoint: bool = False    # finishes without one, attaches one after the deadline
@@ -103,7 +110,7 @@ SCENARIOS: dict[str, tuple[str, list[Actor]]] = {
     "late_checkpoint": ("weights attached to a DONE model after the deadline", [honest(
         checkpoint=False, late_checkpoint=True)]),
     "pretrained_weights": ("weights trained before the run, claimed from the first report", [honest(
-        accuracy=0.76, pretrained=True)]),
+        accuracy=0.76, pretrained=True, earned_accuracy=0.72)]),
     "non_descendant_graph": ("a chain of 1x1 convolutions instead of a child", [honest(graph=chain_of_1x1())]),
     "batch_outside_profile": ("batch 256, not one of the profile's", [honest(batch=256)]),
 }
@@ -117,23 +124,40 @@ class Clock:
         return self.t
 
 
+def honest_curve(final: float, seq: int) -> float:
+    """The accuracy training from scratch reaches by report `seq` of the run (final at the last)."""
+    return final * (0.6 + 0.4 * seq / (ROUNDS * ROUND_S / REPORT_S))
+
+
+def earned(a: Actor, seq: int) -> float:
+    """What a model of `a` whose epoch ended at report `seq` gives when trained from its seed."""
+    return honest_curve(a.accuracy if a.earned_accuracy is None else a.earned_accuracy, seq)
+
+
+def weights_digest(a: Actor, mid: int) -> str:
+    """The digest of the weights `a`'s model ends its epoch with (its checkpoint's)."""
+    return hashlib.sha256(f"{a.name}:{mid}".encode()).hexdigest()
+
+
 def _report(w: WorkerClient, a: Actor, mid: int, seq: int, last: bool) -> None:
-    """One report of `a` on its model (sent twice by a worker whose acks are lost)."""
+    """One report of `a` on its model (sent twice by a worker whose acks are lost); the last one
+    closes the model's epoch: its accuracy and its weights' digest."""
     fc = count_flops(with_inserted_kernel(a.graph, 3))
     n = int(a.images_per_s * REPORT_S)
-    steps = ROUND_S / REPORT_S
-    acc = a.accuracy if a.pretrained else a.accuracy * (0.6 + 0.4 * seq / (ROUNDS * steps))
+    acc = a.accuracy if a.pretrained else honest_curve(a.accuracy, seq)
     for _ in range(2 if a.resend else 1):
         try:
             w.report_progress(a.wid, mid, seq, n, 0, 1, min(fc.ops(n, 0), 2**62),
-                              val_accuracy=acc if last else None)
+                              val_accuracy=acc if last else None,
+                              weights_sha256=weights_digest(a, mid) if last else "")
         except ApiError as exc:
             a.refused.append(f"ReportProgress: {exc.details}")
 
 
 def _finish(w: WorkerClient, a: Actor, mid: int, acc: float, late: bool = False) -> None:
     uri = f"file:///ckpt/model-{mid}.weights.h5"
-    ckpt = ({"checkpoint_uri": uri, "checkpoint_sha256": hashlib.sha256(uri.encode()).hexdigest()}
+    ckpt = ({"checkpoint_uri": uri, "checkpoint_sha256": hashlib.sha256(uri.encode()).hexdigest(),
+             "checkpoint_weights_sha256": weights_digest(a, mid)}
             if (a.checkpoint or late) and a.finish == "done" else {})
     try:
         w.finish_model(a.wid, mid, a.finish, best_accuracy=acc if a.finish == "done" else None, **ckpt)
@@ -142,15 +166,19 @@ def _finish(w: WorkerClient, a: Actor, mid: int, acc: float, late: bool = False)
 
 
 def _audit(c: ControlClient, actors: list[Actor]) -> None:
-    """The scripted auditor: the regulated model's weights, then every drawn model on its real node."""
+    """The scripted auditor: the regulated model's weights and its first epoch re-trained from its
+    seed, then every drawn model on its real node."""
     board = c.scoreboard()
     by_id = {m.model_id: m for m in c.list_models(limit=10_000).models}
+    by_worker = {a.wid: a for a in actors if a.wid}
     if board.audit_model_id:
         m = by_id[board.audit_model_id]
         if m.checkpoint_uri:
+            assert m.init_seed, "the auditor re-trains from the seed ListModels gives it"
+            retrained = earned(by_worker[m.worker_id], m.round * int(ROUND_S / REPORT_S))  # its epoch's last report
             c.record_audit(m.model_id, verdict="passed", architecture_ok=True, audited_accuracy=m.best_accuracy,
                            validation_images=50_000, audited_images_per_second=AUDIT_IMAGES_PER_S,
-                           auditor_hardware=H100)
+                           auditor_hardware=H100, retrained_accuracy=retrained)
         else:
             c.record_audit(m.model_id, verdict="no checkpoint", architecture_ok=False)
     nodes = {a.wid: a.node for a in actors if a.wid}

@@ -392,7 +392,7 @@ def test_warmup_reuses_the_parents_hyperparameters_and_failures_reach_tpe(master
 def test_a_deterministic_run_turns_tensorflow_op_determinism_on_and_back_off():
     from tensorflow.python.framework.config import is_op_determinism_enabled
 
-    from worker.agent import set_determinism
+    from worker.backend import set_determinism
 
     try:
         set_determinism(True)

@@ -50,7 +50,7 @@ def test_the_audit_catches_the_lies_physics_only_bounds():
 def test_the_official_runs_lies_gain_nothing_as_valid_results_and_honest_retries_pass(tmp_path):
     """Each named lie of an official run (device count, sybils, name variants and look-alikes,
     unknown accelerators, a missing peak, unaudited and failed-model workers, a late checkpoint,
-    a graph outside the search, a batch outside the profile) scores at most the honest score as
+    weights from before the run, a graph outside the search, a batch outside the profile) scores at most the honest score as
     a valid official result; the honest run is valid and official; an honest worker resending
     every report is refused nothing."""
     from benchmarks.forgery_official import SCENARIOS, run_official
@@ -67,3 +67,6 @@ def test_the_official_runs_lies_gain_nothing_as_valid_results_and_honest_retries
     for name in ("lookalike_name", "non_descendant_graph", "batch_outside_profile", "late_checkpoint"):
         assert res[name]["refused"], name
     assert any("ALREADY_EXISTS" in r for r in res["sybil_x8"]["refused"])
+    # weights from before the run: the regulated model's first epoch, re-trained from its seed, falls short
+    assert not res["pretrained_weights"]["valid"] and res["pretrained_weights"]["valid_ratio"] == 0.0
+    assert "not earned in the run" in res["pretrained_weights"]["invalid_reason"]

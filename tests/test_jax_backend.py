@@ -214,3 +214,12 @@ def test_the_training_recipe_on_jax(checked):
     v = r["validation"]
     assert v["state"] == "done" and v["val_losses"][0] == pytest.approx(
         smoothed_cross_entropy(np.asarray(v["labels"]), np.asarray(v["predicted"]), 0.1), rel=1e-5)
+
+
+def test_the_masters_seed_gives_the_same_start_on_jax(checked):
+    _ok(checked, "seed")
+    seed = checked["seed"]
+    same, again, other = seed["digests"]
+    assert same == again != other
+    assert seed["started"] == same  # the prepared round (two devices) holds the seed's weights
+    assert seed["epoch_end"] == [seed["trained"]]  # the epoch's report carries the weights it ended with

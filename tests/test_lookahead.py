@@ -193,7 +193,7 @@ def test_a_round_prepared_on_the_look_ahead_thread_while_another_trains_trains_l
 def test_the_agent_chooses_the_same_children_with_the_look_ahead_on_or_off(tmp_path):
     # a deterministic run: round 1's accuracy (which round 3's child depends on) repeats itself
     from benchmarks import idle_bench as bench
-    from worker.agent import set_determinism
+    from worker.backend import set_determinism
 
     try:
         on = bench.run_demo(10, True, tmp_path, seed=3, max_rounds=3, max_epochs=1, deterministic=True)

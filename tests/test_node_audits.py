@@ -14,14 +14,8 @@ from aiperf.api.client import Accelerator, ApiError, NodeInventory
 from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import OFFICIAL
 from master.core import node_audits
-from tests.support.master_clients import IMAGENET, clients
-
-H100 = "NVIDIA H100 80GB HBM3"
-PEAKS = {"float16": 9e14, "bfloat16": 9e14, "float32": 4e14}
-
-
-def _gpus(*uuids: str, model: str = H100) -> list[Accelerator]:
-    return [Accelerator(model, 80 << 30, 0.0, PEAKS, uuid=u) for u in uuids]
+from tests.support.master_clients import H100, IMAGENET, clients
+from tests.support.master_clients import h100s as _gpus
 
 
 def _run(master_server, workers: dict[str, list[Accelerator]], models_each: int = 3):

@@ -26,14 +26,14 @@ RECORDED_VERSION = "aiperf-rules 1.0"
 RECORDED_DIGESTS = {
     "profiles": "64eae6b70e7f86b5",
     "peaks": "3c35f5c76da09d5e",
-    "scoring": "ae007d355464223f",
+    "scoring": "beb6bb4602e65b4a",
     "precisions": "84a3fac877e01c31",
-    "audit": "617b5b93e69f1e8c",
+    "audit": "949fca44fba5e2af",
     "official workload": "b923f3a7b4caddcb",
     "flop count": "db2d4e91190f5091",
     "lineage": "7ae4538a95798a2d",
     "limits": "2e1aaaa6b9110740",
-    "master rules": "92bf97c2f48225b1",
+    "master rules": "e4a09b24d78b6102",
 }
 VERSION_FORMAT = re.compile(r"aiperf-rules (\d+)\.(\d+)")
 

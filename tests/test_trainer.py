@@ -229,6 +229,7 @@ def test_two_replicas_use_a_global_batch_and_count_every_image(tmp_path):
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         sys.path.insert(0, sys.argv[1])
+        from aiperf.hyperparameters import Hyperparameters
         from tests.support.graphs import tiny_graph
         from tests.support.training import PROFILE, TinyDataset
         from worker.trainer import train_model

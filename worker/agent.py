@@ -315,7 +315,11 @@ class Agent:
         from worker.monitor import Monitor
 
         ctx = self._context(run)
-        set_determinism(ctx.deterministic)
+        # the backend's determinism (slower) for a deterministic run; the rest of a round's randomness
+        # is seeded from (run seed, worker, round): `_plan` reseeds Python, NumPy and Keras each round
+        from worker import backend
+
+        backend.set_determinism(ctx.deterministic)
         dataset = self._dataset(ctx)
         ctx.dataset = checked_dataset(ctx.profile, dataset)
         outbox = Outbox()
@@ -442,7 +446,7 @@ class Agent:
             if planned.pending_parent:
                 self._inherit_at_hand_over(planned)
             model_id = self._submit(planned.graph, planned.parent_id, round_index, planned.hyper, ctx.dataset,
-                                    planned.inherited_from)
+                                    planned.inherited_from, prepared=planned.prepared)
         finally:
             if model_id is None:  # not submitted (run closed, transient error): drop the model
                 planned.release()
@@ -518,6 +522,7 @@ class Agent:
             return
         try:
             planned.prepared.compiled.load_weights(weights)
+            planned.prepared.inherited.update(weights)
         except ValueError as exc:  # the transfer's shapes do not fit the prepared model: a bug, not fatal
             log.warning("event=inheritance_failed parent=%d error=%s: training from scratch", parent_id, exc)
             planned.start_why = f"from scratch: {exc}"
@@ -542,16 +547,17 @@ class Agent:
                                       warmup_rounds=ctx.warmup_rounds, parent=inherited)
 
     def _submit(self, graph: Graph, parent_id: int, round_index: int, hyper: Hyperparameters,
-                dataset: dict[str, Any] | None = None, inherited_from: int = 0) -> int | None:
+                dataset: dict[str, Any] | None = None, inherited_from: int = 0, prepared: Any = None) -> int | None:
         """The model id the master gives the child; None after a transient error (the round is skipped).
+        `prepared` (a worker.trainer.PreparedRound) then starts from the master's initialisation seed.
 
         Raises `_RunClosed` when the run accepts no more models.
         """
         try:
-            model_id = self.client.submit_model(self.worker_id, graph.to_json(), graph.hash(),
-                                           parent_id=parent_id, round=round_index,
-                                           hyperparameters=hyper, dataset=dataset,
-                                           inherited_from=inherited_from)
+            submitted = self.client.submit_model(self.worker_id, graph.to_json(), graph.hash(),
+                                                 parent_id=parent_id, round=round_index,
+                                                 hyperparameters=hyper, dataset=dataset,
+                                                 inherited_from=inherited_from)
         except ApiError as exc:
             if exc.code in _TRANSIENT:
                 log.warning("event=submit_failed error=%s", exc)
@@ -560,7 +566,9 @@ class Agent:
             if exc.code == grpc.StatusCode.FAILED_PRECONDITION:
                 raise _RunClosed(exc.details) from None
             raise
-        return model_id
+        if prepared is not None:  # no weights from before the model existed (worker/weight_seed.py)
+            prepared.start_from_seed(submitted.init_seed)
+        return submitted.model_id
 
     def _train(self, ctx: RunContext, planned: PlannedRound, outbox: Outbox, model_id: int,
                on_weights: Callable[[Any], None] | None = None) -> TrainResult:
@@ -575,7 +583,7 @@ class Agent:
             outbox.put(f"progress model={model_id} seq={n}", lambda: self.client.report_progress(
                 self.worker_id, model_id, seq=n, images_trained=p.images_trained,
                 images_validated=p.images_validated, epoch=p.epoch,
-                val_accuracy=p.val_accuracy, worker_flops=p.worker_flops))
+                val_accuracy=p.val_accuracy, worker_flops=p.worker_flops, weights_sha256=p.weights_sha256))
 
         def should_stop() -> bool:
             return (self._stop.is_set() or self._lost.is_set()
@@ -610,7 +618,8 @@ class Agent:
         predicted = float(result.predicted_accuracy if result.predicted_accuracy is not None else best)
         self._send_finish(outbox, model_id, ModelState.DONE, best_accuracy=best, predicted_accuracy=predicted,
                           checkpoint_uri=checkpoint.uri if checkpoint else "",
-                          checkpoint_sha256=checkpoint.sha256 if checkpoint else "")
+                          checkpoint_sha256=checkpoint.sha256 if checkpoint else "",
+                          checkpoint_weights_sha256=checkpoint.weights_sha256 if checkpoint else "")
         outbox.flush()
         log.info("event=round_end round=%d model=%d state=%s best=%.4f predicted=%.4f epochs=%d",
                  round_index, model_id, result.state, best, predicted, result.epochs)
@@ -658,18 +667,6 @@ def tpe_observations(models: Iterable[ModelRecord]) -> list[tuple[Hyperparameter
         elif m.state == ModelState.FAILED:
             out.append((m.hyperparameters, 0.0))
     return out
-
-
-def set_determinism(on: bool) -> None:
-    """The backend's determinism for a deterministic run (slower), off otherwise (`worker.backend`).
-
-    The rest of a round's randomness is seeded from (run seed, worker, round):
-    `_plan` reseeds Python, NumPy and Keras before each round of a deterministic
-    run, and the trainer's weights and data order follow its seed.
-    """
-    from worker import backend
-
-    backend.set_determinism(on)
 
 
 def resource_samples(sample: MonitorSample) -> list[ResourceSample]:

@@ -20,6 +20,14 @@ Evaluation runs the network in inference mode under the run's precision policy
 (the worker validated in it), over the whole validation split in its fixed
 order, at the model's batch size (which its worker fitted in memory).
 
+Lineage. A model trained from scratch started from the weights its master-given seed gives
+(`worker.weight_seed`); `Retraining` re-trains its first epoch from them here, as its worker
+did (the round's epochs and schedule, its batch, kernel and precision), and the accuracy of
+that epoch goes to the master, which compares it with the one the worker reported
+(`aiperf.audit.retrain_verdict`): weights trained before the run, claimed from the first
+report, are far above what one epoch from the seed gives. An inherited child started from
+its parent's weights, which the auditor does not rebuild: it is not re-trained.
+
 Throughput. Whatever became of its checkpoint, the model's training steps are
 timed on one device here (`worker.throughput`), unless the caller says not to
 (then the master records "not timed", which never passes).
@@ -57,6 +65,7 @@ class Finding:
     detail: str = ""
     audited_images_per_second: float = 0.0  # the model's training steps timed on one device here; 0: not timed
     auditor_hardware: str = ""              # that device (aiperf.audit.hardware_name)
+    retrained_accuracy: float | None = None  # its first epoch re-trained from its seed here; None: not
 
 
 def variable_shapes(weights_file: Path) -> dict[str, tuple[int, ...]]:
@@ -148,14 +157,52 @@ class Timing:
         return self.rates[key]
 
 
+@dataclass(frozen=True)
+class Retraining:
+    """How `audit_model` re-trains a model's first epoch from its seed: the run's profile, its cap
+    on epochs per round (0: none) and XLA setting, on the backend in use."""
+
+    profile: Any
+    max_epochs_per_round: int = 0
+    xla: bool = False
+
+    def first_epoch(self, model: ModelRecord, precision: str, dataset: Any) -> float | None:
+        """The validation accuracy after the first epoch trained from the model's seed; None when
+        the model is not re-trained (inherited, no seed) or the round failed (out of memory)."""
+        from worker.trainer import prepare_round, run_round
+
+        if model.inherited_from or not model.init_seed:
+            return None
+        if model.hyperparameters is None:  # values the master would refuse: nothing to re-train
+            return None
+        epochs = self.profile.epochs_for_round(model.round)
+        if self.max_epochs_per_round:
+            epochs = min(epochs, self.max_epochs_per_round)
+        prepared = prepare_round(Graph.from_json(model.graph_json),
+                                 model.hyperparameters,
+                                 dataset, self.profile, model.round, precision=precision, xla=self.xla,
+                                 seed=model.init_seed, epochs=epochs)
+        prepared.start_from_seed(model.init_seed)
+        ends: list[float] = []
+        run_round(prepared, on_progress=lambda p: ends.append(p.val_accuracy)
+                  if p.epoch_end and p.val_accuracy is not None else None,
+                  should_stop=lambda: bool(ends), progress_interval_s=float("inf"), phase_reports=False)
+        log.info("event=first_epoch_retrained model=%d seed=%d accuracy=%s", model.model_id, model.init_seed,
+                 ends[0] if ends else None)
+        return ends[0] if ends else None
+
+
 def audit_model(model: ModelRecord, precision: str, dataset: Any, scratch: Path | None = None,
-                batch_size: int = 0, timing: Timing | None = None) -> Finding:
+                batch_size: int = 0, timing: Timing | None = None, retraining: Retraining | None = None) -> Finding:
     """Audit one DONE model (its graph_json included): the checkpoint, its architecture, its
-    accuracy, and with `timing` its training rate on one device here.
+    accuracy, with `timing` its training rate on one device here, and with `retraining` its first
+    epoch re-trained from its seed (when its weights were read).
 
     batch_size 0: the model's own. A dataset that does not fit the graph raises (the auditor's
     mistake, not the model's: nothing is recorded)."""
     finding = _audit_weights(model, precision, dataset, scratch, batch_size)
+    if retraining is not None and finding.audited_accuracy is not None:
+        finding = replace(finding, retrained_accuracy=retraining.first_epoch(model, precision, dataset))
     if timing is None:
         return finding
     return replace(finding, audited_images_per_second=timing.rate(model, precision, dataset),

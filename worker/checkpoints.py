@@ -49,6 +49,7 @@ class Checkpoint:
     uri: str
     sha256: str
     size_bytes: int
+    weights_sha256: str = ""  # aiperf.weight_digest of the weights (set by worker.inheritance's save)
 
 
 def _is_local(url: str) -> bool:

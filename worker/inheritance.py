@@ -42,6 +42,7 @@ from aiperf.api.records import CheckpointToDelete, ModelRecord
 from aiperf.graph import Graph, with_inserted_kernel
 from aiperf.hyperparameters import Hyperparameters
 from aiperf.states import OPEN_MODEL_STATES
+from aiperf.weight_digest import weights_digest
 from aiperf.weight_transfer import TransferError, Weights, inherited_kernel_size, transfer_weights
 from worker.checkpoints import Checkpoint, CheckpointError, CheckpointStore, read_checkpoint, save_model_weights
 from worker.undeleted import MAX_DELETING, MAX_ENTRIES, Kept, UndeletedFile, clean_error
@@ -136,7 +137,7 @@ class Inheritance:
             model = build_weights_model(graph, kernel_size)
             set_layer_weights(model, weights)
             path = save_model_weights(model, self.scratch, model_id)
-            ckpt = self.store.put(run_id, model_id, path)
+            ckpt = replace(self.store.put(run_id, model_id, path), weights_sha256=weights_digest(weights))
         except (CheckpointError, OSError, ValueError) as exc:
             log.warning("event=checkpoint_not_saved model=%d error=%s", model_id, exc)
             return None

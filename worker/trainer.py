@@ -71,6 +71,7 @@ from aiperf.learning_curve import predict_final_accuracy
 from aiperf.precision import get_precision
 from aiperf.profiles import Profile
 from aiperf.states import RoundOutcome
+from aiperf.weight_digest import weights_digest
 from worker.backend import compile_round, is_out_of_memory, local_distribution
 from worker.rounds import OOM_REASON_PREFIX, CompiledRound, DataEnded, StepSettings
 
@@ -91,6 +92,7 @@ class Progress:
     val_accuracy: float | None   # validation accuracy of the last completed epoch
     epoch_end: bool              # this report closes `epoch` (after its validation)
     elapsed_s: float             # since the start of training
+    weights_sha256: str = ""     # epoch_end: aiperf.weight_digest of the weights then (the master stamps it)
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,13 @@ class PreparedRound:
     compiled: CompiledRound | None  # None when the preparation ran out of memory
     failure: str = ""               # why, then
     timings: dict[str, float] = field(default_factory=dict)
+    inherited: set[str] = field(default_factory=set)  # layer ids whose weights were inherited
+
+    def start_from_seed(self, init_seed: int) -> None:
+        """Every layer not inherited starts from the master's seed (`worker.weight_seed`)."""
+        from worker.weight_seed import start_from_seed
+
+        start_from_seed(self.compiled, self.plan.graph, init_seed, self.inherited)
 
     @property
     def graph(self) -> Graph:
@@ -264,7 +273,8 @@ def _prepare(plan: _RoundPlan, dataset: Any, profile: Profile, round_index: int,
         return PreparedRound(plan, dataset, profile, round_index, None, failure,
                              {"prepare": time.perf_counter() - start})
     timings = dict(compiled.timings, prepare=time.perf_counter() - start)
-    return PreparedRound(plan, dataset, profile, round_index, compiled, timings=timings)
+    return PreparedRound(plan, dataset, profile, round_index, compiled, timings=timings,
+                         inherited=set(initial_weights or ()))
 
 
 def _run(prepared: PreparedRound, on_progress: Callable[[Progress], None], should_stop: Callable[[], bool], *,
@@ -312,9 +322,11 @@ def _epochs(compiled: CompiledRound, plan: _RoundPlan, tracker: "_Tracker", phas
         validated = _validate(compiled, plan.validation_steps, tracker)
         if validated is None:
             break
+        weights = compiled.weights()
+        tracker.weights_sha256 = weights_digest(weights)  # goes with the epoch's end report
         tracker._end_epoch(*validated)
         if keep_best and tracker.best_accuracy_epoch:  # the weights best_val_accuracy was measured on
-            tracker.best_weights = compiled.weights()
+            tracker.best_weights = weights
         if tracker.early_stopped:
             break
     return tracker.outcome()
@@ -452,6 +464,7 @@ class _Tracker:
         self.train_s = 0.0       # in training steps
         self.validation_s = 0.0  # in validation steps
         self.best_weights: dict[str, Any] | None = None  # {layer id: arrays} of the best epoch (keep_best)
+        self.weights_sha256 = ""  # the digest of the weights at the end of the last validated epoch
 
     @property
     def epochs_run(self) -> int:
@@ -522,7 +535,7 @@ class _Tracker:
             images_trained=trained, images_validated=validated,
             worker_flops=self.flop_count.ops(trained, validated),
             epoch=max(self.epoch, 1), val_accuracy=self.val_accuracies[-1] if self.val_accuracies else None,
-            epoch_end=epoch_end, elapsed_s=now - self.start)
+            epoch_end=epoch_end, elapsed_s=now - self.start, weights_sha256=self.weights_sha256 if epoch_end else "")
         self.last_report = now
         self.on_progress(report)
 

@@ -280,7 +280,7 @@ class WorkerInfo(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., cpus: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., software: _Optional[_Iterable[_Union[SoftwareVersion, _Mapping]]] = ..., state: _Optional[_Union[WorkerState, str]] = ..., registered_at: _Optional[float] = ..., last_heartbeat: _Optional[float] = ..., current_model_id: _Optional[int] = ..., current_run_id: _Optional[int] = ..., cpu_peak_flops_by_dtype: _Optional[_Mapping[str, float]] = ..., dataset: _Optional[_Union[DatasetInfo, _Mapping]] = ..., has_dataset: _Optional[bool] = ..., implausible_reports: _Optional[int] = ..., cpu_model: _Optional[str] = ..., backend: _Optional[_Union[Backend, str]] = ...) -> None: ...
 
 class Model(_message.Message):
-    __slots__ = ("model_id", "run_id", "parent_id", "worker_id", "round", "graph_json", "graph_hash", "hyperparameters", "state", "best_accuracy", "predicted_accuracy", "has_accuracy", "created_at", "finished_at", "reason", "flops_per_train_image", "flops_per_eval_image", "images_trained", "images_validated", "epochs", "checkpoint_uri", "checkpoint_sha256", "inherited_from", "checkpoint_deleted", "checkpoint_delete_error")
+    __slots__ = ("model_id", "run_id", "parent_id", "worker_id", "round", "graph_json", "graph_hash", "hyperparameters", "state", "best_accuracy", "predicted_accuracy", "has_accuracy", "created_at", "finished_at", "reason", "flops_per_train_image", "flops_per_eval_image", "images_trained", "images_validated", "epochs", "checkpoint_uri", "checkpoint_sha256", "inherited_from", "checkpoint_deleted", "checkpoint_delete_error", "init_seed")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PARENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -306,6 +306,7 @@ class Model(_message.Message):
     INHERITED_FROM_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_DELETED_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_DELETE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    INIT_SEED_FIELD_NUMBER: _ClassVar[int]
     model_id: int
     run_id: int
     parent_id: int
@@ -331,7 +332,8 @@ class Model(_message.Message):
     inherited_from: int
     checkpoint_deleted: bool
     checkpoint_delete_error: str
-    def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., parent_id: _Optional[int] = ..., worker_id: _Optional[int] = ..., round: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., created_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., reason: _Optional[str] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., epochs: _Optional[int] = ..., checkpoint_uri: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ..., inherited_from: _Optional[int] = ..., checkpoint_deleted: _Optional[bool] = ..., checkpoint_delete_error: _Optional[str] = ...) -> None: ...
+    init_seed: int
+    def __init__(self, model_id: _Optional[int] = ..., run_id: _Optional[int] = ..., parent_id: _Optional[int] = ..., worker_id: _Optional[int] = ..., round: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., state: _Optional[_Union[ModelState, str]] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., created_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., reason: _Optional[str] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., epochs: _Optional[int] = ..., checkpoint_uri: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ..., inherited_from: _Optional[int] = ..., checkpoint_deleted: _Optional[bool] = ..., checkpoint_delete_error: _Optional[str] = ..., init_seed: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("api_version", "name", "host", "accelerators", "cpus", "memory_bytes", "software", "credential", "cpu_peak_flops_by_dtype", "cpu_model", "backend")
@@ -461,16 +463,18 @@ class SubmitModelRequest(_message.Message):
     def __init__(self, worker_id: _Optional[int] = ..., run_id: _Optional[int] = ..., graph_json: _Optional[str] = ..., graph_hash: _Optional[str] = ..., parent_id: _Optional[int] = ..., round: _Optional[int] = ..., hyperparameters: _Optional[_Union[Hyperparameters, _Mapping]] = ..., queue: _Optional[bool] = ..., dataset: _Optional[_Union[DatasetInfo, _Mapping]] = ..., has_dataset: _Optional[bool] = ..., inherited_from: _Optional[int] = ...) -> None: ...
 
 class SubmitModelResponse(_message.Message):
-    __slots__ = ("model_id", "state", "flops_per_train_image", "flops_per_eval_image")
+    __slots__ = ("model_id", "state", "flops_per_train_image", "flops_per_eval_image", "init_seed")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     FLOPS_PER_TRAIN_IMAGE_FIELD_NUMBER: _ClassVar[int]
     FLOPS_PER_EVAL_IMAGE_FIELD_NUMBER: _ClassVar[int]
+    INIT_SEED_FIELD_NUMBER: _ClassVar[int]
     model_id: int
     state: ModelState
     flops_per_train_image: int
     flops_per_eval_image: int
-    def __init__(self, model_id: _Optional[int] = ..., state: _Optional[_Union[ModelState, str]] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ...) -> None: ...
+    init_seed: int
+    def __init__(self, model_id: _Optional[int] = ..., state: _Optional[_Union[ModelState, str]] = ..., flops_per_train_image: _Optional[int] = ..., flops_per_eval_image: _Optional[int] = ..., init_seed: _Optional[int] = ...) -> None: ...
 
 class GetHyperparameterHistoryRequest(_message.Message):
     __slots__ = ("worker_id", "run_id")
@@ -503,7 +507,7 @@ class GetHyperparameterHistoryResponse(_message.Message):
     def __init__(self, run_id: _Optional[int] = ..., observations: _Optional[_Iterable[_Union[HyperparameterObservation, _Mapping]]] = ...) -> None: ...
 
 class ProgressReport(_message.Message):
-    __slots__ = ("worker_id", "model_id", "seq", "images_trained", "images_validated", "has_accuracy", "val_accuracy", "epoch", "worker_flops")
+    __slots__ = ("worker_id", "model_id", "seq", "images_trained", "images_validated", "has_accuracy", "val_accuracy", "epoch", "worker_flops", "weights_sha256")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -513,6 +517,7 @@ class ProgressReport(_message.Message):
     VAL_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     WORKER_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_SHA256_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     model_id: int
     seq: int
@@ -522,7 +527,8 @@ class ProgressReport(_message.Message):
     val_accuracy: float
     epoch: int
     worker_flops: int
-    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., seq: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., has_accuracy: _Optional[bool] = ..., val_accuracy: _Optional[float] = ..., epoch: _Optional[int] = ..., worker_flops: _Optional[int] = ...) -> None: ...
+    weights_sha256: str
+    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., seq: _Optional[int] = ..., images_trained: _Optional[int] = ..., images_validated: _Optional[int] = ..., has_accuracy: _Optional[bool] = ..., val_accuracy: _Optional[float] = ..., epoch: _Optional[int] = ..., worker_flops: _Optional[int] = ..., weights_sha256: _Optional[str] = ...) -> None: ...
 
 class ProgressAck(_message.Message):
     __slots__ = ("model_id", "seq", "duplicate", "master_flops", "flops_mismatch", "run_state", "model_state")
@@ -543,7 +549,7 @@ class ProgressAck(_message.Message):
     def __init__(self, model_id: _Optional[int] = ..., seq: _Optional[int] = ..., duplicate: _Optional[bool] = ..., master_flops: _Optional[int] = ..., flops_mismatch: _Optional[bool] = ..., run_state: _Optional[_Union[RunState, str]] = ..., model_state: _Optional[_Union[ModelState, str]] = ...) -> None: ...
 
 class FinishModelRequest(_message.Message):
-    __slots__ = ("worker_id", "model_id", "state", "reason", "best_accuracy", "predicted_accuracy", "has_accuracy", "checkpoint_uri", "checkpoint_sha256", "undeleted_checkpoints")
+    __slots__ = ("worker_id", "model_id", "state", "reason", "best_accuracy", "predicted_accuracy", "has_accuracy", "checkpoint_uri", "checkpoint_sha256", "undeleted_checkpoints", "checkpoint_weights_sha256")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -554,6 +560,7 @@ class FinishModelRequest(_message.Message):
     CHECKPOINT_URI_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_SHA256_FIELD_NUMBER: _ClassVar[int]
     UNDELETED_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_WEIGHTS_SHA256_FIELD_NUMBER: _ClassVar[int]
     worker_id: int
     model_id: int
     state: ModelState
@@ -564,7 +571,8 @@ class FinishModelRequest(_message.Message):
     checkpoint_uri: str
     checkpoint_sha256: str
     undeleted_checkpoints: _containers.RepeatedCompositeFieldContainer[CheckpointNotDeleted]
-    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., state: _Optional[_Union[ModelState, str]] = ..., reason: _Optional[str] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., checkpoint_uri: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ..., undeleted_checkpoints: _Optional[_Iterable[_Union[CheckpointNotDeleted, _Mapping]]] = ...) -> None: ...
+    checkpoint_weights_sha256: str
+    def __init__(self, worker_id: _Optional[int] = ..., model_id: _Optional[int] = ..., state: _Optional[_Union[ModelState, str]] = ..., reason: _Optional[str] = ..., best_accuracy: _Optional[float] = ..., predicted_accuracy: _Optional[float] = ..., has_accuracy: _Optional[bool] = ..., checkpoint_uri: _Optional[str] = ..., checkpoint_sha256: _Optional[str] = ..., undeleted_checkpoints: _Optional[_Iterable[_Union[CheckpointNotDeleted, _Mapping]]] = ..., checkpoint_weights_sha256: _Optional[str] = ...) -> None: ...
 
 class CheckpointToDelete(_message.Message):
     __slots__ = ("model_id", "uri")
@@ -1015,7 +1023,7 @@ class ListWorkersResponse(_message.Message):
     def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., total: _Optional[int] = ..., master_time: _Optional[float] = ...) -> None: ...
 
 class RecordAuditRequest(_message.Message):
-    __slots__ = ("model_id", "has_audited_accuracy", "audited_accuracy", "architecture_ok", "verdict", "auditor_host", "validation_images", "detail", "audited_images_per_second", "auditor_hardware", "node_audit", "node_accelerators", "node_cpu_model", "node_cpus")
+    __slots__ = ("model_id", "has_audited_accuracy", "audited_accuracy", "architecture_ok", "verdict", "auditor_host", "validation_images", "detail", "audited_images_per_second", "auditor_hardware", "has_retrained_accuracy", "retrained_accuracy", "node_audit", "node_accelerators", "node_cpu_model", "node_cpus")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     HAS_AUDITED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     AUDITED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
@@ -1026,6 +1034,8 @@ class RecordAuditRequest(_message.Message):
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     AUDITED_IMAGES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     AUDITOR_HARDWARE_FIELD_NUMBER: _ClassVar[int]
+    HAS_RETRAINED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    RETRAINED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     NODE_AUDIT_FIELD_NUMBER: _ClassVar[int]
     NODE_ACCELERATORS_FIELD_NUMBER: _ClassVar[int]
     NODE_CPU_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -1040,11 +1050,13 @@ class RecordAuditRequest(_message.Message):
     detail: str
     audited_images_per_second: float
     auditor_hardware: str
+    has_retrained_accuracy: bool
+    retrained_accuracy: float
     node_audit: bool
     node_accelerators: _containers.RepeatedCompositeFieldContainer[Accelerator]
     node_cpu_model: str
     node_cpus: int
-    def __init__(self, model_id: _Optional[int] = ..., has_audited_accuracy: _Optional[bool] = ..., audited_accuracy: _Optional[float] = ..., architecture_ok: _Optional[bool] = ..., verdict: _Optional[str] = ..., auditor_host: _Optional[str] = ..., validation_images: _Optional[int] = ..., detail: _Optional[str] = ..., audited_images_per_second: _Optional[float] = ..., auditor_hardware: _Optional[str] = ..., node_audit: _Optional[bool] = ..., node_accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., node_cpu_model: _Optional[str] = ..., node_cpus: _Optional[int] = ...) -> None: ...
+    def __init__(self, model_id: _Optional[int] = ..., has_audited_accuracy: _Optional[bool] = ..., audited_accuracy: _Optional[float] = ..., architecture_ok: _Optional[bool] = ..., verdict: _Optional[str] = ..., auditor_host: _Optional[str] = ..., validation_images: _Optional[int] = ..., detail: _Optional[str] = ..., audited_images_per_second: _Optional[float] = ..., auditor_hardware: _Optional[str] = ..., has_retrained_accuracy: _Optional[bool] = ..., retrained_accuracy: _Optional[float] = ..., node_audit: _Optional[bool] = ..., node_accelerators: _Optional[_Iterable[_Union[Accelerator, _Mapping]]] = ..., node_cpu_model: _Optional[str] = ..., node_cpus: _Optional[int] = ...) -> None: ...
 
 class RecordAuditResponse(_message.Message):
     __slots__ = ("audit",)

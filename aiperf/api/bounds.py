@@ -332,6 +332,7 @@ RULES: dict[Any, dict[str, Rule]] = {
         "val_accuracy": _ACCURACY,
         "epoch": Integer(0, MAX_EPOCH),
         "worker_flops": Integer(0, MAX_OPS_PER_REPORT),
+        "weights_sha256": HexDigest(SHA256_HEX_CHARS),
     },
     pb.WorkerMessage: {"heartbeat": Nested(pb.HeartbeatRequest), "progress": Nested(pb.ProgressReport)},
     pb.GetHistoryRequest: {
@@ -363,6 +364,7 @@ RULES: dict[Any, dict[str, Rule]] = {
         "checkpoint_uri": Text(MAX_CHECKPOINT_URI_CHARS),
         "checkpoint_sha256": HexDigest(SHA256_HEX_CHARS),  # the Master checks both or neither
         "undeleted_checkpoints": Repeated(MAX_UNDELETED_PER_FINISH, Nested(pb.CheckpointNotDeleted)),
+        "checkpoint_weights_sha256": HexDigest(SHA256_HEX_CHARS),  # the Master checks it was stamped
     },
     pb.CheckpointNotDeleted: {"model_id": _ID, "error": Text(MAX_REASON_CHARS, multiline=True)},
     pb.SendResourceSamplesRequest: {
@@ -412,6 +414,8 @@ RULES: dict[Any, dict[str, Rule]] = {
         "detail": Text(MAX_REASON_CHARS, multiline=True),
         "audited_images_per_second": Real(0.0, MAX_AUDIT_IMAGES_PER_S),
         "auditor_hardware": Text(MAX_HARDWARE_CHARS),
+        "has_retrained_accuracy": None,
+        "retrained_accuracy": _ACCURACY,
         "node_audit": None,
         "node_accelerators": Repeated(MAX_ACCELERATORS_PER_WORKER, Nested(pb.Accelerator)),
         "node_cpu_model": AsciiText(MAX_HARDWARE_CHARS),

@@ -321,11 +321,12 @@ class WorkerClient(_Client):
         epoch: int,
         worker_flops: int,
         val_accuracy: float | None = None,
+        weights_sha256: str = "",
     ) -> pb.ProgressAck:
         """Report images processed since the last report (idempotent on seq;
         retried on transient failures). Sent on the client's Connect stream of this worker."""
         return self._stream_for(worker_id).report_progress(worker_id, model_id, seq, images_trained, images_validated, epoch,
-                                            worker_flops, val_accuracy)
+                                            worker_flops, val_accuracy, weights_sha256)
 
     def connect(self) -> WorkerStream:
         """A new Connect stream for this worker's heartbeats and progress
@@ -346,6 +347,7 @@ class WorkerClient(_Client):
         checkpoint_uri: str = "",
         checkpoint_sha256: str = "",
         undeleted: Sequence[tuple[int, str]] = (),
+        checkpoint_weights_sha256: str = "",
     ) -> pb.FinishModelResponse:
         """End a model: state "done", "failed" (with reason) or "cut" (the run's end stopped it). best_accuracy is
         the best observed validation accuracy; predicted_accuracy ranks it. A done
@@ -365,7 +367,7 @@ class WorkerClient(_Client):
             best_accuracy=float(best_accuracy or 0.0),
             predicted_accuracy=float(predicted_accuracy or 0.0),
             checkpoint_uri=checkpoint_uri,
-            checkpoint_sha256=checkpoint_sha256,
+            checkpoint_sha256=checkpoint_sha256, checkpoint_weights_sha256=checkpoint_weights_sha256,
             undeleted_checkpoints=[pb.CheckpointNotDeleted(model_id=m, error=clip_text(e, MAX_REASON_CHARS))
                                    for m, e in undeleted],
         )
@@ -503,7 +505,8 @@ class ControlClient(_Client):
     def record_audit(self, model_id: int, *, verdict: str, architecture_ok: bool,
                      audited_accuracy: float | None = None, validation_images: int = 0,
                      auditor_host: str = "", detail: str = "", audited_images_per_second: float = 0.0,
-                     auditor_hardware: str = "", node: "NodeInventory | None" = None) -> pb.Audit:
+                     auditor_hardware: str = "", node: "NodeInventory | None" = None,
+                     retrained_accuracy: float | None = None) -> pb.Audit:
         """Record `aiperf audit`'s finding for a DONE model (aiperf.audit): `verdict` is the weights'
         (the master checks it), `audited_images_per_second` the model's steps timed on one device of
         `auditor_hardware` (0: not timed). The reply is the recorded audit, with the final verdict.
@@ -513,6 +516,7 @@ class ControlClient(_Client):
             audited_accuracy=audited_accuracy or 0.0, architecture_ok=architecture_ok, verdict=verdict,
             auditor_host=auditor_host, validation_images=validation_images, detail=clip_text(detail, MAX_REASON_CHARS),
             audited_images_per_second=audited_images_per_second, auditor_hardware=auditor_hardware,
+            has_retrained_accuracy=retrained_accuracy is not None, retrained_accuracy=retrained_accuracy or 0.0,
         )
         if node is not None:  # a node audit: the node's inventory with it
             req.node_audit, req.node_cpu_model, req.node_cpus = True, node.cpu_model, int(node.cpus)

@@ -84,6 +84,15 @@ class ModelRecord:
     inherited_from: int = 0
     checkpoint_deleted: bool = False
     checkpoint_delete_error: str = ""
+    init_seed: int = 0  # the master's initialisation seed (ListModels to an admin only; 0 otherwise)
+
+
+@dataclass(frozen=True)
+class SubmittedModel:
+    """What SubmitModel answers a worker: the new model's id and the seed its fresh weights come from."""
+
+    model_id: int
+    init_seed: int
 
 
 @dataclass(frozen=True)

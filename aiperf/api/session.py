@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from aiperf.api import wire
 from aiperf.api.client import Accelerator, ResourceSample, WorkerClient
-from aiperf.api.records import CheckpointToDelete, Heartbeat, ModelRecord, Registration
+from aiperf.api.records import CheckpointToDelete, Heartbeat, ModelRecord, Registration, SubmittedModel
 from aiperf.hyperparameters import Hyperparameters
 from aiperf.states import ModelState
 
@@ -57,25 +57,28 @@ class WorkerSession:
 
     def submit_model(self, worker_id: int, graph_json: str, graph_hash: str, parent_id: int, round: int,
                      hyperparameters: Hyperparameters, dataset: Mapping[str, Any] | None = None,
-                     inherited_from: int = 0) -> int:
-        """As WorkerClient.submit_model; the new model's id."""
-        return self.client.submit_model(worker_id, graph_json, graph_hash, parent_id=parent_id, round=round,
-                                        hyperparameters=hyperparameters,
-                                        dataset=dataset, inherited_from=inherited_from).model_id
+                     inherited_from: int = 0) -> SubmittedModel:
+        """As WorkerClient.submit_model; the new model's id and initialisation seed."""
+        reply = self.client.submit_model(worker_id, graph_json, graph_hash, parent_id=parent_id, round=round,
+                                         hyperparameters=hyperparameters,
+                                         dataset=dataset, inherited_from=inherited_from)
+        return SubmittedModel(reply.model_id, reply.init_seed)
 
     def report_progress(self, worker_id: int, model_id: int, seq: int, images_trained: int, images_validated: int,
-                        epoch: int, worker_flops: int, val_accuracy: float | None = None) -> None:
+                        epoch: int, worker_flops: int, val_accuracy: float | None = None,
+                        weights_sha256: str = "") -> None:
         """As WorkerClient.report_progress, on this session's stream."""
         self._stream.report_progress(worker_id, model_id, seq, images_trained, images_validated, epoch,
-                                     worker_flops, val_accuracy)
+                                     worker_flops, val_accuracy, weights_sha256)
 
     def finish_model(self, worker_id: int, model_id: int, state: ModelState, best_accuracy: float | None = None,
                      predicted_accuracy: float | None = None, reason: str = "", checkpoint_uri: str = "",
-                     checkpoint_sha256: str = "",
-                     undeleted: Sequence[tuple[int, str]] = ()) -> list[CheckpointToDelete]:
+                     checkpoint_sha256: str = "", undeleted: Sequence[tuple[int, str]] = (),
+                     checkpoint_weights_sha256: str = "") -> list[CheckpointToDelete]:
         """As WorkerClient.finish_model; the checkpoints retention lets go."""
         reply = self.client.finish_model(worker_id, model_id, state, best_accuracy, predicted_accuracy, reason,
-                                         checkpoint_uri, checkpoint_sha256, undeleted)
+                                         checkpoint_uri, checkpoint_sha256, undeleted,
+                                         checkpoint_weights_sha256=checkpoint_weights_sha256)
         return wire.checkpoints_to_delete(reply.delete_checkpoints)
 
     def send_resource_samples(self, worker_id: int, samples: Sequence[ResourceSample]) -> int:

@@ -40,6 +40,7 @@ def progress_report(
     epoch: int,
     worker_flops: int,
     val_accuracy: float | None = None,
+    weights_sha256: str = "",
 ) -> pb.ProgressReport:
     """The ProgressReport message of one report (see WorkerClient.report_progress)."""
     return pb.ProgressReport(
@@ -52,6 +53,7 @@ def progress_report(
         val_accuracy=float(val_accuracy or 0.0),
         epoch=int(epoch),
         worker_flops=int(worker_flops),
+        weights_sha256=weights_sha256,
     )
 
 
@@ -121,10 +123,11 @@ class WorkerStream:
         return sent.wait(timeout_s)
 
     def report_progress(self, worker_id: int, model_id: int, seq: int, images_trained: int, images_validated: int,
-                        epoch: int, worker_flops: int, val_accuracy: float | None = None) -> pb.ProgressAck:
+                        epoch: int, worker_flops: int, val_accuracy: float | None = None,
+                        weights_sha256: str = "") -> pb.ProgressAck:
         """As WorkerClient.report_progress."""
         report = progress_report(worker_id, model_id, seq, images_trained, images_validated, epoch,
-                                 worker_flops, val_accuracy)
+                                 worker_flops, val_accuracy, weights_sha256)
         return self._retrying("ReportProgress", pb.WorkerMessage(progress=report), worker_id).progress
 
     def close(self) -> None:

@@ -53,6 +53,7 @@ def model_record(m: pb.Model) -> ModelRecord:
         images_validated=m.images_validated, epochs=m.epochs, checkpoint_uri=m.checkpoint_uri,
         checkpoint_sha256=m.checkpoint_sha256, inherited_from=m.inherited_from,
         checkpoint_deleted=m.checkpoint_deleted, checkpoint_delete_error=m.checkpoint_delete_error,
+        init_seed=m.init_seed,
     )
 
 

@@ -23,6 +23,7 @@ from typing import Callable, Protocol
 
 from aiperf import audit as rule
 from aiperf import scoring
+from aiperf.limits import MAX_REASON_CHARS
 from aiperf.states import ModelState
 from master.core import node_audits
 from master.core.replies import RegulatedAudit
@@ -72,14 +73,15 @@ class Audits:
                                       f"{sub.architecture_ok}, {sub.validation_images} images give {expected!r}")
         if sub.audited_images_per_second > 0 and not sub.auditor_hardware.strip():
             raise InvalidArgument("a timed rate (audited_images_per_second) needs the auditor_hardware it ran on")
+        weights, detail = self._lineage(model, sub)
         t = self._throughput(model, sub)
         throughput = rule.throughput_verdict(t)
         record = self.store.add_audit(AuditInput(
             model_id=model.id, audited_at=self.clock(), auditor_host=sub.auditor_host,
-            verdict=rule.final_verdict(sub.verdict, throughput),
+            verdict=rule.final_verdict(weights, throughput),
             architecture_ok=sub.architecture_ok, claimed_accuracy=model.best_accuracy,
             audited_accuracy=sub.audited_accuracy, validation_images=sub.validation_images,
-            tolerance=rule.tolerance(sub.validation_images), detail=sub.detail,
+            tolerance=rule.tolerance(sub.validation_images), detail=detail,
             throughput=throughput, worker_hardware=t.worker_hardware, auditor_hardware=t.auditor_hardware,
             claimed_images_per_second=t.claimed_images_per_second,
             audited_images_per_second=t.audited_images_per_second, worker_flops=t.worker_flops,
@@ -92,10 +94,27 @@ class Audits:
                  t.worker_flops, t.audited_flops, record.auditor_host)
         return record
 
+    def _lineage(self, model: ModelRecord, sub: AuditSubmission) -> tuple[str, str]:
+        """The weights' verdict and the detail with the first-epoch re-training folded in: NOT_EARNED
+        when the weights passed but the first epoch re-trained from the model's seed falls short of
+        its report (aiperf.audit.retrain_verdict)."""
+        if sub.retrained_accuracy is None:
+            return sub.verdict, sub.detail
+        if sub.verdict in _UNREAD or sub.validation_images <= 0:
+            raise InvalidArgument("a re-trained accuracy needs the weights read and validation_images > 0")
+        reported = self.store.epoch_accuracy(model.id, 1)
+        lineage = rule.retrain_verdict(reported, sub.retrained_accuracy, sub.validation_images)
+        words = (f"epoch 1 re-trained from the seed: {sub.retrained_accuracy:.4f}, reported "
+                 f"{'none' if reported is None else f'{reported:.4f}'} (tolerance "
+                 f"{rule.retrain_tolerance(sub.validation_images):.4f})")
+        detail = "; ".join(d for d in (words, sub.detail) if d)[:MAX_REASON_CHARS]  # its column's width
+        return (lineage if sub.verdict == rule.PASSED else sub.verdict), detail
+
     def _record_node(self, model: ModelRecord, sub: AuditSubmission) -> AuditRecord:
         """A node audit of a model of any state: its steps timed on its worker's node, and the
         node's inventory against the worker's registration; its verdict is the throughput check's."""
-        if sub.verdict != rule.NO_CHECKPOINT or sub.audited_accuracy is not None or sub.architecture_ok:
+        if (sub.verdict != rule.NO_CHECKPOINT or sub.audited_accuracy is not None or sub.architecture_ok
+                or sub.retrained_accuracy is not None):
             raise InvalidArgument(f"a node audit reads no weights: verdict {rule.NO_CHECKPOINT!r}, no accuracy")
         if sub.audited_images_per_second > 0 and not sub.auditor_hardware.strip():
             raise InvalidArgument("a timed rate (audited_images_per_second) needs the auditor_hardware it ran on")

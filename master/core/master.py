@@ -37,7 +37,7 @@ from aiperf.hyperparameters import HyperparameterError, Hyperparameters
 from aiperf.limits import MAX_OPS_PER_REPORT
 from aiperf.ruleset import RULES_VERSION
 from aiperf.states import FINISHED_MODEL_STATES, OPEN_MODEL_STATES, ModelState, RunState, WorkerState
-from master.core import node_audits, restart, retention
+from master.core import node_audits, restart, retention, weight_lineage
 from master.core.audits import Audits
 from master.core.budget import ImplausibleReport, WorkerBudgets, ModelFlops as _ModelFlops
 from master.core.devices import DeviceOwners
@@ -541,7 +541,7 @@ class Master(RunViews):  # its answers about a run: master/core/run_views.py
             images_trained=int(r.images_trained), images_validated=int(r.images_validated),
             val_accuracy=r.val_accuracy, worker_flops=int(r.worker_flops), master_flops=int(master_flops),
             flops_mismatch=not scoring.flops_agree(master_flops, int(r.worker_flops)), resent=resent,
-        )
+            weights_sha256=r.weights_sha256)
 
     async def report_progress(self, report: ProgressReport, *, credential: str,
                               pool: Executor | None = None) -> ProgressResult:
@@ -590,10 +590,10 @@ class Master(RunViews):  # its answers about a run: master/core/run_views.py
         self._authorize(fin.worker_id, credential)
         if fin.state not in FINISHED_MODEL_STATES:
             raise InvalidArgument("state must be MODEL_DONE, MODEL_FAILED or MODEL_CUT")
-        retention.check_checkpoint(fin)
         for name, v in (("best_accuracy", fin.best_accuracy), ("predicted_accuracy", fin.predicted_accuracy)):
             if v is not None and not (0.0 <= v <= 1.0):
                 raise InvalidArgument(f"{name} must be in [0, 1], got {v}")
+        weight_lineage.check_checkpoint(self.store, fin)  # both fields or neither; its weights seen in the window
         retention.take_back(self.store, fin)  # checkpoints it could not delete (before this finish's retention)
         now = self.clock()
         model = self.store.finish_model(fin.model_id, fin.worker_id, fin.state, fin.reason, fin.best_accuracy,

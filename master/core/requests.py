@@ -81,6 +81,7 @@ class AuditSubmission:
     node_accelerators: tuple[dict[str, Any], ...] = ()  # the node's accelerators (model, uuid) per NVML
     node_cpu_model: str = ""
     node_cpus: int = 0
+    retrained_accuracy: float | None = None  # the first epoch re-trained from the model's seed; None: not
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class ProgressReport:
     images_validated: int
     val_accuracy: float | None  # a new observed validation accuracy
     worker_flops: int
+    weights_sha256: str = ""  # at an epoch's end: the weights' digest (aiperf.weight_digest)
 
     def check_figures(self) -> None:
         """InvalidArgument unless each figure is in its range."""
@@ -122,6 +124,7 @@ class ModelFinish:
     checkpoint_uri: str = ""     # the model's weights in its worker's store; "" none
     checkpoint_sha256: str = ""
     undeleted: tuple[tuple[int, str], ...] = ()  # (model id, error): let go earlier, not deleted
+    checkpoint_weights_sha256: str = ""  # the checkpoint's weights' digest: one its reports carried
 
 
 @dataclass(frozen=True)

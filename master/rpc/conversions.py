@@ -7,7 +7,7 @@ messages. Nothing here reads the store or decides anything.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.enums import (
@@ -15,6 +15,7 @@ from aiperf.api.enums import (
     PROFILE_VALUES, PROFILES, RUN_STATE_VALUES, WORKER_STATE_VALUES, WORKER_STATES,
 )
 from aiperf.states import ModelState
+from master.core import weight_lineage
 from master.core.replies import (
     History, HyperparameterObservation, ModelPage, RunPage, RunStatus, RunTimeline, Scoreboard, WorkerPage,
 )
@@ -99,7 +100,7 @@ def progress_report(r: pb.ProgressReport) -> ProgressReport:
     return ProgressReport(
         worker_id=r.worker_id, model_id=r.model_id, seq=r.seq, epoch=r.epoch, images_trained=r.images_trained,
         images_validated=r.images_validated, val_accuracy=r.val_accuracy if r.has_accuracy else None,
-        worker_flops=r.worker_flops,
+        worker_flops=r.worker_flops, weights_sha256=r.weights_sha256,
     )
 
 
@@ -110,6 +111,7 @@ def model_finish(req: pb.FinishModelRequest) -> ModelFinish:
         predicted_accuracy=req.predicted_accuracy if req.predicted_accuracy != 0 else None,  # 0: unknown
         checkpoint_uri=req.checkpoint_uri, checkpoint_sha256=req.checkpoint_sha256,
         undeleted=tuple((u.model_id, u.error) for u in req.undeleted_checkpoints),
+        checkpoint_weights_sha256=req.checkpoint_weights_sha256,
     )
 
 
@@ -384,6 +386,7 @@ def audit_submission(req: pb.RecordAuditRequest) -> AuditSubmission:
         audited_images_per_second=req.audited_images_per_second, auditor_hardware=req.auditor_hardware,
         node_audit=req.node_audit, node_cpu_model=req.node_cpu_model, node_cpus=int(req.node_cpus),
         node_accelerators=tuple({"model": a.model, "uuid": a.uuid} for a in req.node_accelerators),
+        retrained_accuracy=req.retrained_accuracy if req.has_retrained_accuracy else None,
     )
 
 
@@ -413,3 +416,14 @@ def timeline_message(tl: RunTimeline) -> pb.Timeline:
             has_host=r.cpu_util is not None, cpu_util=r.cpu_util or 0.0, memory_used=r.memory_used or 0.0,
         ) for r in tl.resources],
     )
+
+
+def with_init_seeds(page: pb.ListModelsResponse, run_of: Callable[[int], RunRecord]) -> pb.ListModelsResponse:
+    """`page` with each model's init_seed (master/core/weight_lineage.py), for the auditor that
+    re-trains a first epoch from it (ListModels is an admin call: workers never list models)."""
+    runs: dict[int, RunRecord] = {}
+    for m in page.models:
+        if m.run_id not in runs:
+            runs[m.run_id] = run_of(m.run_id)
+        m.init_seed = weight_lineage.init_seed(runs[m.run_id], m.model_id)
+    return page

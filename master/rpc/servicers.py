@@ -31,6 +31,7 @@ from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api import bounds
 from aiperf.api.enums import API_VERSION, MODEL_STATE_VALUES, RUN_STATE_VALUES, WORKER_STATE_VALUES
+from master.core import weight_lineage
 from master.core.master import Master
 from master.rpc import conversions as cv
 from master.rpc.garbage_collector import StreamMemory
@@ -262,9 +263,12 @@ class WorkerServicer(pb_grpc.WorkerServiceServicer):
     @worker_rpc
     def SubmitModel(self, request: pb.SubmitModelRequest, credential: str) -> pb.SubmitModelResponse:
         model = self.m.submit_model(cv.model_submission(request), credential=credential)
+        run = self.m.current_run()
         return pb.SubmitModelResponse(
             model_id=model.id, state=MODEL_STATE_VALUES[model.state],
             flops_per_train_image=model.flops_per_train_image, flops_per_eval_image=model.flops_per_eval_image,
+            init_seed=weight_lineage.init_seed(run if run and run.id == model.run_id else self.m.resolve_run(
+                model.run_id), model.id),
         )
 
     @worker_rpc
@@ -358,7 +362,7 @@ class ControlServicer(pb_grpc.ControlServiceServicer):
     @rpc
     def ListModels(self, request: pb.ListModelsRequest) -> pb.ListModelsResponse:
         page = self.m.list_models(request.run_id, cv.model_state(request.state), request.limit, request.offset)
-        return cv.model_page_message(page, request.include_graph)
+        return cv.with_init_seeds(cv.model_page_message(page, request.include_graph), self.m.resolve_run)
 
     @rpc
     def ListRuns(self, request: pb.ListRunsRequest) -> pb.ListRunsResponse:

@@ -60,7 +60,7 @@ def apply_reports(
             "t": it.t, "epoch": it.epoch, "images_trained": it.images_trained,
             "images_validated": it.images_validated, "accuracy": it.val_accuracy,  # the column's name
             "worker_flops": it.worker_flops, "master_flops": it.master_flops,
-            "flops_mismatch": it.flops_mismatch,
+            "flops_mismatch": it.flops_mismatch, "weights_sha256": it.weights_sha256,
         })
         seen[key] = (it.master_flops, it.flops_mismatch)
         m["max_seq"] = max(m["max_seq"], it.seq)

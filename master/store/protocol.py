@@ -305,6 +305,15 @@ class AuditStore(Protocol):
         """Every audit of the run's models, oldest first."""
 
     @abc.abstractmethod
+    def stamped_digests(self, model_id: int) -> list[tuple[int, float, str]]:
+        """(epoch, master time, weights digest) of each of the model's reports that carried a
+        digest (an epoch's end), in the order received."""
+
+    @abc.abstractmethod
+    def epoch_accuracy(self, model_id: int, epoch: int) -> float | None:
+        """The accuracy the model's report closing `epoch` carried (the last such); None: none did."""
+
+    @abc.abstractmethod
     def model_owners(self, run_id: int) -> list[tuple[int, int]]:
         """(model id, worker id) of every model of the run, ascending id: what node audits draw from."""
 

@@ -146,6 +146,7 @@ class ProgressInput:
     master_flops: int
     flops_mismatch: bool
     resent: bool = False  # no budget was spent on it: recorded only as a duplicate (master/core/resends.py)
+    weights_sha256: str = ""  # the weights' digest at an epoch's end (master/core/weight_lineage.py)
 
 
 @dataclass(frozen=True)

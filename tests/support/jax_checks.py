@@ -108,6 +108,27 @@ def check_data_parallel(out: dict[str, Any]) -> None:
     out["losses_one"] = losses_on(Devices((jax.local_devices()[0],)), 4)
 
 
+def check_seed(out: dict[str, Any]) -> None:
+    """The master's seed on JAX: the same seed the same weights, another seed others, and a prepared
+    round (two devices) that starts from it holds exactly those weights, with its epoch digests."""
+    from aiperf.weight_digest import weights_digest
+    from worker.trainer import prepare_round, run_round
+    from worker.weight_seed import seed_weights
+
+    seeds = (2**62 + 1, 2**62 + 1, 2**62 + 2)
+    digests = [weights_digest(seed_weights(tiny_graph(), 3, s)) for s in seeds]
+    prepared = prepare_round(tiny_graph(), {"batch_size": 16, "kernel_size": 3}, NumpyData(), profile(1), 1, epochs=1)
+    prepared.start_from_seed(seeds[0])
+    started = weights_digest(prepared.compiled.weights())
+    reports: list[Any] = []
+    run_round(prepared, on_progress=reports.append, should_stop=lambda: False, progress_interval_s=0.0,
+              phase_reports=False, release=False)
+    out["seed"] = {"digests": digests, "started": started,
+                   "epoch_end": [r.weights_sha256 for r in reports if r.epoch_end],
+                   "trained": weights_digest(prepared.compiled.weights())}
+    prepared.release()
+
+
 def check_round(out: dict[str, Any]) -> None:
     """A whole round on both devices: replicas, global batch, exact image counts, accuracies."""
     from aiperf.hyperparameters import Hyperparameters
@@ -280,6 +301,7 @@ def main() -> int:
         ("planned_memory", lambda: check_planned_memory(out)),
         ("memory_plan", lambda: check_memory_plan(out)),
         ("recipe", lambda: check_recipe(out)),
+        ("seed", lambda: check_seed(out)),
     ]
     if directory is not None:
         checks += [("inheritance", lambda: check_inheritance(out, directory)),

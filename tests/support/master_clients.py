@@ -15,6 +15,8 @@ HP = Hyperparameters(32, 3)
 # what an official run's worker reports of its dataset: ImageNet-1k's split sizes (docs/spec.md)
 IMAGENET = {"kind": "imagenet-tfrecord", "train_images": 1_281_167, "validation_images": 50_000,
             "num_classes": 1000, "image_size": 224, "fingerprint": "ab" * 32}
+H100 = "NVIDIA H100 80GB HBM3"
+H100_PEAKS = {"float16": 9e14, "bfloat16": 9e14, "float32": 4e14}  # measured, within the datasheet
 AUDIT_TOKENS = {"worker_token": "audit-worker", "admin_token": "audit-admin"}  # of the audit tests' masters
 
 
@@ -28,6 +30,11 @@ def register(w: WorkerClient, name: str = "node-1", peak: float = 0.0) -> int:
     reg = w.register(name=name, host=name, accelerators=[Accelerator("Tesla V100", 32 << 30, peak)] * 2,
                      cpus=16, memory_bytes=128 << 30, software={"tensorflow": "2.21.0"})
     return reg.worker_id
+
+
+def h100s(*uuids: str, model: str = H100) -> list[Accelerator]:
+    """One H100 (80 GiB, peaks within the datasheet) per NVML UUID."""
+    return [Accelerator(model, 80 << 30, 0.0, H100_PEAKS, uuid=u) for u in uuids]
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 10.0, what: str = "condition", interval: float = 0.02) -> None:

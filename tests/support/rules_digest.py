@@ -141,7 +141,8 @@ PARTS: dict[str, Callable[[], str]] = {
                                                        "check_descent")),
     "limits": lambda: module_digest("aiperf.limits", ("CLOCK_SLACK_S", "MAX_OPS_PER_S_PER_ACCELERATOR")),
     # the master's rules read from a run's records: its scoring rules and peaks, the audit
-    # and throughput rules of validity, officiality, the bound on a worker's reports
+    # and throughput rules of validity, officiality, the bound on a worker's reports, the
+    # initialisation seed and the checkpoint's stamped digest
     "master rules": lambda: digest([
         module_form(*_source("master.core.run_rules"), ("rules_of", "accelerator_peaks", "datasheet_peaks",
                                                         "DatasheetPeaks", "_check_of", "_worker_checks",
@@ -157,6 +158,7 @@ PARTS: dict[str, Callable[[], str]] = {
         module_form(*_source("master.core.node_audits"), ("draw", "plan", "_name", "inventory_check",
                                                           "node_audit_reasons")),
         module_form(*_source("master.core.budget"), ("ceiling_of", "WorkerBudget")),
+        module_form(*_source("master.core.weight_lineage"), ("init_seed", "window_end", "check_checkpoint")),
     ]),
 }
 

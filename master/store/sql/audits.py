@@ -67,6 +67,20 @@ class AuditSql:
                             .order_by(AuditRow.id.desc()).limit(1)).first()
             return _audit(row) if row is not None else None
 
+    def stamped_digests(self, model_id: int) -> list[tuple[int, float, str]]:
+        with self._read() as s:
+            return [(int(e), float(t), str(d)) for e, t, d in s.execute(
+                select(ProgressRow.epoch, ProgressRow.t, ProgressRow.weights_sha256)
+                .where(ProgressRow.model_id == model_id, ProgressRow.weights_sha256 != "")
+                .order_by(ProgressRow.seq))]
+
+    def epoch_accuracy(self, model_id: int, epoch: int) -> float | None:
+        with self._read() as s:
+            accuracy: float | None = s.scalars(select(ProgressRow.accuracy).where(
+                ProgressRow.model_id == model_id, ProgressRow.epoch == epoch, ProgressRow.accuracy.is_not(None))
+                .order_by(ProgressRow.seq.desc()).limit(1)).first()
+            return accuracy
+
     def model_owners(self, run_id: int) -> list[tuple[int, int]]:
         with self._read() as s:
             return [(int(m), int(w)) for m, w in s.execute(

@@ -23,7 +23,8 @@ SUM_SPLIT = 2**32  # exact sums of 64-bit columns: high and low 32 bits summed a
 MULTIROW_CHUNK = 500  # rows per multi-row statement (SQLite allows 32,766 parameters)
 
 PROGRESS_COLUMNS = ("run_id", "model_id", "worker_id", "seq", "t", "epoch", "images_trained",
-                    "images_validated", "accuracy", "worker_flops", "master_flops", "flops_mismatch")
+                    "images_validated", "accuracy", "worker_flops", "master_flops", "flops_mismatch",
+                    "weights_sha256")
 # parameter name -> column of the model UPDATE after a batch (the first is the key)
 MODEL_UPDATE = (("mid", ModelRow.id), ("new_state", ModelRow.state),
                 ("new_started_at", ModelRow.started_at), ("new_trained", ModelRow.images_trained),

@@ -140,6 +140,8 @@ class ProgressRow(Base):
     worker_flops: Mapped[int] = mapped_column(BigInteger)
     master_flops: Mapped[int] = mapped_column(BigInteger)
     flops_mismatch: Mapped[bool] = mapped_column(Boolean)
+    # the weights' digest at an epoch's end (aiperf.weight_digest), stamped with t; "" in other reports
+    weights_sha256: Mapped[str] = mapped_column(String(64), server_default="")
 
 
 class ResourceSampleRow(Base):
