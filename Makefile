@@ -23,13 +23,13 @@ install-export: $(STAMP)
 	$(PY) -m pip install -q -e '.[worker,jax,test,export]'
 
 # Lint first (ruff: pyproject.toml's [tool.ruff]), then the suite in TEST_JOBS processes (one file per process at a time: module fixtures are built
-# once), then the tests marked `exclusive` alone, since they compare two timings of this machine.
+# once; in the order tests/conftest.py gives, its longest files first), then the tests marked `exclusive` alone, since they compare two timings of this machine.
 # Exit status 5 is pytest's "no test selected" (PYTEST_ARGS naming files without such tests).
 # A `-m` in PYTEST_ARGS replaces each phase's own: use `-k`, or run pytest directly, to select.
 TEST_JOBS ?= 2
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -ra -n $(TEST_JOBS) --dist loadfile -m "not exclusive" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -q -ra -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder -m "not exclusive" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PY) -m pytest -q -ra -m exclusive $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 demo: $(STAMP)
