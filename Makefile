@@ -24,15 +24,16 @@ install-export: $(STAMP)
 
 # Lint first (ruff: pyproject.toml's [tool.ruff]), then types (mypy, strict on aiperf/, master/,
 # worker/ and aiperf_cli/: [tool.mypy]; without .mypy_cache 17 s of CPU, 20 s on two idle cores and
-# 50 s on two shared by a load of 8; 2 s with it), then the suite in TEST_JOBS processes (one file per process at a time: module fixtures are built
-# once), then the tests marked `exclusive` alone, since they compare two timings of this machine.
+# 50 s on two shared by a load of 8; 2 s with it), then the suite in TEST_JOBS processes (one file per
+# process at a time: module fixtures are built once; in the order tests/conftest.py gives, its longest
+# files first), then the tests marked `exclusive` alone, since they compare two timings of this machine.
 # Exit status 5 is pytest's "no test selected" (PYTEST_ARGS naming files without such tests).
 # A `-m` in PYTEST_ARGS replaces each phase's own: use `-k`, or run pytest directly, to select.
 TEST_JOBS ?= 2
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	$(PY) -m pytest -q -ra -n $(TEST_JOBS) --dist loadfile -m "not exclusive" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -q -ra -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder -m "not exclusive" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PY) -m pytest -q -ra -m exclusive $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 demo: $(STAMP)

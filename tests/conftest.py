@@ -26,10 +26,13 @@ POSTGRES_ENV = "AIPERF_TEST_POSTGRES_URL"
 FRONTENDS_ENV = "AIPERF_TEST_FRONTENDS"
 
 
-# Files that take minutes, started first: with --dist loadfile each runs in one process while the
-# other works through the short files, rather than one of them running alone at the end.
-LONG_FILES = ("test_restart_outage.py", "test_e2e.py", "test_gpu_e2e.py", "test_e2e_restart.py",
-              "test_jax_backend.py", "test_db_outage.py")
+# Files that take minutes, longest first (a full run's --durations, summed per file): with --dist
+# loadfile each runs in one process while the other works through the short files, rather than one
+# of them running alone at the end. `make test` passes --no-loadscope-reorder: by default xdist
+# orders the files by their number of tests, which put test_gpu_e2e.py's one test last.
+LONG_FILES = ("test_e2e.py", "test_gpu_bench.py", "test_lookahead.py", "test_gpu_e2e.py", "test_inheritance.py",
+              "test_restart_outage.py", "test_jax_backend.py", "test_audit.py", "test_trainer.py",
+              "test_e2e_restart.py", "test_keras_builder.py", "test_db_outage.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

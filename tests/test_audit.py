@@ -145,9 +145,13 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
 def audited(scenario: Scenario) -> dict[str, dict[str, Any]]:
     """`aiperf audit --top 7 --json` once over the scenario: {role: its row}."""
     from aiperf_cli.main import main
+    from worker import throughput
 
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    # windows of 0.1 s, not 1 s (still at least WINDOW_STEPS steps each): the claims this checks
+    # the rate against are 64 images in 30 s
+    with contextlib.redirect_stdout(out), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(throughput, "WINDOW_S", 0.1)
         code = main(["audit", "--master", scenario.h.address, "--admin-token", scenario.h.admin_token,
                      "--dataset-format", "digits", "--top", "7", "--json"])
     assert code == 0
@@ -381,7 +385,9 @@ def test_the_verdict_rule(claimed, audited, images, expected):
 
 
 def test_scratch_is_made_when_missing_and_a_file_in_the_way_is_exit_2(scenario, capsys, tmp_path):
-    code, out, _ = scenario.audit_cli(capsys, "--top", "1", "--scratch", str(tmp_path / "new" / "scratch"))
+    # --no-timing: the scratch holds the checkpoint copies that the weights' audit reads; timing uses none
+    code, out, _ = scenario.audit_cli(capsys, "--top", "1", "--no-timing", "--scratch",
+                                      str(tmp_path / "new" / "scratch"))
     assert code == 0 and (tmp_path / "new" / "scratch").is_dir()
     (tmp_path / "file").write_text("x")
     code, _, err = scenario.audit_cli(capsys, "--top", "1", "--scratch", str(tmp_path / "file" / "scratch"))

@@ -220,11 +220,14 @@ def test_xla_compiled_training_counts_the_same(graph):
     assert [r.images_trained for r in reports if r.images_trained] == [32, 32]
 
 
-def test_two_replicas_use_a_global_batch_and_count_every_image(tmp_path):
-    # Two logical CPU devices stand in for two GPUs; TF must be configured before first use,
-    # hence a fresh interpreter.
+@pytest.fixture(scope="module")
+def two_devices() -> dict[str, str]:
+    """The RESULT lines of one fresh interpreter with two logical CPU devices (standing in for two
+    GPUs; TensorFlow must be configured before first use): "round", a round trained on both with
+    MirroredStrategy, and "losses", the first 4 steps' losses of the same round on one device and on
+    two. One interpreter for both: TensorFlow's start-up was most of each."""
     script = textwrap.dedent('''
-        import dataclasses, sys
+        import dataclasses, json, sys
         import tensorflow as tf
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
@@ -232,39 +235,19 @@ def test_two_replicas_use_a_global_batch_and_count_every_image(tmp_path):
         from aiperf.hyperparameters import Hyperparameters
         from tests.support.graphs import tiny_graph
         from tests.support.training import PROFILE, TinyDataset
+        from aiperf.graph import with_inserted_kernel
+        from worker.rounds import StepSettings
+        from worker.steps import compile_round
         from worker.trainer import train_model
+
         strategy = tf.distribute.MirroredStrategy(devices=["/cpu:0", "/cpu:1"])
         reports = []
         res = train_model(tiny_graph(), Hyperparameters(16, 3),
                           TinyDataset(n_train=100, n_val=40), dataclasses.replace(PROFILE, epochs_per_round=(1,)),
                           1, on_progress=reports.append, progress_interval_s=0.0, strategy=strategy)
         trained = [r.images_trained for r in reports if r.images_trained]
-        print("RESULT", res.state, res.replicas, res.global_batch_size, res.images_trained,
-              res.images_validated, trained)
-    ''')
-    out = subprocess.run([sys.executable, "-c", script, str(__import__("pathlib").Path(__file__).parents[1])],
-                         capture_output=True, text=True, timeout=120)
-    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT")), None)
-    assert line, out.stderr[-3000:]
-    assert line == "RESULT done 2 32 100 40 [32, 32, 32, 4]"
-
-
-def test_two_replicas_give_one_devices_losses_within_the_batch_norm_difference():
-    """The same round (same weights, same batches) on one logical device and on two: MirroredStrategy
-    normalises each replica's half batch with its own batch-norm statistics (JAX's mesh normalises
-    over the global batch: tests/test_jax_backend.py, rtol 1e-5), so the losses differ by the
-    statistics of 16 images against 32: measured 1.1e-3 relative at most over the first 4 steps."""
-    script = textwrap.dedent('''
-        import json, sys
-        import tensorflow as tf
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-        sys.path.insert(0, sys.argv[1])
-        from tests.support.graphs import tiny_graph
-        from tests.support.training import PROFILE, TinyDataset
-        from aiperf.graph import with_inserted_kernel
-        from worker.rounds import StepSettings
-        from worker.steps import compile_round
+        print("RESULT round", res.state, res.replicas, res.global_batch_size, res.images_trained,
+              res.images_validated, trained, flush=True)
 
         def losses(devices):
             settings = StepSettings(graph=with_inserted_kernel(tiny_graph(), 3), precision="fp32",
@@ -273,13 +256,26 @@ def test_two_replicas_give_one_devices_losses_within_the_batch_norm_difference()
             compiled = compile_round(settings, TinyDataset(), PROFILE)
             return [float(compiled.train_step(compiled.train_iterator)[0]) for _ in range(4)]
 
-        print("RESULT", json.dumps([losses(["/cpu:0"]), losses(["/cpu:0", "/cpu:1"])]))
+        print("RESULT losses", json.dumps([losses(["/cpu:0"]), losses(["/cpu:0", "/cpu:1"])]), flush=True)
     ''')
     out = subprocess.run([sys.executable, "-c", script, str(__import__("pathlib").Path(__file__).parents[1])],
-                         capture_output=True, text=True, timeout=300)
-    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT")), None)
-    assert line, out.stderr[-3000:]
-    one, two = json.loads(line.removeprefix("RESULT "))
+                         capture_output=True, text=True, timeout=420)
+    lines = dict(l.removeprefix("RESULT ").split(" ", 1) for l in out.stdout.splitlines() if l.startswith("RESULT "))
+    return {**lines, "stderr": out.stderr[-3000:]}
+
+
+def test_two_replicas_use_a_global_batch_and_count_every_image(two_devices):
+    assert "round" in two_devices, two_devices["stderr"]
+    assert two_devices["round"] == "done 2 32 100 40 [32, 32, 32, 4]"
+
+
+def test_two_replicas_give_one_devices_losses_within_the_batch_norm_difference(two_devices):
+    """The same round (same weights, same batches) on one logical device and on two: MirroredStrategy
+    normalises each replica's half batch with its own batch-norm statistics (JAX's mesh normalises
+    over the global batch: tests/test_jax_backend.py, rtol 1e-5), so the losses differ by the
+    statistics of 16 images against 32: measured 1.1e-3 relative at most over the first 4 steps."""
+    assert "losses" in two_devices, two_devices["stderr"]
+    one, two = json.loads(two_devices["losses"])
     np.testing.assert_allclose(two, one, rtol=5e-3)
     assert one[0] != one[3], "the steps train"
 
