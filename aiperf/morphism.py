@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import math
 import random
-from functools import partial
 import re
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Callable, Sequence
 
 from aiperf.graph import INPUT, INSERTED, Graph, GraphError, Layer, Shape, conv, simple

@@ -43,8 +43,8 @@ from typing import Any, Mapping
 
 from aiperf.graph import Graph
 from aiperf.hyperparameters import HyperparameterError, Hyperparameters, check_batch_size, check_kernel_size
-from aiperf.morphism import MorphSpace
 from aiperf.limits import MAX_TRIALS_PER_ARCHITECTURE
+from aiperf.morphism import MorphSpace
 from aiperf.precision import PRECISIONS
 from aiperf.resnet import resnet50
 

@@ -32,7 +32,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from aiperf.distance import CUTOFF, HORIZON, DistanceCache, Descriptor, Packed, bounded_rows
+from aiperf.distance import CUTOFF, HORIZON, Descriptor, DistanceCache, Packed, bounded_rows
 from aiperf.gp import GaussianProcess
 from aiperf.graph import Graph
 from aiperf.morphism import Limits, MorphismError, MorphSpace, morph_step, random_morph

@@ -33,11 +33,11 @@ import typer
 
 from aiperf import limits
 from aiperf.api.records import ModelRecord
+from aiperf.api.views import audit_to_dict
 from aiperf.api.wire import model_record, run_info
 from aiperf.scoring import model_rank_key
 from aiperf.states import ModelState
 from aiperf_cli.options import Control, ExitCode, UsageError, control_command, fail
-from aiperf.api.views import audit_to_dict
 from aiperf_cli.tables import audits_table
 from aiperf_cli.values import RUN_ID, Backend, DatasetFormat, LogLevel, int_option
 

@@ -25,18 +25,31 @@ from typing import Any, Optional
 
 import typer
 
+from aiperf.api.views import (
+    model_to_dict,
+    run_info_to_dict,
+    run_status_to_dict,
+    scoreboard_to_dict,
+    worker_entry_to_dict,
+)
 from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS
 from aiperf.states import ModelState, WorkerState
+from aiperf_cli.explain import checks_table, explain_text, summary_line
 from aiperf_cli.format import format_duration, format_flops, parse_duration
 from aiperf_cli.options import Control, control_command, fail, fail_api
-from aiperf.api.views import (
-    model_to_dict, run_info_to_dict, run_status_to_dict, scoreboard_to_dict, worker_entry_to_dict,
-)
 from aiperf_cli.report import fetch_report
-from aiperf_cli.explain import checks_table, explain_text, summary_line
 from aiperf_cli.tables import models_table, runs_table, scoreboard_view, status_line, workers_table
 from aiperf_cli.values import (
-    COUNT, KEEP, PAGE, PROGRESS_SECONDS, RUN_ID, SEED, Precision, Profile, float_option, int_option,
+    COUNT,
+    KEEP,
+    PAGE,
+    PROGRESS_SECONDS,
+    RUN_ID,
+    SEED,
+    Precision,
+    Profile,
+    float_option,
+    int_option,
 )
 from aiperf_cli.watch import DEFAULT_INTERVAL_S, watch_status
 

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
+from aiperf.api.views import run_info_to_dict
+from aiperf_cli.control import short_run_warning
+from aiperf_cli.explain import summary_line
 from aiperf_cli.options import ExitCode, fail, fail_api
 from aiperf_cli.options import console as make_console
 from aiperf_cli.report import fetch_report
-from aiperf_cli.control import short_run_warning
-from aiperf_cli.explain import summary_line
-from aiperf.api.views import run_info_to_dict
 from aiperf_cli.tables import progress_table, scoreboard_view
 from aiperf_cli.values import DEMO_MINUTES, PORT, PROGRESS_SECONDS, SEED, Backend, float_option, int_option
 from aiperf_cli.watch import DEFAULT_INTERVAL_S, Follow, follow

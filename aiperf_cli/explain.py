@@ -11,7 +11,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from aiperf import units
-from aiperf.scoring import VALIDITY_RULES, VALID_FLOPS_EXPONENT
+from aiperf.scoring import VALID_FLOPS_EXPONENT, VALIDITY_RULES
 from aiperf.states import CheckState, ModelState
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -22,9 +22,9 @@ from typing import Any, Optional
 import typer
 
 from aiperf import limits, units
+from aiperf.api.views import model_to_dict, scoreboard_to_dict, timeline_to_dict
 from aiperf.scoring import VALIDITY_RULES
 from aiperf_cli.options import Control, control_command, fail
-from aiperf.api.views import model_to_dict, scoreboard_to_dict, timeline_to_dict
 from aiperf_cli.values import RUN_ID, int_option
 
 # Declared, not made by values._choices, so that the options' annotations are types to mypy.

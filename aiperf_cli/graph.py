@@ -11,13 +11,23 @@ from typing import Optional
 import typer
 
 from aiperf import units
-
 from aiperf.flops import count_flops
-from aiperf.layers import KINDS
 from aiperf.graph import Graph, GraphError
+from aiperf.layers import KINDS
 from aiperf_cli.options import fail, require_command
-from aiperf_cli.values import CLASSES, GRAPH_CHANNELS, INPUT_SIZE, MORPH_STEPS, PARAMS, SEED, WIDTH, LAYERS
-from aiperf_cli.values import KernelSize, float_option, int_option
+from aiperf_cli.values import (
+    CLASSES,
+    GRAPH_CHANNELS,
+    INPUT_SIZE,
+    LAYERS,
+    MORPH_STEPS,
+    PARAMS,
+    SEED,
+    WIDTH,
+    KernelSize,
+    float_option,
+    int_option,
+)
 
 graph_app = typer.Typer(help="Build, inspect, count and morph architecture graphs.")
 graph_app.callback(invoke_without_command=True)(require_command)

@@ -23,7 +23,14 @@ import typer
 from aiperf_cli.database import check_db_url, database_failure
 from aiperf_cli.options import DEFAULT_DATA_DIR, ExitCode, fail, read_pem, require_command
 from aiperf_cli.values import (
-    FRONTENDS, HEARTBEAT_S, PORT, RESUME_OUTAGE_S, STOP_GRACE_S, LogLevel, float_option, int_option,
+    FRONTENDS,
+    HEARTBEAT_S,
+    PORT,
+    RESUME_OUTAGE_S,
+    STOP_GRACE_S,
+    LogLevel,
+    float_option,
+    int_option,
 )
 
 master_app = typer.Typer(help="Run the master service.")

@@ -16,16 +16,26 @@ import io
 from typing import TYPE_CHECKING, Any, Sequence
 
 from aiperf import units
+from aiperf.api.views import audit_to_dict, model_to_dict, scoreboard_to_dict, timeline_to_dict
 from aiperf.profiles import OFFICIAL
 from aiperf.scoring import model_rank_key
-from aiperf.timeline import CurvePoint, score_curve
 from aiperf.states import ModelState
+from aiperf.timeline import CurvePoint, score_curve
 from aiperf_cli.explain import GLOSSARY, score_notes, validity_text
 from aiperf_cli.format import format_flops
-from aiperf.api.views import audit_to_dict, model_to_dict, scoreboard_to_dict, timeline_to_dict
 from aiperf_cli.tables import (
-    accuracy_text, audit_text, downtime_text, efficiency_text, elapsed_text, measured_efficiency_text, rules_text,
-    recipe_text, run_title, score_label, software_text, stop_text,
+    accuracy_text,
+    audit_text,
+    downtime_text,
+    efficiency_text,
+    elapsed_text,
+    measured_efficiency_text,
+    recipe_text,
+    rules_text,
+    run_title,
+    score_label,
+    software_text,
+    stop_text,
 )
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -22,11 +22,11 @@ from typing import Any, Callable, Optional
 import typer
 
 from aiperf import units
+from aiperf.api.views import scoreboard_to_dict
 from aiperf.states import ModelState
 from aiperf_cli.explain import summary_line, validity_brief
 from aiperf_cli.format import parse_duration
 from aiperf_cli.options import Control, ExitCode, control_command, fail, fail_api
-from aiperf.api.views import scoreboard_to_dict
 from aiperf_cli.values import PROGRESS_SECONDS, RUN_ID, float_option, int_option
 
 DEFAULT_INTERVAL_S = 30.0  # a progress line this often: a 1-hour run writes 120 lines

@@ -30,7 +30,14 @@ from typing import Any, Callable, Optional, TypeVar
 import typer
 
 from aiperf_cli.options import (
-    DEFAULT_DATA_DIR, ExitCode, checked_token, fail, fail_api, master_address, read_tls_ca, read_token_file,
+    DEFAULT_DATA_DIR,
+    ExitCode,
+    checked_token,
+    fail,
+    fail_api,
+    master_address,
+    read_tls_ca,
+    read_token_file,
     token_source,
 )
 from aiperf_cli.values import CPUS, PORT, PROCESSES, Backend, DatasetFormat, LogLevel, int_option
@@ -200,9 +207,8 @@ def _run_agent(master: str, token: str, name: Optional[str], dataset: Optional[s
     with its exit code (3: unreachable, 4: refused)."""
     from aiperf.api.client import ApiError
     from worker.agent import Agent, AgentConfig, default_name
-    from worker.data import DatasetError
-
     from worker.checkpoints import CheckpointError
+    from worker.data import DatasetError
 
     setup_logging(log_level)
     try:

@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiperf.hyperparameters import Hyperparameters
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import get_profile
 from tests.support.ports import free_port
 from worker.outbox import Outbox, call_until_done

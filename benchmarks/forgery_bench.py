@@ -42,10 +42,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from aiperf.hyperparameters import Hyperparameters
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.graph import Graph, with_inserted_kernel
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.morphism import deeper_at, deeper_positions
 from aiperf.resnet import resnet50
 

@@ -26,8 +26,8 @@ among the small integers the fuzzer produces, and StopRun never names its run.
 from __future__ import annotations
 
 import argparse
-import json
 import collections
+import json
 import logging
 import math
 import os
@@ -43,11 +43,11 @@ from typing import Any, Callable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from aiperf.hyperparameters import Hyperparameters
-from aiperf.api import aiperf_pb2 as pb
 from aiperf import limits
+from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
 from aiperf.api.calls import CREDENTIAL_METADATA
+from aiperf.hyperparameters import Hyperparameters
 
 WORKER_TOKEN, ADMIN_TOKEN = "fuzz-worker-token", "fuzz-admin-token"
 QUICK_REQUESTS = 600

@@ -39,8 +39,7 @@ import grpc
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
-from benchmarks.master_bench import (
-    ADMIN_TOKEN, Fleet, _cpu_s, _free_port, _pct, _serve, default_max_workers)
+from benchmarks.master_bench import ADMIN_TOKEN, Fleet, _cpu_s, _free_port, _pct, _serve, default_max_workers
 
 Write = Callable[[int], None]  # one closed-loop write (its step number), blocking until answered
 AsyncWrite = Callable[[int], Awaitable[object]]  # the same, awaited

@@ -34,10 +34,10 @@ from typing import Any, Callable
 from aiperf.retention import StoredModel, checkpoints_to_delete, record_holders
 from aiperf.scoring import model_rank_key
 from benchmarks.pg_schema import temporary_schema
-from master.store.sql.tables import ModelRow, ProgressRow
 from master.core.retention import AccuracyRecords, keep_checkpoints, release_checkpoints
-from master.store.sql.sql_store import SqlStore
 from master.store.records import NewRun, WorkerInput
+from master.store.sql.sql_store import SqlStore
+from master.store.sql.tables import ModelRow, ProgressRow
 
 KEEP = 10
 

@@ -25,13 +25,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiperf.hyperparameters import Hyperparameters
 from aiperf import audit as rule
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
 from aiperf.api.client import Accelerator, ApiError, ControlClient, NodeInventory, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.graph import Graph, with_inserted_kernel
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import OFFICIAL
 from aiperf.resnet import resnet50
 from tests.support.fake_clock import FakeClock
@@ -71,7 +71,6 @@ class Scenario:
 
         from aiperf.keras_builder import build_model
         from worker.checkpoints import open_store, save_model_weights
-
         from worker.inventory import inventory
 
         self.tmp = tmp

@@ -16,17 +16,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiperf.hyperparameters import Hyperparameters
 from aiperf import audit as rule
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
 from aiperf.api.client import ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
+from aiperf.hyperparameters import Hyperparameters
 from tests.support.fake_clock import FakeClock
-from tests.support.schema_round_trip import down_and_up
 from tests.support.graphs import tiny_resnet50
 from tests.support.master_clients import AUDIT_TOKENS
+from tests.support.schema_round_trip import down_and_up
 
 CPU = "Test CPU 9000"
 HARDWARE = f"{CPU} (4 CPUs)"  # what aiperf.audit.hardware_name makes of the worker below
@@ -205,8 +205,8 @@ def test_the_in_memory_batch_is_filled_from_a_small_split():
 def test_migration_0007_round_trips_and_older_audits_read_unchecked(db_url: str):
     """Down to 0006 and up again: an audit recorded before the throughput check keeps its verdict
     and reads "" and zeros for it (db_url: SQLite, and PostgreSQL when configured)."""
-    from master.store.sql.sql_store import SqlStore
     from master.store.records import AuditInput, NewModel, NewRun, WorkerInput
+    from master.store.sql.sql_store import SqlStore
 
     s = SqlStore(db_url)
     try:

@@ -16,8 +16,8 @@ from tests.support.schema_round_trip import down_and_up
 
 
 def test_each_workers_backend_is_listed_and_a_run_may_mix_them(master_server, capsys):
-    from aiperf_cli.main import main
     from aiperf.api.views import scoreboard_to_dict
+    from aiperf_cli.main import main
     from aiperf_cli.report import fetch_report
 
     h = master_server()
@@ -70,8 +70,8 @@ def test_an_unknown_backend_is_refused(master_server):
 
 
 def test_migration_0009_round_trips_and_older_workers_read_as_tensorflow(db_url: str):
-    from master.store.sql.sql_store import SqlStore
     from master.store.records import WorkerInput
+    from master.store.sql.sql_store import SqlStore
 
     s = SqlStore(db_url)
     try:
@@ -88,8 +88,8 @@ def test_migration_0009_round_trips_and_older_workers_read_as_tensorflow(db_url:
 
 
 def test_a_run_workers_inventory_keeps_the_backend_it_joined_with(db_url: str):
-    from master.store.sql.sql_store import SqlStore
     from master.store.records import NewRun, WorkerInput
+    from master.store.sql.sql_store import SqlStore
 
     s = SqlStore(db_url)
     try:

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aiperf import limits
-from aiperf.audit import PASSED
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
 from aiperf.api.client import Accelerator, ResourceSample
+from aiperf.audit import PASSED
 from aiperf.flops import count_flops
 from aiperf.hyperparameters import Hyperparameters
 from aiperf.peaks import largest_bound

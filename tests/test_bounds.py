@@ -19,15 +19,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiperf import peaks
+from aiperf import limits, peaks
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
-from aiperf import limits
 from aiperf.api.client import Accelerator, ApiError
 from aiperf.flops import count_flops
 from master.core.progress_writer import ProgressWriter
-from master.store.sql.sql_store import SqlStore
 from master.store.records import NewModel, NewRun, ProgressInput, WorkerInput
+from master.store.sql.sql_store import SqlStore
 from tests.support.fake_clock import FakeClock
 from tests.support.master_clients import HP, clients
 

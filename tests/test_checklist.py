@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiperf.scoring import (
-    PROFILES, VALIDITY_RULES, Point, audit_check, node_audits_check, rules_markdown, score_run, throughput_check,
+    PROFILES,
+    VALIDITY_RULES,
+    Point,
+    audit_check,
+    node_audits_check,
+    rules_markdown,
+    score_run,
+    throughput_check,
     with_checks,
 )
 from aiperf.states import CheckState

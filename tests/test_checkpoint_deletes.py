@@ -19,7 +19,13 @@ from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.bounds import MAX_CHECKPOINT_URI_CHARS, MAX_ID, MAX_REASON_CHARS, MAX_UNDELETED_PER_FINISH, clip_text
 from aiperf.api.client import ApiError, ControlClient
 from tests.support.checkpoint_runs import (
-    RefusingStore, checkpoint_worker, finish_done, finish_failed, finish_two, morph_children, write_file,
+    RefusingStore,
+    checkpoint_worker,
+    finish_done,
+    finish_failed,
+    finish_two,
+    morph_children,
+    write_file,
 )
 from tests.support.master_clients import HP
 from tests.support.schema_round_trip import down_and_up
@@ -139,8 +145,8 @@ def test_any_report_is_an_answer_and_never_touches_another_workers_model(master_
 
 
 def test_migration_0008_round_trips_and_older_models_have_no_delete_error(db_url: str):
-    from master.store.sql.sql_store import SqlStore
     from master.store.records import NewModel, NewRun, WorkerInput
+    from master.store.sql.sql_store import SqlStore
 
     s = SqlStore(db_url)
     try:

@@ -14,20 +14,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiperf.states import ModelState
-from aiperf.api.records import ModelRecord
-from aiperf.hyperparameters import Hyperparameters
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import bounds
 from aiperf.api.client import ApiError, ControlClient
+from aiperf.api.records import ModelRecord
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.retention import StoredModel, checkpoints_to_delete, kept_checkpoints, record_holders
+from aiperf.states import ModelState
 from tests.support.checkpoint_runs import (
-    checkpoint_worker, finish_done, finish_stored, morph_child, morph_children, write_file,
+    checkpoint_worker,
+    finish_done,
+    finish_stored,
+    morph_child,
+    morph_children,
+    write_file,
 )
+from tests.support.master_clients import HP
 from tests.support.schema_round_trip import down_and_up
 from worker.checkpoints import Checkpoint, CheckpointError, LocalStore, open_store, read_checkpoint
-from tests.support.master_clients import HP
-
 
 # ---------------------------------------------------------------- the store on a real directory
 
@@ -337,8 +341,8 @@ def test_retention_keeps_an_early_record_holder_outside_the_top_k(master_server,
 
 
 def test_migration_0005_round_trips_and_old_models_have_no_checkpoint(db_url: str):
-    from master.store.sql.sql_store import SqlStore
     from master.store.records import NewModel, NewRun, WorkerInput
+    from master.store.sql.sql_store import SqlStore
 
     s = SqlStore(db_url)
     try:

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from tests.support.tf_records import (
-    STEP, class_image, example, jpeg, make_folder_tree, make_tfrecord_dir, png, write_shards,
+    STEP,
+    class_image,
+    example,
+    jpeg,
+    make_folder_tree,
+    make_tfrecord_dir,
+    png,
+    write_shards,
 )
 
 tf = pytest.importorskip("tensorflow")

@@ -15,7 +15,6 @@ from worker.data.spec import normalise
 from worker.inventory import AcceleratorInfo, Inventory, core_shortage, input_cores_needed
 
 
-
 def _labels(dataset, batch: int = 64, seed: int = 3) -> list[int]:
     out: list[int] = []
     for _, y in dataset.train(batch, seed=seed):

@@ -20,13 +20,13 @@ import pytest
 
 from aiperf.api.client import Accelerator, ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
-from master.store.sql.outages import SETTLE_S
 from benchmarks.throwaway_db import ThrowawayPostgres, can_mount, drain, fill, small_filesystem
-from tests.support.ports import free_port
+from master.store.sql.outages import SETTLE_S
 from tests.support.cli_runs import aiperf, error_line
+from tests.support.master_clients import HP
+from tests.support.ports import free_port
 from worker import outbox as retries
 from worker.outbox import Outbox
-from tests.support.master_clients import HP
 
 
 @pytest.fixture

@@ -67,8 +67,8 @@ from master.frontends.wire import (
     parse_reply,
     reply_frame,
 )
-from tests.support.ports import free_port
 from tests.support.master_clients import clients, register, wait_for
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_TOKEN, ADMIN_TOKEN = "test-worker-token", "test-admin-token"  # conftest's master_server defaults

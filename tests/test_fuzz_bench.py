@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import fuzz_bench
-from master.store.sql.sql_store import SqlStore
 from master.store.records import NewModel, NewRun, ProgressInput, WorkerInput
+from master.store.sql.sql_store import SqlStore
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from aiperf.graph import (INPUT, INSERTED, Graph, GraphError, Layer, conv, dense, maxpool,
-                          simple, with_inserted_kernel)
+from aiperf.graph import INPUT, INSERTED, Graph, GraphError, Layer, conv, dense, maxpool, simple, with_inserted_kernel
 from aiperf.resnet import resnet50
 
 # keras.applications.ResNet50(weights=None).count_params()

@@ -5,9 +5,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from aiperf.graph import GraphError, INSERTED, with_inserted_kernel
+from aiperf.graph import INSERTED, GraphError, with_inserted_kernel
 from aiperf.hyperparameters import (
-    MAX_KERNEL_SIZE, HyperparameterError, Hyperparameters, check_batch_size, check_kernel_size,
+    MAX_KERNEL_SIZE,
+    HyperparameterError,
+    Hyperparameters,
+    check_batch_size,
+    check_kernel_size,
 )
 from aiperf.morphism import MorphismError, deeper_at, random_morph
 from aiperf.resnet import resnet50

@@ -301,12 +301,12 @@ def test_random_credentials_are_never_accepted(master_server):
 
 
 def test_the_master_checks_credentials_in_one_place_without_grpc(tmp_path: Path):
-    from master.core.requests import ProgressReport
     from master.core.identity import credential_hash
     from master.core.master import Master
-    from master.store.sql.sql_store import SqlStore
+    from master.core.requests import ProgressReport
     from master.store.errors import AlreadyExists, NotFound, PermissionDenied
     from master.store.records import WorkerInput
+    from master.store.sql.sql_store import SqlStore
 
     store = SqlStore(f"sqlite:///{tmp_path / 'plain.db'}")
     # a worker registered before credentials existed (store call without a hash): it has none

@@ -257,9 +257,9 @@ def test_no_inherit_is_in_the_run_config_and_the_scoreboard(master_server, tmp_p
     assert main(["start", "--duration", "10m", "--keep-checkpoints", "-1"]) == 2
     main(["stop", "--abort"])
     # `aiperf demo --no-inherit` starts its run the same way
-    import aiperf_cli.demo as demo
     from rich.console import Console
 
+    import aiperf_cli.demo as demo
     from aiperf.api.client import ControlClient
 
     monkeypatch.setattr(demo, "_watch", lambda *args: None)

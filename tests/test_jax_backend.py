@@ -137,8 +137,8 @@ def test_checkpoints_are_interchangeable_between_the_backends(checked):
     _ok(checked, "inheritance")
     from aiperf.api.records import ModelRecord
     from aiperf.hyperparameters import Hyperparameters
-    from aiperf.states import ModelState
     from aiperf.keras_builder import build_model
+    from aiperf.states import ModelState
     from worker.checkpoints import open_store
     from worker.inheritance import Inheritance
     from worker.rounds import set_layer_weights

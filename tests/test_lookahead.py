@@ -14,9 +14,8 @@ from aiperf.graph import INPUT, INSERTED, Graph, conv, dense, simple
 from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import SMOKE
 from aiperf.search import Candidate, HistoryEntry
-from worker.lookahead import Basis, LookAhead, PlannedRound
 from tests.support.master_clients import wait_for
-
+from worker.lookahead import Basis, LookAhead, PlannedRound
 
 
 class FakePrepared:

@@ -10,9 +10,9 @@ from sqlalchemy import text
 from aiperf.states import FINISHED_MODEL_STATES, ModelState
 from aiperf_cli.main import main
 from master.store.sql.sql_store import SqlStore
+from tests.support.master_clients import HP
 from tests.support.schema_round_trip import down_and_up
 from tests.support.store_rows import added_model, registered_worker, started_run
-from tests.support.master_clients import HP
 
 
 def test_cut_is_a_way_a_worker_ends_a_model():

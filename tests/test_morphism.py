@@ -10,9 +10,24 @@ from hypothesis import strategies as st
 
 from aiperf.flops import count_flops
 from aiperf.graph import INSERTED, Graph, with_inserted_kernel
-from aiperf.morphism import (LIMIT_KERNEL_SIZE, Limits, MorphismError, add_skip_positions, deeper, deeper_at,
-                             main_chain, params_at_kernel, random_morph, skip, skip_add_at, skip_at, skip_positions,
-                             wider, wider_at, wider_positions)
+from aiperf.morphism import (
+    LIMIT_KERNEL_SIZE,
+    Limits,
+    MorphismError,
+    add_skip_positions,
+    deeper,
+    deeper_at,
+    main_chain,
+    params_at_kernel,
+    random_morph,
+    skip,
+    skip_add_at,
+    skip_at,
+    skip_positions,
+    wider,
+    wider_at,
+    wider_positions,
+)
 from aiperf.profiles import PROFILES
 from aiperf.resnet import resnet50
 

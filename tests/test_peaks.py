@@ -8,8 +8,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiperf.peaks import (CAPPED, CHECKED, CPU_MAX_FLOPS_PER_CPU, TABLE, TOLERANCE, UNVERIFIED, UNVERIFIED_CPU,
-                          check_cpu_peak, check_peak, datasheet_of, largest_bound)
+from aiperf.peaks import (
+    CAPPED,
+    CHECKED,
+    CPU_MAX_FLOPS_PER_CPU,
+    TABLE,
+    TOLERANCE,
+    UNVERIFIED,
+    UNVERIFIED_CPU,
+    check_cpu_peak,
+    check_peak,
+    datasheet_of,
+    largest_bound,
+)
 from aiperf.precision import GEMM_DTYPES
 
 T = 1e12

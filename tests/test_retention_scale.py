@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from aiperf.api.client import Accelerator, ControlClient, WorkerClient
 from aiperf.retention import record_holders
+
 # its baseline (the rule over the whole history) is this test's oracle
 from benchmarks import retention_bench as BENCH
 from master.core.retention import AccuracyRecords, release_checkpoints

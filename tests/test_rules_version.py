@@ -24,8 +24,8 @@ from tests.support.rules_digest import canonical_tree, digest, module_form, rule
 
 RECORDED_VERSION = "aiperf-rules 1.0"
 RECORDED_DIGESTS = {
-    "profiles": "64eae6b70e7f86b5",
-    "peaks": "3c35f5c76da09d5e",
+    "profiles": "d864d8dbbb615f73",
+    "peaks": "d81b7a684216a635",
     "scoring": "beb6bb4602e65b4a",
     "precisions": "84a3fac877e01c31",
     "audit": "949fca44fba5e2af",
@@ -33,7 +33,7 @@ RECORDED_DIGESTS = {
     "flop count": "db2d4e91190f5091",
     "lineage": "7ae4538a95798a2d",
     "limits": "2e1aaaa6b9110740",
-    "master rules": "e4a09b24d78b6102",
+    "master rules": "fbf5a42db205b6d5",
 }
 VERSION_FORMAT = re.compile(r"aiperf-rules (\d+)\.(\d+)")
 

@@ -133,8 +133,8 @@ def test_a_relayed_call_cancelled_in_flight_is_counted_cancelled():
     from concurrent.futures import ThreadPoolExecutor
     from types import SimpleNamespace
 
-    from master.observability.metrics import MasterMetrics
     from master.frontends.master_end import RelayContext
+    from master.observability.metrics import MasterMetrics
     from master.rpc.servicers import _unary
 
     release = threading.Event()

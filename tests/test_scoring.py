@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 
 from aiperf.precision import GEMM_DTYPES, PRECISIONS, get_precision, is_official
 from aiperf.profiles import MAX_ERROR
-from aiperf.scoring import (PROFILES, Point, efficiency, error_of, flops_agree, flops_at, model_rank_key,
-                            score_run)
+from aiperf.scoring import PROFILES, Point, efficiency, error_of, flops_agree, flops_at, model_rank_key, score_run
 
 T0 = 1000.0
 OFFICIAL = PROFILES["official"]

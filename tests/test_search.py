@@ -11,13 +11,12 @@ import sys
 import numpy as np
 import pytest
 
-from aiperf.distance import (CUTOFF, HORIZON, Descriptor, DistanceCache, Packed, bounded_rows,
-                             edit_distance, pairwise)
+from aiperf.distance import CUTOFF, HORIZON, Descriptor, DistanceCache, Packed, bounded_rows, edit_distance, pairwise
 from aiperf.gp import GaussianProcess
 from aiperf.graph import Graph
 from aiperf.morphism import Limits, MorphSpace, deeper_at, morph_step, random_morph, skip_at, wider_at
 from aiperf.resnet import resnet50
-from aiperf.search import (HistoryEntry, SearchSettings, derive_seed, predict, select_child, worker_seed)
+from aiperf.search import HistoryEntry, SearchSettings, derive_seed, predict, select_child, worker_seed
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from master.store.sql.engine import head_revision, make_engine
-from master.store.sql.sql_store import SqlStore
 from master.store.errors import FailedPrecondition, NotFound, PermissionDenied, SchemaError
 from master.store.records import NewModel, ResourceSampleInput, WorkerInput
+from master.store.sql.engine import head_revision, make_engine
+from master.store.sql.sql_store import SqlStore
 from tests.support.store_rows import added_model, progress_row, registered_worker, started_run
 
 

@@ -9,9 +9,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from aiperf.hyperparameters import Hyperparameters
 from aiperf.flops import count_flops
 from aiperf.graph import INSERTED, conv, simple, with_inserted_kernel
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import SMOKE
 from aiperf.resnet import resnet50
 from tests.support.graphs import tiny_graph

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiperf.hyperparameters import Hyperparameters
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import ApiError
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import OFFICIAL
 from aiperf.states import ModelState, RunState
 from aiperf.weight_digest import weights_digest

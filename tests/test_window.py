@@ -14,14 +14,14 @@ from sqlalchemy import create_engine, select
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import ControlClient, WorkerClient
-from aiperf.flops import count_flops
 from aiperf.api.views import run_status_to_dict, scoreboard_to_dict
+from aiperf.flops import count_flops
 from aiperf_cli.report import fetch_report
 from aiperf_cli.tables import status_line
-from master.store.sql.tables import MasterLifeRow
-from master.store.sql.sql_store import SqlStore
 from master.store.errors import FailedPrecondition, InvalidArgument
 from master.store.records import INT64_MAX, NewModel, NewRun, Outage, ProgressInput, WorkerInput
+from master.store.sql.sql_store import SqlStore
+from master.store.sql.tables import MasterLifeRow
 from tests.support.fake_clock import FakeClock
 from tests.support.master_clients import HP, wait_for
 

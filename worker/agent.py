@@ -41,22 +41,22 @@ from aiperf.api.client import Accelerator, ApiError, ResourceSample, WorkerClien
 from aiperf.api.records import ModelRecord, RunInfo
 from aiperf.api.session import WorkerSession
 from aiperf.graph import Graph
-from aiperf.morphism import Limits
-from aiperf.profiles import Profile, get_profile
 from aiperf.hyperparameters import Hyperparameters
 from aiperf.limits import MAX_UNDELETED_PER_FINISH
+from aiperf.morphism import Limits
+from aiperf.profiles import Profile, get_profile
 from aiperf.search import HistoryEntry, derive_seed, worker_seed
 from aiperf.states import OPEN_MODEL_STATES, ModelState, RoundOutcome, RunState, WorkerState
+from worker import outbox as retries
 from worker.checkpoints import Checkpoint, CheckpointStore, open_store
 from worker.credentials import CredentialFile
 from worker.data.fingerprint import checked_dataset
 from worker.inheritance import Inheritance
 from worker.inventory import Inventory, core_shortage, inventory
-from worker.undeleted import UndeletedFile
-from worker import outbox as retries
 from worker.outbox import TRANSIENT as _TRANSIENT
 from worker.outbox import Outbox, call_until_done
 from worker.rounds import OOM_REASON_PREFIX, profile_after_out_of_memory
+from worker.undeleted import UndeletedFile
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from worker.data.base import Dataset
@@ -477,10 +477,8 @@ class Agent:
     def _plan(self, ctx: RunContext, dataset: Any, pool: Any, basis: Basis) -> PlannedRound:
         """Everything round `basis.round_index` needs before its first step, from its basis only:
         the child, its hyperparameters, the model built and its steps traced (any thread)."""
-        from worker.lookahead import PlannedRound
+        from worker.lookahead import PlannedRound, repeated_architecture
         from worker.trainer import prepare_round
-
-        from worker.lookahead import repeated_architecture
 
         candidate = repeated_architecture(basis, self.worker_id, ctx.profile.trial(basis.round_index, ctx.warmup_rounds))
         if candidate is None:

@@ -60,8 +60,16 @@ import numpy as np
 
 from aiperf.profiles import Profile
 from worker import jax_data, jax_memory
-from worker.rounds import (Clock, CompiledRound, DataEnded, StepSettings, compiled_model, decayed_kernels,
-                           recipe_loss, weight_penalty)
+from worker.rounds import (
+    Clock,
+    CompiledRound,
+    DataEnded,
+    StepSettings,
+    compiled_model,
+    decayed_kernels,
+    recipe_loss,
+    weight_penalty,
+)
 
 log = logging.getLogger(__name__)
 

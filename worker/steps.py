@@ -43,8 +43,16 @@ import threading
 from typing import Any, Callable, Iterable, Iterator
 
 from aiperf.profiles import Profile
-from worker.rounds import (Clock, CompiledRound, DataEnded, StepSettings, compiled_model, decayed_kernels,
-                           recipe_loss, weight_penalty)
+from worker.rounds import (
+    Clock,
+    CompiledRound,
+    DataEnded,
+    StepSettings,
+    compiled_model,
+    decayed_kernels,
+    recipe_loss,
+    weight_penalty,
+)
 
 log = logging.getLogger(__name__)
 

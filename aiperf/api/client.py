@@ -26,14 +26,19 @@ import grpc
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api import aiperf_pb2_grpc as pb_grpc
 from aiperf.api.bounds import clip_text
-from aiperf.limits import MAX_REASON_CHARS
 from aiperf.api.calls import CREDENTIAL_METADATA, DEFAULT_TIMEOUT_S, ApiError, api_error, with_retries
 from aiperf.api.enums import (
-    API_VERSION, BACKEND_VALUES, MODEL_STATE_VALUES, PRECISION_VALUES, PROFILE_VALUES, WORKER_STATE_VALUES,
+    API_VERSION,
+    BACKEND_VALUES,
+    MODEL_STATE_VALUES,
+    PRECISION_VALUES,
+    PROFILE_VALUES,
+    WORKER_STATE_VALUES,
 )
 from aiperf.api.stream import WorkerStream
 from aiperf.api.tokens import check_token
 from aiperf.hyperparameters import Hyperparameters
+from aiperf.limits import MAX_REASON_CHARS
 from aiperf.states import FINISHED_MODEL_STATES
 
 __all__ = [

@@ -9,7 +9,13 @@ import numpy as np
 from aiperf.layers.kind import LayerKind, check_window, window_shape
 from aiperf.layers.layer import INSERTED, GraphError, Layer, Shape
 from aiperf.layers.transfer import (
-    Origin, TransferContext, TransferError, fit_kernel, layer_seed, matching_input, parent_arrays,
+    Origin,
+    TransferContext,
+    TransferError,
+    fit_kernel,
+    layer_seed,
+    matching_input,
+    parent_arrays,
     replication_counts,
 )
 

@@ -9,7 +9,12 @@ import numpy as np
 from aiperf.layers.kind import LayerKind
 from aiperf.layers.layer import GraphError, Layer, Shape
 from aiperf.layers.transfer import (
-    Origin, TransferContext, TransferError, matching_input, parent_arrays, replication_counts,
+    Origin,
+    TransferContext,
+    TransferError,
+    matching_input,
+    parent_arrays,
+    replication_counts,
 )
 
 

@@ -39,28 +39,34 @@ from aiperf.ruleset import RULES_VERSION
 from aiperf.states import FINISHED_MODEL_STATES, OPEN_MODEL_STATES, ModelState, RunState, WorkerState
 from master.core import node_audits, restart, retention, weight_lineage
 from master.core.audits import Audits
-from master.core.budget import ImplausibleReport, WorkerBudgets, ModelFlops as _ModelFlops
+from master.core.budget import ImplausibleReport, WorkerBudgets
+from master.core.budget import ModelFlops as _ModelFlops
 from master.core.devices import DeviceOwners
 from master.core.heartbeats import Heartbeats
 from master.core.identity import WorkerCredentials, credential_hash
 from master.core.officiality import run_config
 from master.core.operations import RunOperations
 from master.core.progress_writer import ProgressWriter
-from master.core.resends import ResentReports
 from master.core.replies import Registration
 from master.core.requests import ModelFinish, ModelSubmission, ProgressReport, ResourceSampleReport, RunSpec
+from master.core.resends import ResentReports
 from master.core.roster import Roster
-from master.core.submission_rules import check_submission
-from master.core.run_rules import (
-    check_accelerators, parse_graph, with_checked_peaks, worker_budget,
-)
+from master.core.run_rules import check_accelerators, parse_graph, with_checked_peaks, worker_budget
 from master.core.run_views import RunViews
+from master.core.submission_rules import check_submission
 from master.core.versions import software_versions
 from master.observability.metrics import MasterMetrics
 from master.store.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResendNotRecorded
 from master.store.protocol import Store
 from master.store.records import (
-    ModelRecord, NewModel, NewRun, ProgressInput, ProgressResult, ResourceSampleInput, RunRecord, WorkerInput,
+    ModelRecord,
+    NewModel,
+    NewRun,
+    ProgressInput,
+    ProgressResult,
+    ResourceSampleInput,
+    RunRecord,
+    WorkerInput,
     WorkerRecord,
 )
 

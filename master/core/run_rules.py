@@ -10,9 +10,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from aiperf import limits
+from aiperf import limits, scoring
 from aiperf import peaks as peak_checks
-from aiperf import scoring
 from aiperf.graph import Graph, GraphError
 from aiperf.morphism import Limits
 from aiperf.precision import GEMM_DTYPES, PRECISIONS

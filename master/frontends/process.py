@@ -35,7 +35,14 @@ from grpc_health.v1 import health
 
 from aiperf.api.calls import CREDENTIAL_METADATA
 from master.frontends.wire import (
-    MAX_REPLY_FRAME, METHODS, METHODS_DIGEST, PING, FrameConnection, FrameError, call_frame, parse_reply,
+    MAX_REPLY_FRAME,
+    METHODS,
+    METHODS_DIGEST,
+    PING,
+    FrameConnection,
+    FrameError,
+    call_frame,
+    parse_reply,
 )
 from master.rpc.garbage_collector import StreamMemory, settle_collector
 from master.rpc.listener import listen, server_credentials, set_health

@@ -11,21 +11,52 @@ from typing import Any, Callable, Mapping
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.enums import (
-    API_VERSION, BACKEND_VALUES, BACKENDS, MODEL_STATE_VALUES, MODEL_STATES, PRECISION_VALUES, PRECISIONS,
-    PROFILE_VALUES, PROFILES, RUN_STATE_VALUES, WORKER_STATE_VALUES, WORKER_STATES,
+    API_VERSION,
+    BACKEND_VALUES,
+    BACKENDS,
+    MODEL_STATE_VALUES,
+    MODEL_STATES,
+    PRECISION_VALUES,
+    PRECISIONS,
+    PROFILE_VALUES,
+    PROFILES,
+    RUN_STATE_VALUES,
+    WORKER_STATE_VALUES,
+    WORKER_STATES,
 )
 from aiperf.states import ModelState
 from master.core import weight_lineage
 from master.core.replies import (
-    History, HyperparameterObservation, ModelPage, RunPage, RunStatus, RunTimeline, Scoreboard, WorkerPage,
+    History,
+    HyperparameterObservation,
+    ModelPage,
+    RunPage,
+    RunStatus,
+    RunTimeline,
+    Scoreboard,
+    WorkerPage,
 )
 from master.core.requests import (
-    DEFAULT_REPORT_INTERVAL_S, DEFAULT_RESOURCE_INTERVAL_S, DEFAULT_WARMUP_ROUNDS, AuditSubmission, Limits,
-    ModelFinish, ModelSubmission, ProgressReport, ResourceSampleReport, RunSpec,
+    DEFAULT_REPORT_INTERVAL_S,
+    DEFAULT_RESOURCE_INTERVAL_S,
+    DEFAULT_WARMUP_ROUNDS,
+    AuditSubmission,
+    Limits,
+    ModelFinish,
+    ModelSubmission,
+    ProgressReport,
+    ResourceSampleReport,
+    RunSpec,
 )
 from master.store.errors import FailedPrecondition, InvalidArgument
 from master.store.records import (
-    AuditRecord, ModelRecord, ProgressResult, RunRecord, RunWorker, WorkerInput, WorkerRecord,
+    AuditRecord,
+    ModelRecord,
+    ProgressResult,
+    RunRecord,
+    RunWorker,
+    WorkerInput,
+    WorkerRecord,
 )
 
 # ---------------------------------------------------------------- requests -> plain types

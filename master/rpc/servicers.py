@@ -37,7 +37,13 @@ from master.rpc import conversions as cv
 from master.rpc.garbage_collector import StreamMemory
 from master.rpc.tokens import worker_credential
 from master.store.errors import (
-    AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, StorageFull, StoreError,
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    StorageFull,
+    StoreError,
     Unavailable,
 )
 from master.store.records import RunRecord

@@ -32,8 +32,20 @@ from typing import Any, Protocol, Sequence
 from aiperf.retention import StoredModel
 from aiperf.scoring import Point
 from master.store.records import (
-    AuditInput, AuditRecord, ModelRecord, NewModel, NewRun, Outage, ProgressInput, ProgressResult,
-    ResourceSampleInput, ResourceSampleRecord, RunRecord, RunWorker, WorkerInput, WorkerRecord,
+    AuditInput,
+    AuditRecord,
+    ModelRecord,
+    NewModel,
+    NewRun,
+    Outage,
+    ProgressInput,
+    ProgressResult,
+    ResourceSampleInput,
+    ResourceSampleRecord,
+    RunRecord,
+    RunWorker,
+    WorkerInput,
+    WorkerRecord,
 )
 
 

@@ -24,7 +24,6 @@ import numpy as np
 from tests.support.graphs import tiny_graph
 
 
-
 class TensorFlowBlocker(importlib.abc.MetaPathFinder):
     """Makes `import tensorflow` (and its submodules) fail as if it were not installed."""
 

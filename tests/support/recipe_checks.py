@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from aiperf.hyperparameters import Hyperparameters
 from aiperf.graph import with_inserted_kernel
+from aiperf.hyperparameters import Hyperparameters
 from aiperf.profiles import SMOKE, Profile
 from tests.support.graphs import tiny_graph
 

@@ -14,13 +14,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from worker.data.base import tensorflow
-from worker.data.crops import (
-    CENTRAL_FRACTION,
-    CROP_AREA_RANGE,
-    CROP_ASPECT_RANGE,
-    CROP_ATTEMPTS,
-    MIN_OBJECT_COVERED,
-)
+from worker.data.crops import CENTRAL_FRACTION, CROP_AREA_RANGE, CROP_ASPECT_RANGE, CROP_ATTEMPTS, MIN_OBJECT_COVERED
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import tensorflow as tf

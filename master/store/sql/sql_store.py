@@ -20,14 +20,26 @@ from sqlalchemy.orm import Session, sessionmaker
 from aiperf.retention import StoredModel
 from aiperf.scoring import Point
 from aiperf.states import (
-    ACTIVE_RUN_STATES, FINISHED_MODEL_STATES, OPEN_MODEL_STATES, OVER_RUN_STATES, ModelState, RunState,
+    ACTIVE_RUN_STATES,
+    FINISHED_MODEL_STATES,
+    OPEN_MODEL_STATES,
+    OVER_RUN_STATES,
+    ModelState,
+    RunState,
 )
 from master.store.errors import FailedPrecondition, NotFound, PermissionDenied
 from master.store.progress_rules import apply_reports
 from master.store.protocol import Store
 from master.store.records import (
-    ModelRecord, NewModel, NewRun, Outage, ProgressInput, ProgressResult, ResourceSampleInput,
-    ResourceSampleRecord, RunRecord,
+    ModelRecord,
+    NewModel,
+    NewRun,
+    Outage,
+    ProgressInput,
+    ProgressResult,
+    ResourceSampleInput,
+    ResourceSampleRecord,
+    RunRecord,
 )
 from master.store.sql.audits import AuditSql
 from master.store.sql.engine import make_engine, migrate

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from alembic import op
 
-
 revision = '0011'
 down_revision = '0010'
 branch_labels = None
