@@ -28,13 +28,14 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 GIB = 2**30
 
 
-def planned_bytes(batch: int, args: argparse.Namespace) -> int | None:
-    """The training step's planned memory per device at `batch` images (compiled, not run)."""
+def planned_bytes(batches: Sequence[int], args: argparse.Namespace) -> list[int | None]:
+    """The training step's planned memory per device at each of `batches` images (one model built,
+    its step compiled per size, not run)."""
     from aiperf.graph import with_inserted_kernel
     from aiperf.profiles import get_profile
     from aiperf.resnet import resnet50
@@ -42,9 +43,9 @@ def planned_bytes(batch: int, args: argparse.Namespace) -> int | None:
     from worker.rounds import StepSettings
 
     graph = with_inserted_kernel(resnet50(input_size=args.size, classes=args.classes, width=args.width), 3)
-    settings = StepSettings(graph=graph, precision=args.precision, strategy=one_device()[1], global_batch=batch,
-                            epochs=1, steps_per_epoch=1)
-    return planned_step_bytes(settings, get_profile("official"), batch)
+    settings = StepSettings(graph=graph, precision=args.precision, strategy=one_device()[1],
+                            global_batch=max(batches), epochs=1, steps_per_epoch=1)
+    return planned_step_bytes(settings, get_profile("official"), batches)
 
 
 def line_through(points: list[tuple[int, int]]) -> tuple[float, float]:
@@ -104,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         print("memory_plan: set KERAS_BACKEND=jax (XLA's plan is read from a compiled JAX step)", file=sys.stderr)
         return 2
     points = []
-    for batch in batches:
-        needed = planned_bytes(batch, args)
+    for batch, needed in zip(batches, planned_bytes(batches, args)):
         if needed is None:
             print("memory_plan: this platform gives no memory plan", file=sys.stderr)
             return 2

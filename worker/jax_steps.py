@@ -265,12 +265,13 @@ def compile_round(settings: StepSettings, dataset: Any, profile: Profile, *, war
     return round_
 
 
-def planned_step_bytes(settings: StepSettings, profile: Profile, images: int) -> int | None:
-    """The memory per device XLA plans for one training step of the round at `images` images,
+def planned_step_bytes(settings: StepSettings, profile: Profile, sizes: Sequence[int]) -> list[int | None]:
+    """The memory per device XLA plans for one training step of the round at each of `sizes` images,
     compiled as `compile_round` compiles it (`worker.jax_memory.planned_bytes`); nothing runs."""
     model = compiled_model(settings, profile)
     state, _ = _initial_state(model, settings.strategy)
-    return jax_memory.planned_bytes(_TrainSteps(model, settings.strategy, state, profile).unchecked(images))
+    steps = _TrainSteps(model, settings.strategy, state, profile)
+    return [jax_memory.planned_bytes(steps.unchecked(images)) for images in sizes]
 
 
 def _initial_state(model: Any, devices: Devices) -> tuple[list[list[Any]], dict[int, tuple[int, int]]]:

@@ -110,13 +110,14 @@ def check_data_parallel(out: dict[str, Any]) -> None:
 def check_seed(out: dict[str, Any]) -> None:
     """The master's seed on JAX: the same seed the same weights, another seed others, and a prepared
     round (two devices) that starts from it holds exactly those weights, with its epoch digests."""
+    from aiperf.hyperparameters import Hyperparameters
     from aiperf.weight_digest import weights_digest
     from worker.trainer import prepare_round, run_round
     from worker.weight_seed import seed_weights
 
     seeds = (2**62 + 1, 2**62 + 1, 2**62 + 2)
     digests = [weights_digest(seed_weights(tiny_graph(), 3, s)) for s in seeds]
-    prepared = prepare_round(tiny_graph(), {"batch_size": 16, "kernel_size": 3}, NumpyData(), profile(1), 1, epochs=1)
+    prepared = prepare_round(tiny_graph(), Hyperparameters(16, 3), NumpyData(), profile(1), 1, epochs=1)
     prepared.start_from_seed(seeds[0])
     started = weights_digest(prepared.compiled.weights())
     reports: list[Any] = []
@@ -213,7 +214,7 @@ def check_memory_plan(out: dict[str, Any]) -> None:
     from benchmarks import memory_plan
 
     args = argparse.Namespace(size=32, width=0.125, classes=10, precision="mixed_bf16")
-    points = [(b, memory_plan.planned_bytes(b, args)) for b in (8, 16)]
+    points = list(zip((8, 16), memory_plan.planned_bytes((8, 16), args)))
     out["memory_plan"] = {"points": points, "figures": memory_plan.fit_figures(points, 1 << 30)}
 
 
