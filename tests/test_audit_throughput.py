@@ -23,6 +23,7 @@ from aiperf.api.client import ApiError, ControlClient, WorkerClient
 from aiperf.flops import count_flops
 from aiperf.graph import with_inserted_kernel
 from aiperf.hyperparameters import Hyperparameters
+from master.store.records import ModelEnd
 from tests.support.fake_clock import FakeClock
 from tests.support.graphs import tiny_resnet50
 from tests.support.master_clients import AUDIT_TOKENS
@@ -213,7 +214,7 @@ def test_migration_0007_round_trips_and_older_audits_read_unchecked(db_url: str)
         run = s.start_run(s.create_run(NewRun("smoke", 1, 600.0, "fp32", {"limits": {}}, {}), 100.0).id, 100.0)
         w, _ = s.register_worker(WorkerInput("n", "n", [], 1, 1, {}), 100.0)
         mid = s.add_model(NewModel(run.id, None, w.id, 1, "{}", "ab" * 32, 32, 3, "training", 30, 10), 101.0).id
-        s.finish_model(mid, w.id, "done", "", 0.5, None, 103.0, "", "")
+        s.finish_model(ModelEnd(mid, w.id, "done", "", 0.5, None, "", ""), 103.0)
         s.add_audit(AuditInput(mid, 104.0, "auditor", rule.TOO_FAST, True, 0.5, 0.5, 360, 0.008,
                                throughput=rule.TOO_FAST, worker_hardware=HARDWARE, auditor_hardware=HARDWARE,
                                claimed_images_per_second=900.0, audited_images_per_second=500.0))

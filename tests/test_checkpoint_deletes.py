@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.bounds import MAX_CHECKPOINT_URI_CHARS, MAX_ID, MAX_REASON_CHARS, MAX_UNDELETED_PER_FINISH, clip_text
 from aiperf.api.client import ApiError, ControlClient
+from master.store.records import ModelEnd
 from tests.support.checkpoint_runs import (
     RefusingStore,
     checkpoint_worker,
@@ -153,7 +154,7 @@ def test_migration_0008_round_trips_and_older_models_have_no_delete_error(db_url
         run = s.start_run(s.create_run(NewRun("smoke", 1, 600.0, "fp32", {"limits": {}}, {}), 100.0).id, 100.0)
         w, _ = s.register_worker(WorkerInput("n", "n", [], 1, 1, {}), 100.0)
         a = s.add_model(NewModel(run.id, None, w.id, 1, "{}", "ab" * 32, 32, 3, "training", 30, 10), 101.0).id
-        s.finish_model(a, w.id, "done", "", 0.5, None, 103.0, "file:///c/model-1.weights.h5", "0" * 64)
+        s.finish_model(ModelEnd(a, w.id, "done", "", 0.5, None, "file:///c/model-1.weights.h5", "0" * 64), 103.0)
         s.mark_checkpoints_deleted([a])
         assert s.restore_checkpoints(w.id, [(a, "busy")]) == [a]
         assert s.get_model(a).checkpoint_delete_error == "busy"

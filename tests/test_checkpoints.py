@@ -21,6 +21,7 @@ from aiperf.api.records import ModelRecord
 from aiperf.hyperparameters import Hyperparameters
 from aiperf.retention import StoredModel, checkpoints_to_delete, kept_checkpoints, record_holders
 from aiperf.states import ModelState
+from master.store.records import ModelEnd
 from tests.support.checkpoint_runs import (
     checkpoint_worker,
     finish_done,
@@ -352,7 +353,7 @@ def test_migration_0005_round_trips_and_old_models_have_no_checkpoint(db_url: st
         a = s.add_model(new, 101.0).id
         b = s.add_model(NewModel(run.id, a, w.id, 2, "{}", "cd" * 32, 32, 3, "training", 30, 10,
                                  inherited_from=a), 102.0).id
-        s.finish_model(a, w.id, "done", "", 0.5, None, 103.0, "file:///c/model-1.weights.h5", "0" * 64)
+        s.finish_model(ModelEnd(a, w.id, "done", "", 0.5, None, "file:///c/model-1.weights.h5", "0" * 64), 103.0)
         assert (s.get_model(a).checkpoint_uri, s.get_model(b).inherited_from) == ("file:///c/model-1.weights.h5", a)
     finally:
         s.close()

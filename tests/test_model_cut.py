@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from aiperf.states import FINISHED_MODEL_STATES, ModelState
 from aiperf_cli.main import main
+from master.store.records import ModelEnd
 from master.store.sql.sql_store import SqlStore
 from tests.support.master_clients import HP
 from tests.support.schema_round_trip import down_and_up
@@ -35,9 +36,9 @@ def test_migration_0011_turns_the_old_cut_failures_into_cut_and_back(db_url):
     try:
         run_id, wid = started_run(s), registered_worker(s)
         old, new, failed = (added_model(s, run_id, wid) for _ in range(3))
-        s.finish_model(old, wid, ModelState.FAILED, "cut: deadline reached", None, None, 110.0)  # before 0011
-        s.finish_model(new, wid, ModelState.CUT, "stop requested", None, None, 110.0)
-        s.finish_model(failed, wid, ModelState.FAILED, "out of memory", None, None, 110.0)
+        s.finish_model(ModelEnd(old, wid, ModelState.FAILED, "cut: deadline reached", None, None), 110.0)  # before 0011
+        s.finish_model(ModelEnd(new, wid, ModelState.CUT, "stop requested", None, None), 110.0)
+        s.finish_model(ModelEnd(failed, wid, ModelState.FAILED, "out of memory", None, None), 110.0)
     finally:
         s.close()
     down_and_up(db_url, "0010")  # 0011 down (cut -> failed "cut: ...") and up again

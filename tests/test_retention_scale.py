@@ -18,7 +18,7 @@ from aiperf.retention import record_holders
 # its baseline (the rule over the whole history) is this test's oracle
 from benchmarks import retention_bench as BENCH
 from master.core.retention import AccuracyRecords, release_checkpoints
-from master.store.records import NewModel, NewRun, ProgressInput, WorkerInput
+from master.store.records import ModelEnd, NewModel, NewRun, ProgressInput, WorkerInput
 
 ACCURACY = st.sampled_from([0.1, 0.25, 0.5, 0.75, 0.9])  # few values: ties in the ranking and the records
 
@@ -73,8 +73,7 @@ def _history(store, specs: list[Spec], reports: list[tuple[int, float]], keep: i
     for mid, spec in zip(ids, specs):
         if spec.state in ("done", "failed"):
             uri = f"file:///c/model-{mid}.weights.h5" if spec.stored and spec.state == "done" else ""
-            store.finish_model(mid, workers[spec.worker], spec.state, "", spec.best, spec.predicted, 300.0 + mid,
-                               uri, "0" * 64 if uri else "")
+            store.finish_model(ModelEnd(mid, workers[spec.worker], spec.state, "", spec.best, spec.predicted, uri, "0" * 64 if uri else ""), 300.0 + mid)
     store.mark_checkpoints_deleted([mid for mid, spec in zip(ids, specs)
                                     if spec.stored and spec.deleted and spec.state == "done"])
     return store.get_run(run.id), workers, ids

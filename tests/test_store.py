@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import text
 
 from master.store.errors import FailedPrecondition, NotFound, PermissionDenied, SchemaError
-from master.store.records import NewModel, ResourceSampleInput, WorkerInput
+from master.store.records import ModelEnd, NewModel, ResourceSampleInput, WorkerInput
 from master.store.sql.engine import head_revision, make_engine
 from master.store.sql.sql_store import SqlStore
 from tests.support.store_rows import added_model, progress_row, registered_worker, started_run
@@ -241,7 +241,7 @@ def test_workers_joining_a_run_do_not_make_the_next_report_batch_read_its_models
         assert store.join_run(run, other, 201.0)
     store.add_progress([progress_row(model, worker, 3, 202.0)])
     assert reads == []  # from the cache
-    store.finish_model(added_model(store, run, worker), worker, "failed", "x", None, None, 203.0)
+    store.finish_model(ModelEnd(added_model(store, run, worker), worker, "failed", "x", None, None), 203.0)
     store.add_progress([progress_row(model, worker, 4, 204.0)])
     assert reads == [str(model)]  # another model changed: read back
     assert store.get_model(model).images_trained == 400
@@ -258,8 +258,8 @@ def test_models_parent_limit_and_history(store: SqlStore):
         store.add_model(NewModel(run_id, None, w, 1, "{}", "cd" * 32, 8, 3, "training", 1, 1), 102.0, max_models=2)
     assert [m.id for m in store.models_since(run_id, 0)] == [a, b]
     assert [m.id for m in store.models_since(run_id, a)] == [b]
-    store.finish_model(a, w, "done", "", 0.5, 0.9, 130.0)
-    store.finish_model(b, w, "done", "", 0.6, None, 131.0)
+    store.finish_model(ModelEnd(a, w, "done", "", 0.5, 0.9), 130.0)
+    store.finish_model(ModelEnd(b, w, "done", "", 0.6, None), 131.0)
     # a ranks on its prediction 0.9, b on its best 0.6
     assert store.ranked_done_ids(run_id) == [a, b]
     assert [m.id for m in store.hyperparameter_history(run_id)] == [a, b]
@@ -284,7 +284,7 @@ def test_progress_is_idempotent_and_checked(store: SqlStore):
     assert [(p.t, p.ops, p.accuracy) for p in store.timeline(run_id)] == [
         (110.0, 3000, None), (120.0, 3000, 0.4), (121.0, 3000, None)]
     assert store.run_images(run_id) == (300, 0)
-    store.finish_model(m, w, "done", "", 0.4, None, 140.0)
+    store.finish_model(ModelEnd(m, w, "done", "", 0.4, None), 140.0)
     closed = store.add_progress([progress_row(m, w, 3, 150.0)])
     assert isinstance(closed[0].error, FailedPrecondition)
     assert len(store.timeline(run_id)) == 3
@@ -337,12 +337,12 @@ def test_finish_model_rules_and_the_final_accuracy_enters_the_time_line(store: S
     m = added_model(store, run_id, w)
     store.add_progress([progress_row(m, w, 1, 110.0, acc=0.5)])
     with pytest.raises(PermissionDenied):
-        store.finish_model(m, other, "done", "", 0.5, None, 120.0)
-    done = store.finish_model(m, w, "done", "", 0.55, 0.7, 120.0)
+        store.finish_model(ModelEnd(m, other, "done", "", 0.5, None), 120.0)
+    done = store.finish_model(ModelEnd(m, w, "done", "", 0.55, 0.7), 120.0)
     assert done.state == "done" and done.best_accuracy == 0.55 and done.predicted_accuracy == 0.7
-    assert store.finish_model(m, w, "done", "", 0.55, 0.7, 121.0).finished_at == 120.0  # retried: unchanged
+    assert store.finish_model(ModelEnd(m, w, "done", "", 0.55, 0.7), 121.0).finished_at == 120.0  # retried: unchanged
     with pytest.raises(FailedPrecondition):
-        store.finish_model(m, w, "failed", "oops", None, None, 122.0)
+        store.finish_model(ModelEnd(m, w, "failed", "oops", None, None), 122.0)
     assert [(p.t, p.ops, p.accuracy) for p in store.timeline(run_id)] == [(110.0, 3000, 0.5), (120.0, 0, 0.55)]
 
 

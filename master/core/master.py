@@ -59,6 +59,7 @@ from master.observability.metrics import MasterMetrics
 from master.store.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResendNotRecorded
 from master.store.protocol import Store
 from master.store.records import (
+    ModelEnd,
     ModelRecord,
     NewModel,
     NewRun,
@@ -602,8 +603,9 @@ class Master(RunViews):  # its answers about a run: master/core/run_views.py
         weight_lineage.check_checkpoint(self.store, fin)  # both fields or neither; its weights seen in the window
         retention.take_back(self.store, fin)  # checkpoints it could not delete (before this finish's retention)
         now = self.clock()
-        model = self.store.finish_model(fin.model_id, fin.worker_id, fin.state, fin.reason, fin.best_accuracy,
-                                        fin.predicted_accuracy, now, fin.checkpoint_uri, fin.checkpoint_sha256)
+        end = ModelEnd(fin.model_id, fin.worker_id, ModelState(fin.state), fin.reason, fin.best_accuracy,
+                       fin.predicted_accuracy, fin.checkpoint_uri, fin.checkpoint_sha256)
+        model = self.store.finish_model(end, now)
         self._forget_models([model.id])
         if model.best_accuracy is not None:  # a best above its reports entered the time line at now
             self.records.add(model.run_id, model.id, model.best_accuracy, now)

@@ -34,6 +34,7 @@ from aiperf.scoring import Point
 from master.store.records import (
     AuditInput,
     AuditRecord,
+    ModelEnd,
     ModelRecord,
     NewModel,
     NewRun,
@@ -206,18 +207,7 @@ class ModelStore(Protocol):
     def count_models(self, run_id: int) -> dict[str, int]: ...
 
     @abc.abstractmethod
-    def finish_model(
-        self,
-        model_id: int,
-        worker_id: int,
-        state: str,
-        reason: str,
-        best_accuracy: float | None,
-        predicted_accuracy: float | None,
-        now: float,
-        checkpoint_uri: str = "",
-        checkpoint_sha256: str = "",
-    ) -> ModelRecord:
+    def finish_model(self, end: ModelEnd, now: float) -> ModelRecord:
         """-> done or failed, with the checkpoint of a done model ("" none). PermissionDenied:
         another worker's model; FailedPrecondition: abandoned, already finished in another
         state, another checkpoint is recorded for it, or a checkpoint for a model no longer

@@ -115,6 +115,21 @@ class NewModel:
 
 
 @dataclass(frozen=True)
+class ModelEnd:
+    """How a model ended, as its worker said (the store's finish_model): its state, why, its best
+    and predicted accuracy, and the checkpoint of its weights ("" none)."""
+
+    model_id: int
+    worker_id: int
+    state: ModelState  # DONE, FAILED or CUT
+    reason: str = ""
+    best_accuracy: float | None = None
+    predicted_accuracy: float | None = None
+    checkpoint_uri: str = ""
+    checkpoint_sha256: str = ""
+
+
+@dataclass(frozen=True)
 class ModelRecord(NewModel):
     id: int
     reason: str

@@ -31,6 +31,7 @@ from master.store.errors import FailedPrecondition, NotFound, PermissionDenied
 from master.store.progress_rules import apply_reports
 from master.store.protocol import Store
 from master.store.records import (
+    ModelEnd,
     ModelRecord,
     NewModel,
     NewRun,
@@ -341,18 +342,9 @@ class SqlStore(AuditSql, WorkerSql, Store):  # audits.py and workers.py of maste
             ).all()
             return {state: int(n) for state, n in rows}
 
-    def finish_model(
-        self,
-        model_id: int,
-        worker_id: int,
-        state: str,
-        reason: str,
-        best_accuracy: float | None,
-        predicted_accuracy: float | None,
-        now: float,
-        checkpoint_uri: str = "",
-        checkpoint_sha256: str = "",
-    ) -> ModelRecord:
+    def finish_model(self, end: ModelEnd, now: float) -> ModelRecord:
+        model_id, worker_id, state, checkpoint_uri = end.model_id, end.worker_id, end.state, end.checkpoint_uri
+        best_accuracy = end.best_accuracy
         if state not in FINISHED_MODEL_STATES:
             raise ValueError(f"finish state must be one of {', '.join(FINISHED_MODEL_STATES)}, not {state}")
         with self._write() as s:
@@ -371,7 +363,7 @@ class SqlStore(AuditSql, WorkerSql, Store):  # audits.py and workers.py of maste
             if row.state not in OPEN_MODEL_STATES:
                 raise FailedPrecondition(f"model {model_id} is {row.state}")
             if checkpoint_uri:
-                row.checkpoint_uri, row.checkpoint_sha256 = checkpoint_uri, checkpoint_sha256
+                row.checkpoint_uri, row.checkpoint_sha256 = checkpoint_uri, end.checkpoint_sha256
             if best_accuracy is not None and (row.best_accuracy is None or best_accuracy > row.best_accuracy):
                 # an accuracy the time line has not seen yet: it enters it now, as the row of seq
                 # FINISH_SEQ (reports are 1..MAX_SEQ, so it is free even after a report at MAX_SEQ)
@@ -382,9 +374,9 @@ class SqlStore(AuditSql, WorkerSql, Store):  # audits.py and workers.py of maste
                 ))
                 row.best_accuracy = best_accuracy
             row.state = state
-            row.reason = reason[:500]
+            row.reason = end.reason[:500]
             row.finished_at = now
-            row.predicted_accuracy = predicted_accuracy
+            row.predicted_accuracy = end.predicted_accuracy
             return _model(row)
 
     def stored_checkpoints(self, run_id: int) -> list[tuple[StoredModel, int, str]]:
