@@ -32,7 +32,7 @@ measured; no phase starts after its share of --budget-s.
 Without an NVIDIA accelerator it prints SKIP and exits 2, unless --allow-cpu
 (the suite's rehearsal: tests/test_gpu_e2e.py, the smoke profile at a tiny shape).
 
-Usage: python benchmarks/gpu_e2e.py --out DIR [--work DIR] [--data DIR] [--backend jax] [--budget-s 480]
+Usage: python -m benchmarks.gpu_e2e --out DIR [--work DIR] [--data DIR] [--backend jax] [--budget-s 480]
        [--train-images 16000] [--val-images 2000] [--classes 1000] [--image-px 256]
 """
 
