@@ -429,20 +429,25 @@ def test_after_out_of_memory_on_an_h200_the_batch_steps_a_tenth_down():
     assert after(h200.batch_sizes, 1960) == tuple(range(1680, 1761, 8))
     assert after(tuple(range(1680, 1761, 8)), 1760) == (1680,)  # nothing at most 1584: the smallest below
     assert after((1680,), 1680) is None
+    # with a memory plan's estimate (1,700 fit): one step to a size that fits, not two
+    assert after(h200.batch_sizes, 1960, fits=1700) == tuple(range(1680, 1697, 8))
+    assert after(h200.batch_sizes, 1960, fits=1000) == (1680,)  # below every size: the smallest
 
 
 @settings(max_examples=200, deadline=None)
-@given(sizes=st.lists(st.integers(1, 4096), min_size=1, max_size=40, unique=True), failed=st.integers(1, 8192))
-def test_after_out_of_memory_only_smaller_batches_are_kept(sizes, failed):
+@given(sizes=st.lists(st.integers(1, 4096), min_size=1, max_size=40, unique=True), failed=st.integers(1, 8192),
+       fits=st.one_of(st.none(), st.integers(0, 8192)))
+def test_after_out_of_memory_only_smaller_batches_are_kept(sizes, failed, fits):
     from worker.rounds import batch_sizes_after_out_of_memory as after
 
-    kept = after(sizes, failed)
+    kept = after(sizes, failed, fits)
     if kept is None:
         assert min(sizes) >= failed
         return
     assert set(kept) <= set(sizes) and max(kept) < failed and list(kept) == sorted(kept)
-    if any(b * 10 <= failed * 9 for b in sizes):
-        assert set(kept) == {b for b in sizes if b * 10 <= failed * 9}
+    allowed = {b for b in sizes if b * 10 <= failed * 9 and (fits is None or b <= fits)}
+    if allowed:
+        assert set(kept) == allowed
     else:
         assert kept == (min(b for b in sizes if b < failed),)
 

@@ -120,6 +120,8 @@ def test_a_step_planned_beyond_the_devices_memory_fails_the_round_before_it_runs
     assert p["small_state"] == "failed" and p["small_trained"] == 0
     assert p["small_reason"].startswith("out of memory at batch size 16 per accelerator")
     assert "XLA's plan for the training step at 32 images needs" in p["small_reason"]
+    # one byte short of the 32-image step: the plan's estimate is below 16 per device, not nothing
+    assert 0 < p["small_fits"] < 16
 
 
 def test_the_memory_plan_of_the_workers_resnet50_grows_with_the_batch(checked):

@@ -52,3 +52,27 @@ def test_a_step_over_the_limit_is_an_out_of_memory_error_with_both_figures():
         jax_memory.check_fits(compiled, [Device(needed - 1)], 256, "training step")
     assert is_out_of_memory(err.value)
     assert not is_out_of_memory(RuntimeError("out of memory"))  # a message alone is not XLA's error
+
+
+class Planned:
+    """A compiled step's memory_analysis as XLA reports it: 2 GiB of arguments (weights, optimizer
+    state, the batch), 8 GiB more for 100 images (82 MiB each, about ResNet-50's at 224 px)."""
+
+    def memory_analysis(self) -> Any:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(argument_size_in_bytes=2 << 30, output_size_in_bytes=0,
+                               temp_size_in_bytes=8 << 30, alias_size_in_bytes=0)
+
+
+def test_a_step_over_the_limit_says_which_batch_per_device_would_fit():
+    # (6 GiB - 2 GiB fixed) / (8 GiB / 100 images) = 50 images on the mesh, split over its devices
+    with pytest.raises(jax_memory.PlannedOutOfMemory, match="needs 10.0 GiB per device, the device has 6.0") as one:
+        jax_memory.check_fits(Planned(), [Device(6 << 30)], 100, "training step")
+    assert one.value.batch_size_that_fits == 50
+    with pytest.raises(jax_memory.PlannedOutOfMemory) as two:
+        jax_memory.check_fits(Planned(), [Device(6 << 30), Device(8 << 30)], 100, "training step")
+    assert two.value.batch_size_that_fits == 25
+    with pytest.raises(jax_memory.PlannedOutOfMemory) as none:  # not even the arguments fit
+        jax_memory.check_fits(Planned(), [Device(1 << 30)], 100, "training step")
+    assert none.value.batch_size_that_fits == 0

@@ -470,7 +470,7 @@ class Agent:
         self._current_model = 0
         self._finish(outbox, model_id, round_index, result, saved[-1] if saved else None)
         if result.state == RoundOutcome.FAILED and result.reason.startswith(OOM_REASON_PREFIX):
-            ctx.profile = profile_after_out_of_memory(ctx.profile, hyper.batch_size)
+            ctx.profile = profile_after_out_of_memory(ctx.profile, hyper.batch_size, result.batch_size_that_fits)
         self.rounds_done += 1
         return following
 

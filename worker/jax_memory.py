@@ -24,7 +24,12 @@ GIB = 2**30
 
 
 class PlannedOutOfMemory(RuntimeError):
-    """A compiled step's buffers do not fit in a device's memory: it would run out of memory."""
+    """A compiled step's buffers do not fit in a device's memory: it would run out of memory.
+    `batch_size_that_fits`: per device, the batch the plan's figures say fits (see `check_fits`)."""
+
+    def __init__(self, message: str, batch_size_that_fits: int) -> None:
+        super().__init__(message)
+        self.batch_size_that_fits = batch_size_that_fits
 
 
 def planned_bytes(compiled: Any) -> int | None:
@@ -52,10 +57,16 @@ def device_limit(devices: Any) -> int | None:
 
 def check_fits(compiled: Any, devices: Any, images: int, what: str) -> None:
     """Log the memory `compiled` (the `what` step at `images` images) needs per device, and raise
-    PlannedOutOfMemory when that is more than a device's limit."""
+    PlannedOutOfMemory when that is more than a device's limit, with the batch per device that
+    would fit: the arguments (weights, optimizer state, the batch itself) taken as the fixed part
+    and the rest as growing with the batch, an estimate the agent uses only below its own rule."""
     needed, limit = planned_bytes(compiled), device_limit(devices)
     log.info("event=step_memory step=%s images=%d planned_bytes=%s limit_bytes=%s",
              what, images, needed, limit)
     if needed is not None and limit is not None and needed > limit:
+        fixed = int(compiled.memory_analysis().argument_size_in_bytes)
+        growing = needed - fixed  # bytes for `images` images
+        fits = (limit - fixed) * images // growing if growing > 0 and limit > fixed else 0
         raise PlannedOutOfMemory(f"XLA's plan for the {what} at {images} images needs {needed / GIB:.1f} GiB "
-                                 f"per device, the device has {limit / GIB:.1f} GiB")
+                                 f"per device, the device has {limit / GIB:.1f} GiB",
+                                 max(0, fits) // max(1, len(devices)))

@@ -46,21 +46,23 @@ log = logging.getLogger(__name__)
 OOM_REASON_PREFIX = "out of memory at batch size"
 
 
-def batch_sizes_after_out_of_memory(sizes: Sequence[int], failed: int) -> tuple[int, ...] | None:
+def batch_sizes_after_out_of_memory(sizes: Sequence[int], failed: int,
+                                    fits: int | None = None) -> tuple[int, ...] | None:
     """The batch sizes left to try on an accelerator on which `failed` (per accelerator) ran out of
     memory: those at most 9/10 of it (memory grows about linearly with the batch, so the next size
-    down a fine-grained list would fail too), or the smallest size below it when none is that
-    small. None when no size is below it."""
+    down a fine-grained list would fail too) and, when a memory plan estimated one, at most `fits`;
+    or the smallest size below `failed` when none is that small. None when no size is below it."""
     below = sorted(b for b in sizes if b < failed)
     if not below:
         return None
-    return tuple(b for b in below if b * 10 <= failed * 9) or (below[0],)
+    return tuple(b for b in below if b * 10 <= failed * 9 and (fits is None or b <= fits)) or (below[0],)
 
 
-def profile_after_out_of_memory(profile: Profile, failed: int) -> Profile:
+def profile_after_out_of_memory(profile: Profile, failed: int, fits: int | None = None) -> Profile:
     """The profile a worker's later rounds choose from once a round ran out of memory at batch size
-    `failed` (`batch_sizes_after_out_of_memory`); unchanged, and said, when no size is smaller."""
-    kept = batch_sizes_after_out_of_memory(profile.batch_sizes, failed)
+    `failed` (`batch_sizes_after_out_of_memory`, `fits` the plan's estimate if any); unchanged, and
+    said, when no size is smaller."""
+    kept = batch_sizes_after_out_of_memory(profile.batch_sizes, failed, fits)
     if kept is None:
         log.error("event=no_batch_size_fits failed_batch=%d: each batch size runs out of memory", failed)
         return profile

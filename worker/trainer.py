@@ -61,7 +61,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from aiperf.flops import FlopCount, count_flops
@@ -117,6 +117,7 @@ class TrainResult:
     # (in training steps) and "validation"; duration_s runs from the first step to the end
     timings: Mapping[str, float] = field(default_factory=dict)
     val_losses: tuple[float, ...] = ()       # per completed epoch: mean validation loss (recipe_loss)
+    batch_size_that_fits: int | None = None  # out of memory: per accelerator, a memory plan's estimate
 
 
 def train_model(graph: Graph, hyper: Hyperparameters, dataset: Any, profile: Profile,
@@ -164,6 +165,7 @@ class PreparedRound:
     failure: str = ""               # why, then
     timings: dict[str, float] = field(default_factory=dict)
     inherited: set[str] = field(default_factory=set)  # layer ids whose weights were inherited
+    batch_size_that_fits: int | None = None  # out of memory: a memory plan's estimate, if any
 
     def start_from_seed(self, init_seed: int) -> None:
         """Every layer not inherited starts from the master's seed (`worker.weight_seed`)."""
@@ -271,7 +273,8 @@ def _prepare(plan: _RoundPlan, dataset: Any, profile: Profile, round_index: int,
         failure = _oom_reason(plan, exc)
         log.warning("round %d: %s (while preparing)", round_index, failure)
         return PreparedRound(plan, dataset, profile, round_index, None, failure,
-                             {"prepare": time.perf_counter() - start})
+                             {"prepare": time.perf_counter() - start},
+                             batch_size_that_fits=getattr(exc, "batch_size_that_fits", None))
     timings = dict(compiled.timings, prepare=time.perf_counter() - start)
     return PreparedRound(plan, dataset, profile, round_index, compiled, timings=timings,
                          inherited=set(initial_weights or ()))
@@ -285,6 +288,7 @@ def _run(prepared: PreparedRound, on_progress: Callable[[Progress], None], shoul
     tracker = _Tracker(plan.flop_count, on_progress, should_stop, _stopping(profile, prepared.round_index),
                        progress_interval_s)
     start = time.monotonic()
+    fits = prepared.batch_size_that_fits
     try:
         if prepared.compiled is None:
             state, reason = FAILED, prepared.failure
@@ -298,13 +302,15 @@ def _run(prepared: PreparedRound, on_progress: Callable[[Progress], None], shoul
         if not is_out_of_memory(exc):
             raise
         state, reason = FAILED, _oom_reason(plan, exc)
+        fits = getattr(exc, "batch_size_that_fits", None)
         log.warning("round %d: %s", prepared.round_index, reason)
     finally:
         tracker.flush(epoch_end=False)
         if release:
             prepared.release()
     timings = dict(prepared.timings, train=tracker.train_s, validation=tracker.validation_s)
-    return _result(plan, tracker, profile, state, reason, duration_s=time.monotonic() - start, timings=timings)
+    result = _result(plan, tracker, profile, state, reason, duration_s=time.monotonic() - start, timings=timings)
+    return replace(result, batch_size_that_fits=fits) if fits is not None else result
 
 
 def _epochs(compiled: CompiledRound, plan: _RoundPlan, tracker: "_Tracker", phase_reports: bool,

@@ -204,7 +204,8 @@ def check_planned_memory(out: dict[str, Any]) -> None:
     finally:
         jax_memory.check_fits, jax_memory.device_limit = check_fits, device_limit
     out["planned"] = {"state": res.state, "steps": planned, "small_state": small.state,
-                      "small_reason": small.reason, "small_trained": small.images_trained}
+                      "small_reason": small.reason, "small_trained": small.images_trained,
+                      "small_fits": small.batch_size_that_fits}
 
 
 def check_memory_plan(out: dict[str, Any]) -> None:
