@@ -57,6 +57,9 @@ def settings_reasons(profile: Profile, config: Mapping[str, Any], precision: str
     xla = bool(config.get("xla", False))
     if xla != profile.xla:
         reasons.append(f"XLA {'on' if xla else 'off'} (official: {'on' if profile.xla else 'off'})")
+    if config.get("deterministic"):
+        # its models start from weights that follow from the run seed, known before the run
+        reasons.append("--deterministic (initial weights from the run seed; official: the master's secret)")
     return reasons
 
 

@@ -135,6 +135,7 @@ def test_an_official_run_defaults_to_mixed_fp16_with_xla_and_stays_official_on_i
     ({"max_models": 9}, "--max-models 9 (official: no cap)"),
     ({"precision": "fp32"}, "precision fp32 (official: mixed_fp16 or mixed_bf16)"),
     ({"xla": False}, "XLA off (official: on)"),
+    ({"deterministic": True}, "--deterministic (initial weights from the run seed; official: the master's secret)"),
 ])
 def test_any_override_makes_the_run_unofficial(master_server, options, reason):
     from aiperf.api.views import run_status_to_dict, scoreboard_to_dict

@@ -29,11 +29,11 @@ RECORDED_DIGESTS = {
     "scoring": "beb6bb4602e65b4a",
     "precisions": "84a3fac877e01c31",
     "audit": "949fca44fba5e2af",
-    "official workload": "b923f3a7b4caddcb",
+    "official workload": "166a6e8fe14614a8",
     "flop count": "db2d4e91190f5091",
     "lineage": "7ae4538a95798a2d",
     "limits": "2e1aaaa6b9110740",
-    "master rules": "fbf5a42db205b6d5",
+    "master rules": "359eddae378065b9",
 }
 VERSION_FORMAT = re.compile(r"aiperf-rules (\d+)\.(\d+)")
 
