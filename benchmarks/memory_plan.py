@@ -49,7 +49,8 @@ def planned_bytes(batches: Sequence[int], args: argparse.Namespace) -> list[int 
 
 
 def line_through(points: list[tuple[int, int]]) -> tuple[float, float]:
-    """(fixed, per image) of the least-squares line bytes = fixed + per_image × batch."""
+    """(fixed, per image) of the least-squares line bytes = fixed + per_image × batch (the closed
+    form: np.polyfit loses digits of the slope when the fixed part is millions of times larger)."""
     n = len(points)
     mean_x = sum(x for x, _ in points) / n
     mean_y = sum(y for _, y in points) / n

@@ -33,7 +33,7 @@ RECORDED_DIGESTS = {
     "flop count": "db2d4e91190f5091",
     "lineage": "7ae4538a95798a2d",
     "limits": "2e1aaaa6b9110740",
-    "master rules": "359eddae378065b9",
+    "master rules": "6a72e83f12f7462b",
 }
 VERSION_FORMAT = re.compile(r"aiperf-rules (\d+)\.(\d+)")
 

@@ -35,7 +35,10 @@ class PlannedOutOfMemory(RuntimeError):
 def planned_bytes(compiled: Any) -> int | None:
     """What one execution of `compiled` needs on each device (XLA's buffer assignment), or None
     where the platform does not say."""
-    stats = compiled.memory_analysis()
+    return _needed(compiled.memory_analysis())
+
+
+def _needed(stats: Any) -> int | None:
     if stats is None:
         return None
     needed = (stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
@@ -60,11 +63,12 @@ def check_fits(compiled: Any, devices: Any, images: int, what: str) -> None:
     PlannedOutOfMemory when that is more than a device's limit, with the batch per device that
     would fit: the arguments (weights, optimizer state, the batch itself) taken as the fixed part
     and the rest as growing with the batch, an estimate the agent uses only below its own rule."""
-    needed, limit = planned_bytes(compiled), device_limit(devices)
+    stats = compiled.memory_analysis()
+    needed, limit = _needed(stats), device_limit(devices)
     log.info("event=step_memory step=%s images=%d planned_bytes=%s limit_bytes=%s",
              what, images, needed, limit)
     if needed is not None and limit is not None and needed > limit:
-        fixed = int(compiled.memory_analysis().argument_size_in_bytes)
+        fixed = int(stats.argument_size_in_bytes)
         growing = needed - fixed  # bytes for `images` images
         fits = (limit - fixed) * images // growing if growing > 0 and limit > fixed else 0
         raise PlannedOutOfMemory(f"XLA's plan for the {what} at {images} images needs {needed / GIB:.1f} GiB "

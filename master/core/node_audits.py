@@ -28,10 +28,15 @@ MATCHES = "matches"
 SECRET_KEY = "audit_secret"  # the run's config entry (never sent to a worker: conversions.run_info)
 
 
+def keyed_number(secret: str, message: str) -> int:
+    """The 64-bit number HMAC-SHA256 of `message` under `secret` begins with: one no one without
+    the secret can foresee (the node audits' draws, the models' initialisation seeds)."""
+    return int.from_bytes(hmac.new(secret.encode(), message.encode(), hashlib.sha256).digest()[:8], "big")
+
+
 def draw(secret: str, run_id: int, worker_id: int, model_ids: Sequence[int]) -> int:
     """One of `model_ids` (ascending), chosen by HMAC-SHA256 of the run and worker under `secret`."""
-    digest = hmac.new(secret.encode(), f"{run_id}:{worker_id}".encode(), hashlib.sha256).digest()
-    return sorted(model_ids)[int.from_bytes(digest[:8], "big") % len(model_ids)]
+    return sorted(model_ids)[keyed_number(secret, f"{run_id}:{worker_id}") % len(model_ids)]
 
 
 def plan(run: RunRecord, owners: Iterable[tuple[int, int]]) -> dict[int, int]:

@@ -11,8 +11,6 @@ is accepted only as one of those digests stamped inside the window (`check_check
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from typing import Protocol
 
 from aiperf.states import OPEN_MODEL_STATES, ModelState
@@ -32,8 +30,7 @@ def init_seed(run: RunRecord, model_id: int) -> int:
         return 0
     if run.config.get("deterministic"):  # repeatable: the same in every run of its seed, hence unofficial
         secret = f"run seed {run.seed}"
-    digest = hmac.new(secret.encode(), f"init:{run.id}:{model_id}".encode(), hashlib.sha256).digest()
-    return int.from_bytes(digest[:8], "big") % ((1 << SEED_BITS) - 1) + 1
+    return node_audits.keyed_number(secret, f"init:{run.id}:{model_id}") % ((1 << SEED_BITS) - 1) + 1
 
 
 class DigestStore(AuditStore, ModelStore, RunStore, Protocol):

@@ -155,7 +155,7 @@ PARTS: dict[str, Callable[[], str]] = {
                                                           "hardware_problems")),
         module_form(*_source("master.core.submission_rules"), ("batch_sizes", "check_submission", "_from_a_twin")),
         module_form(*_source("master.core.devices"), ("DeviceOwners",)),
-        module_form(*_source("master.core.node_audits"), ("draw", "plan", "_name", "inventory_check",
+        module_form(*_source("master.core.node_audits"), ("keyed_number", "draw", "plan", "_name", "inventory_check",
                                                           "node_audit_reasons")),
         module_form(*_source("master.core.budget"), ("ceiling_of", "WorkerBudget")),
         module_form(*_source("master.core.weight_lineage"), ("init_seed", "window_end", "check_checkpoint")),
