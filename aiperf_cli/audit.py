@@ -32,9 +32,8 @@ from typing import Any, Optional
 import typer
 
 from aiperf import limits
+from aiperf.api.control_session import AuditClaim, ControlSession
 from aiperf.api.records import ModelRecord
-from aiperf.api.views import audit_to_dict
-from aiperf.api.wire import model_record, run_info
 from aiperf.scoring import model_rank_key
 from aiperf.states import ModelState
 from aiperf_cli.options import Control, ExitCode, UsageError, control_command, fail
@@ -46,28 +45,22 @@ TOP = (1, 1000)
 PAGE = limits.MAX_PAGE
 
 
-def ranked_done_models(client: Any, run_id: int) -> list[tuple[int, ModelRecord]]:
+def ranked_done_models(session: ControlSession, run_id: int) -> list[tuple[int, ModelRecord]]:
     """The run's DONE models without their graphs, best first (the scoreboard's order), each with
     its place in the id order (where `with_graph` fetches it with its graph)."""
-    models: list[ModelRecord] = []
-    while True:
-        page = client.list_models(run_id, state=ModelState.DONE, limit=PAGE, offset=len(models))
-        models.extend(model_record(m) for m in page.models)
-        if not page.models or len(models) >= page.total:
-            break
-    placed = list(enumerate(models))
+    placed = list(enumerate(session.all_model_records(run_id, state=ModelState.DONE)))
     # ranked by the accuracy the master observed, never by a worker's prediction
     placed.sort(key=lambda pm: model_rank_key(pm[1].model_id, None, pm[1].best_accuracy if pm[1].has_accuracy else None))
     return placed
 
 
-def with_graph(client: Any, run_id: int, position: int, model_id: int) -> ModelRecord:
+def with_graph(session: ControlSession, run_id: int, position: int, model_id: int) -> ModelRecord:
     """The DONE model at `position` (id order) with its graph; it must still be `model_id`."""
-    page = client.list_models(run_id, state=ModelState.DONE, limit=1, offset=position, include_graph=True)
+    page = session.model_records(run_id, state=ModelState.DONE, limit=1, offset=position, include_graph=True)
     if not page.models or page.models[0].model_id != model_id:
         fail(f"the run's DONE models changed while auditing (model {model_id} moved); run the audit again",
              ExitCode.UNAVAILABLE)
-    return model_record(page.models[0])
+    return page.models[0]
 
 
 def chosen(ranked: list[tuple[int, Any]], top: int, regulated_model_id: int) -> list[tuple[int, Any]]:
@@ -123,9 +116,9 @@ def audit_cmd(
             fail(f"--scratch {scratch}: {exc.strerror or exc}")
     setup_logging(log_level.value)
     # TensorFlow's start-up lines (aiperf_cli/worker.py's docstring): shown on a crash or with --log-level debug
-    job = ((lambda: ctl.call(node_audit_run, ctl.client(), run, node or socket.gethostname(), kind, dataset,
+    job = ((lambda: ctl.call(node_audit_run, ctl.session(), run, node or socket.gethostname(), kind, dataset,
                              not no_timing)) if node is not None else
-           (lambda: ctl.call(audit_run, ctl.client(), run, top, kind, dataset, scratch, not no_timing,
+           (lambda: ctl.call(audit_run, ctl.session(), run, top, kind, dataset, scratch, not no_timing,
                              not no_retrain)))
     run_id, rows = held_stderr(job,
                                show=lambda exc: log_level.value == "debug" or not (
@@ -133,7 +126,7 @@ def audit_cmd(
     ctl.show({"run_id": run_id, "audits": rows}, lambda: audits_table(run_id, rows))
 
 
-def audit_run(client: Any, run: int, top: int, kind: Optional[str], dataset: Optional[str],
+def audit_run(session: ControlSession, run: int, top: int, kind: Optional[str], dataset: Optional[str],
               scratch: Optional[Path] = None, timed: bool = True,
               retrain: bool = True) -> tuple[int, list[dict[str, Any]]]:
     """Audit the run's top models (and the regulated score's) and record each finding in the master:
@@ -142,28 +135,27 @@ def audit_run(client: Any, run: int, top: int, kind: Optional[str], dataset: Opt
     from aiperf.profiles import get_profile
     from worker.audit import Retraining, Timing
 
-    board = client.scoreboard(run)
-    config = run_info(board.run).config
-    run_id, profile, precision = config.run_id, get_profile(config.profile), config.precision
-    ranked = ranked_done_models(client, run_id)
-    picked = chosen(ranked, top, board.audit_model_id)
+    board = session.scoreboard(run)
+    run_id, profile, precision = board["run_id"], get_profile(board["profile"]), board["precision"]
+    ranked = ranked_done_models(session, run_id)
+    picked = chosen(ranked, top, board["audit_model_id"] or 0)
     data = _dataset(kind or profile.dataset, dataset, profile.input_size) if picked else None
     timing = None
     if timed and picked:
         from worker.throughput import auditor_hardware, one_device
 
         device, strategy = one_device()
-        timing = Timing(xla=config.xla, profile=profile, strategy=strategy,
+        timing = Timing(xla=board["xla"], profile=profile, strategy=strategy,
                         hardware=auditor_hardware(device)[:limits.MAX_HARDWARE_CHARS])
-    retraining = Retraining(profile, int(board.run.config.limits.max_epochs_per_round),
-                            bool(board.run.config.xla)) if retrain else None
+    retraining = Retraining(profile, int(board["limits"]["max_epochs_per_round"]),
+                            bool(board["xla"])) if retrain else None
     ranks = {m.model_id: rank for rank, (_, m) in enumerate(ranked, 1)}
-    return run_id, [{**_audit_one(client, run_id, position, model, precision, data, scratch, timing, retraining),
+    return run_id, [{**_audit_one(session, run_id, position, model, precision, data, scratch, timing, retraining),
                      "why": why_audited(ranks.get(model.model_id, 0), top)}
                     for position, model in picked]
 
 
-def node_audit_run(client: Any, run: int, node: str, kind: Optional[str], dataset: Optional[str],
+def node_audit_run(session: ControlSession, run: int, node: str, kind: Optional[str], dataset: Optional[str],
                    timed: bool = True) -> tuple[int, list[dict[str, Any]]]:
     """Time, on this node, the model the master drew for each worker whose host is `node`, and
     record each with the node's inventory (NVML; the CPU without accelerators): (run id, rows)."""
@@ -171,14 +163,15 @@ def node_audit_run(client: Any, run: int, node: str, kind: Optional[str], datase
     from aiperf.profiles import get_profile
     from worker.inventory import inventory
 
-    listed = client.list_audits(run)
-    run_id, drawn = listed.run_id, set(listed.node_audit_model_ids)
-    here = {w.worker_id for w in client.list_workers(run_id=run_id, limit=PAGE).workers if node in (w.host, w.name)}
-    mine = [(pos, m) for pos, m in enumerate(_all_models(client, run_id)) if m.model_id in drawn and m.worker_id in here]
+    listed = session.audits(run)
+    run_id, drawn = listed.run_id, listed.node_audit_model_ids
+    here = {w["worker_id"] for w in session.workers(run_id=run_id, limit=PAGE).rows if node in (w["host"], w["name"])}
+    mine = [(pos, m) for pos, m in enumerate(session.all_model_records(run_id))
+            if m.model_id in drawn and m.worker_id in here]
     if not mine:
         return run_id, []
-    config = run_info(client.scoreboard(run_id).run).config
-    profile, precision = get_profile(config.profile), config.precision
+    board = session.scoreboard(run_id)
+    profile, precision = get_profile(board["profile"]), board["precision"]
     inv = inventory()
     found = NodeInventory(tuple(Accelerator(a.model, a.memory_bytes, uuid=a.uuid, pci_bus_id=a.pci_bus_id)
                                 for a in inv.accelerators), inv.cpu_model, inv.cpus)
@@ -189,28 +182,18 @@ def node_audit_run(client: Any, run: int, node: str, kind: Optional[str], datase
         from worker.throughput import auditor_hardware, one_device
 
         device, strategy = one_device()
-        timing = Timing(xla=config.xla, profile=profile, strategy=strategy,
+        timing = Timing(xla=board["xla"], profile=profile, strategy=strategy,
                         hardware=auditor_hardware(device)[:limits.MAX_HARDWARE_CHARS])
     rows = []
     for pos, m in mine:
-        full = model_record(client.list_models(run_id, limit=1, offset=pos, include_graph=True).models[0])
+        full = session.model_records(run_id, limit=1, offset=pos, include_graph=True).models[0]
         rate = timing.rate(full, precision, data) if timing is not None else 0.0
-        rows.append(audit_to_dict(client.record_audit(
-            m.model_id, verdict="no checkpoint", architecture_ok=False, node=found,
+        rows.append(session.record_audit(m.model_id, AuditClaim(
+            verdict="no checkpoint", architecture_ok=False, node=found,
             auditor_host=socket.gethostname()[:limits.MAX_NAME_CHARS], audited_images_per_second=rate,
             auditor_hardware=timing.hardware if timing is not None else "",
             detail=f"node audit on {node[:100]}")))
     return run_id, rows
-
-
-def _all_models(client: Any, run_id: int) -> list[ModelRecord]:
-    """Every model of the run, any state, without graphs, ascending id."""
-    models: list[ModelRecord] = []
-    while True:
-        page = client.list_models(run_id, limit=PAGE, offset=len(models))
-        models.extend(model_record(m) for m in page.models)
-        if not page.models or len(models) >= page.total:
-            return models
 
 
 def why_audited(rank: int, top: int) -> str:
@@ -220,22 +203,21 @@ def why_audited(rank: int, top: int) -> str:
     return f"behind the regulated score (rank {rank}, below the top {top})"
 
 
-def _audit_one(client: Any, run_id: int, position: int, model: Any, precision: str, data: Any,
+def _audit_one(session: ControlSession, run_id: int, position: int, model: Any, precision: str, data: Any,
                scratch: Optional[Path], timing: Any, retraining: Any = None) -> dict[str, Any]:
     """Audit one model and record it; the recorded audit as a row."""
     from worker.audit import audit_model
 
-    full = with_graph(client, run_id, position, model.model_id)
+    full = with_graph(session, run_id, position, model.model_id)
     try:
         f = audit_model(full, precision, data, scratch, timing=timing, retraining=retraining)
     except (ValueError, TypeError) as exc:  # the dataset does not fit the graph: the auditor's mistake
         fail(f"model {model.model_id}: cannot evaluate on this dataset: {' '.join(str(exc).split())[:300]}")
-    recorded = client.record_audit(f.model_id, verdict=f.verdict, architecture_ok=f.architecture_ok,
-                                   audited_accuracy=f.audited_accuracy, validation_images=f.validation_images,
-                                   auditor_host=socket.gethostname()[:limits.MAX_NAME_CHARS], detail=f.detail,
-                                   audited_images_per_second=f.audited_images_per_second,
-                                   auditor_hardware=f.auditor_hardware, retrained_accuracy=f.retrained_accuracy)
-    return audit_to_dict(recorded)
+    return session.record_audit(f.model_id, AuditClaim(
+        verdict=f.verdict, architecture_ok=f.architecture_ok, audited_accuracy=f.audited_accuracy,
+        validation_images=f.validation_images, auditor_host=socket.gethostname()[:limits.MAX_NAME_CHARS],
+        detail=f.detail, audited_images_per_second=f.audited_images_per_second,
+        auditor_hardware=f.auditor_hardware, retrained_accuracy=f.retrained_accuracy))
 
 
 def register(app: typer.Typer) -> None:

@@ -25,13 +25,7 @@ from typing import Any, Optional
 
 import typer
 
-from aiperf.api.views import (
-    model_to_dict,
-    run_info_to_dict,
-    run_status_to_dict,
-    scoreboard_to_dict,
-    worker_entry_to_dict,
-)
+from aiperf.api.control_session import ControlSession, Page, RunRequest
 from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS
 from aiperf.states import ModelState, WorkerState
 from aiperf_cli.explain import checks_table, explain_text, summary_line
@@ -91,12 +85,12 @@ def start_cmd(
         seconds = parse_duration(duration)
     except ValueError as exc:
         fail(str(exc))
-    run = ctl.call(ctl.client().start_run, seconds, profile=profile.value, seed=seed,
-                   precision=precision.value if precision else "", xla=xla,
-                   max_models=max_models, max_rounds_per_worker=max_rounds, max_epochs_per_round=max_epochs,
-                   warmup_rounds=warmup_rounds, min_workers=min_workers, allow_concurrent=allow_concurrent,
-                   deterministic=deterministic, inherit=not no_inherit, keep_checkpoints=keep_checkpoints)
-    d = run_info_to_dict(run)
+    request = RunRequest(seconds, profile=profile.value, seed=seed, precision=precision.value if precision else "",
+                         xla=xla, max_models=max_models, max_rounds_per_worker=max_rounds,
+                         max_epochs_per_round=max_epochs, warmup_rounds=warmup_rounds, min_workers=min_workers,
+                         allow_concurrent=allow_concurrent, deterministic=deterministic, inherit=not no_inherit,
+                         keep_checkpoints=keep_checkpoints)
+    d: dict[str, Any] = ctl.call(ctl.session().start_run, request)
     short = short_run_warning(d)
     if short:
         print(f"aiperf: warning: {short}", file=sys.stderr)
@@ -115,7 +109,7 @@ def stop_cmd(
     reason: str = typer.Option("", "--reason", help="Recorded with the run."),
 ) -> None:
     """Stop the current run (or --run ID)."""
-    d = run_info_to_dict(ctl.call(ctl.client().stop_run, run, abort=abort, reason=reason))
+    d: dict[str, Any] = ctl.call(ctl.session().stop_run, run, abort=abort, reason=reason)
     ctl.show(d, lambda: f"run {d['run_id']} {d['state']}")
 
 
@@ -132,14 +126,15 @@ def short_run_warning(d: dict[str, Any]) -> str | None:
 STATUS_WORKERS = 50  # `aiperf status` lists this many workers; `aiperf workers --limit` shows more
 
 
-def _current_status(ctl: Control, client: Any, run: int) -> dict[str, Any] | None:
-    """run_status_to_dict of --run, or of the current (or latest) run; None before the first run."""
+def _current_status(ctl: Control, session: ControlSession, run: int) -> dict[str, Any] | None:
+    """The status of --run, or of the current (or latest) run; None before the first run."""
     from aiperf.api.client import ApiError
 
     if run:
-        return run_status_to_dict(ctl.call(client.run_status, run))
+        status: dict[str, Any] = ctl.call(session.run_status, run)
+        return status
     try:
-        return run_status_to_dict(client.run_status(0))
+        return session.run_status(0)
     except ApiError as exc:
         if exc.code.name == "NOT_FOUND":  # the master has no run yet: status is still worth showing
             return None
@@ -176,17 +171,16 @@ def status_cmd(
             fail("--watch prints progress lines, not JSON: drop --json")
         watch_status(ctl, run, interval)
         return
-    client = ctl.client()
-    st = _current_status(ctl, client, run)
-    page = ctl.call(client.list_workers, limit=STATUS_WORKERS)
+    session = ctl.session()
+    st = _current_status(ctl, session, run)
+    page: Page = ctl.call(session.workers, limit=STATUS_WORKERS)
     d: dict[str, Any] = st if st is not None else {
         "run_id": None, "state": None, "master_time": page.master_time,
-        "workers_alive": ctl.call(client.list_workers, state=WorkerState.ALIVE, limit=1).total,
+        "workers_alive": ctl.call(session.workers, state=WorkerState.ALIVE, limit=1).total,
     }
-    d.update({"has_run": st is not None, "workers_registered": page.total,
-              "registered_workers": [worker_entry_to_dict(w) for w in page.workers]})
+    d.update({"has_run": st is not None, "workers_registered": page.total, "registered_workers": page.rows})
     if st is not None:  # the validity checklist, as the scoreboard has it
-        board = scoreboard_to_dict(ctl.call(client.scoreboard, st["run_id"]))
+        board = ctl.call(session.scoreboard, st["run_id"])
         d.update({k: board[k] for k in ("valid", "invalid_reason", "checks")})
     ctl.show(d, lambda: _status_text(d))
 
@@ -195,9 +189,9 @@ def status_cmd(
 def runs_cmd(ctl: Control, limit: int = int_option(100, "--limit", span=PAGE, help="At most this many runs.")
              ) -> None:
     """List the runs, newest first."""
-    resp = ctl.call(ctl.client().list_runs, limit=limit)
-    rows = [run_info_to_dict(r) for r in resp.runs]
-    ctl.show({"total": resp.total, "runs": rows}, lambda: runs_table(rows, resp.total) if rows else "no run yet")
+    page: Page = ctl.call(ctl.session().runs, limit=limit)
+    rows = page.rows
+    ctl.show({"total": page.total, "runs": rows}, lambda: runs_table(rows, page.total) if rows else "no run yet")
 
 
 @control_command()
@@ -208,10 +202,10 @@ def workers_cmd(
     limit: int = int_option(1000, "--limit", span=PAGE, help="At most this many workers."),
 ) -> None:
     """List the registered workers: hardware, state, last heartbeat, current model."""
-    resp = ctl.call(ctl.client().list_workers, state=state.value if state else None, run_id=run, limit=limit)
-    rows = [worker_entry_to_dict(w) for w in resp.workers]
-    ctl.show({"total": resp.total, "master_time": resp.master_time, "workers": rows},
-             lambda: workers_table(rows, resp.total, resp.master_time) if rows else "no worker registered")
+    page: Page = ctl.call(ctl.session().workers, state=state.value if state else None, run_id=run, limit=limit)
+    rows = page.rows
+    ctl.show({"total": page.total, "master_time": page.master_time, "workers": rows},
+             lambda: workers_table(rows, page.total, page.master_time) if rows else "no worker registered")
 
 
 @control_command()
@@ -226,7 +220,7 @@ def scoreboard_cmd(
     """Print the scoreboard of a run, its validity checklist and what each score means."""
     if explain and summary:
         fail("--explain and --summary print different things: give one")
-    d = scoreboard_to_dict(ctl.call(ctl.client().scoreboard, run))
+    d: dict[str, Any] = ctl.call(ctl.session().scoreboard, run)
     if summary and not ctl.as_json:
         print(summary_line(d))
         return
@@ -241,10 +235,10 @@ def models_cmd(
     limit: int = int_option(100, "--limit", span=PAGE, help="At most this many models."),
 ) -> None:
     """List the models of a run."""
-    resp = ctl.call(ctl.client().list_models, run, state=state.value if state else None, limit=limit)
-    rows = [model_to_dict(m) for m in resp.models]
-    ctl.show({"run_id": resp.run_id, "total": resp.total, "models": rows},
-             lambda: models_table(resp.run_id, resp.total, rows))
+    page: Page = ctl.call(ctl.session().models, run, state=state.value if state else None, limit=limit)
+    rows = page.rows
+    ctl.show({"run_id": page.run_id, "total": page.total, "models": rows},
+             lambda: models_table(page.run_id, page.total, rows))
 
 
 @control_command(json_option=False)
@@ -258,7 +252,7 @@ def report_cmd(
         fail(f"--out {out} is a directory; give a file name")
     if not out.parent.exists():
         fail(f"--out {out}: directory {out.parent} does not exist")
-    board, text = ctl.call(fetch_report, ctl.client(), run)
+    board, text = ctl.call(fetch_report, ctl.session(), run)
     try:
         out.write_text(text, encoding="utf-8")
     except OSError as exc:

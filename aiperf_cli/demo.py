@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from aiperf.api.views import run_info_to_dict
+from aiperf.api.control_session import RunRequest
 from aiperf_cli.control import short_run_warning
 from aiperf_cli.explain import summary_line
 from aiperf_cli.options import ExitCode, fail, fail_api
@@ -34,7 +34,7 @@ from aiperf_cli.worker import select_backend, setup_logging
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
-    from aiperf.api.client import ControlClient
+    from aiperf.api.control_session import ControlSession
 
 WORKER_STOP_S = 120.0  # how long the worker may take to finish its epoch after SIGTERM
 
@@ -59,7 +59,8 @@ def demo_cmd(
 ) -> None:
     """Run the benchmark end to end on this machine: master on SQLite, one local worker,
     a smoke run on the built-in dataset; shows progress, audits the best models, then prints the scoreboard."""
-    from aiperf.api.client import ApiError, ControlClient
+    from aiperf.api.calls import ApiError
+    from aiperf.api.control_session import ControlSession
     from master.server import MasterConfig, serve
 
     select_backend(backend.value)  # the worker's, and this process's for the audit
@@ -84,7 +85,7 @@ def demo_cmd(
     worker_log = open(workdir / "worker.log", "w")
     worker = subprocess.Popen([sys.executable, "-m", "aiperf_cli", "worker", "--exit-when-done"],
                               env=env, stdout=worker_log, stderr=subprocess.STDOUT)
-    control = ControlClient(handle.address, handle.admin_token)
+    control = ControlSession.open(handle.address, handle.admin_token)
     board = None
     try:
         board = _run(console, control, workdir, minutes, seed, worker, deterministic, inherit=not no_inherit,
@@ -110,27 +111,27 @@ def demo_cmd(
              ExitCode(worker.returncode) if worker.returncode in known else ExitCode.BUG)
 
 
-def _run(console: "Console", control: "ControlClient", workdir: Path, minutes: float, seed: int,
+def _run(console: "Console", control: "ControlSession", workdir: Path, minutes: float, seed: int,
          worker: subprocess.Popen[Any], deterministic: bool = False, inherit: bool = True,
          interval: float = DEFAULT_INTERVAL_S) -> dict[str, Any]:
     """Start the smoke run, watch it to its end, print the scoreboard and write the report;
     returns the scoreboard dict."""
-    run = control.start_run(duration_s=minutes * 60, profile="smoke", seed=seed, min_workers=1,
-                            deterministic=deterministic, inherit=inherit)
-    short = short_run_warning(run_info_to_dict(run))
+    run = control.start_run(RunRequest(minutes * 60, profile="smoke", seed=seed, min_workers=1,
+                                       deterministic=deterministic, inherit=inherit))
+    short = short_run_warning(run)
     if short:
         console.print(f"[yellow]note[/yellow]: {short}")
-    _watch(console, control, run.config.run_id, worker, interval)
+    _watch(console, control, run["run_id"], worker, interval)
     console.print()
-    _audit(console, control, run.config.run_id, workdir)
-    board, page = fetch_report(control, run.config.run_id)
+    _audit(console, control, run["run_id"], workdir)
+    board, page = fetch_report(control, run["run_id"])
     console.print(scoreboard_view(board))
     (workdir / "report.html").write_text(page, encoding="utf-8")
     console.print(f"report: {workdir / 'report.html'}")
     return board
 
 
-def _audit(console: "Console", control: "ControlClient", run_id: int, workdir: Path) -> None:
+def _audit(console: "Console", control: "ControlSession", run_id: int, workdir: Path) -> None:
     """`aiperf audit` of the run's best models, here: their weights are in the worker's store under
     `workdir` (docs/spec.md, "Audit"); then the node audit of this machine, the demo worker's node
     (docs/spec.md, "Node audits"); the scoreboard and the report then show the verdicts."""
@@ -148,7 +149,7 @@ def _audit(console: "Console", control: "ControlClient", run_id: int, workdir: P
     console.print(audits_table(run_id, rows + node_rows))
 
 
-def _watch(console: "Console", control: "ControlClient", run_id: int, worker: subprocess.Popen[Any],
+def _watch(console: "Console", control: "ControlSession", run_id: int, worker: subprocess.Popen[Any],
            interval: float = DEFAULT_INTERVAL_S) -> None:
     """Progress until the run is over: a live table on a terminal, else one line every `interval`
     seconds (a log, CI); a worker that dies stops the run."""

@@ -21,8 +21,8 @@ from typing import Any, Optional
 
 import typer
 
-from aiperf import limits, units
-from aiperf.api.views import model_to_dict, scoreboard_to_dict, timeline_to_dict
+from aiperf import units
+from aiperf.api.control_session import ControlSession
 from aiperf.scoring import VALIDITY_RULES
 from aiperf_cli.options import Control, control_command, fail
 from aiperf_cli.values import RUN_ID, int_option
@@ -37,7 +37,6 @@ SubmissionStatus = enum.Enum("SubmissionStatus", [("research", "research"), ("on
                                                   ("cloud", "cloud"), ("preview", "preview")], type=str)
 DEFAULT_ORG = "unknown"  # submission_org: the run's record names no organisation
 MAX_SUBMISSION_TEXT = 256  # --org, --platform
-PAGE = limits.MAX_PAGE  # models per ListModels call: the master's page
 MAX_COMPARE = 16
 
 # The scoreboard's figures in `compare` and in the scoreboard CSV row, in order.
@@ -54,18 +53,11 @@ MODEL_FIELDS = ("model_id", "parent_id", "worker_id", "round", "state", "best_ac
 POINT_FIELDS = ("elapsed_s", "ops", "flops", "best_accuracy")
 
 
-def fetch_export(client: Any, run: int) -> dict[str, Any]:
+def fetch_export(session: ControlSession, run: int) -> dict[str, Any]:
     """The run's scoreboard, its full timeline and every model (paged through ListModels)."""
-    board = scoreboard_to_dict(client.scoreboard(run))
+    board = session.scoreboard(run)
     run_id = board["run_id"]
-    timeline = timeline_to_dict(client.timeline(run_id))
-    models: list[dict[str, Any]] = []
-    while True:
-        resp = client.list_models(run_id, limit=PAGE, offset=len(models))
-        models += [model_to_dict(m) for m in resp.models]
-        if not resp.models or len(models) >= resp.total:
-            break
-    return {"scoreboard": board, "timeline": timeline, "models": models}
+    return {"scoreboard": board, "timeline": session.timeline(run_id), "models": session.all_models(run_id)}
 
 
 def _model_row(m: dict[str, Any]) -> dict[str, Any]:
@@ -151,7 +143,7 @@ def export_cmd(
         problem = None if value is None else _text_problem(option, value)
         if problem:
             fail(problem)
-    data = ctl.call(fetch_export, ctl.client(), run)
+    data = ctl.call(fetch_export, ctl.session(), run)
     if fmt.value == "json":
         text = json.dumps(data, indent=1) + "\n"
     elif fmt.value == "csv":
@@ -253,8 +245,8 @@ def compare_cmd(
     bad = [r for r in runs if not RUN_ID[0] <= r <= RUN_ID[1]]
     if bad:
         fail(f"run id {bad[0]} is out of range [{RUN_ID[0]}, {RUN_ID[1]}]")
-    client = ctl.client()
-    boards = [ctl.call(lambda r=r: scoreboard_to_dict(client.scoreboard(r))) for r in runs]
+    session = ctl.session()
+    boards = [ctl.call(session.scoreboard, r) for r in runs]
     ctl.show(compare_data(boards), lambda: compare_table(boards))
 
 

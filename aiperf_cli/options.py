@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
 import typer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from aiperf.api.client import ControlClient
+    from aiperf.api.control_session import ControlSession
 
 DEFAULT_MASTER = "127.0.0.1:50051"
 DEFAULT_DATA_DIR = Path(".aiperf")
@@ -211,15 +211,15 @@ class Control:
     tls_ca: Optional[Path]
     as_json: bool = False
 
-    def client(self) -> "ControlClient":
-        """A control client with the admin token; no token or an unreadable CA: one line, exit 2."""
-        from aiperf.api.client import ControlClient
+    def session(self) -> "ControlSession":
+        """A control session with the admin token; no token or an unreadable CA: one line, exit 2."""
+        from aiperf.api.control_session import ControlSession
 
         # retries are logged by the client; the CLI reports the final error itself
         logging.getLogger("aiperf.api.client").addHandler(logging.NullHandler())
         logging.getLogger("aiperf.api.client").propagate = False
         root = read_tls_ca(self.tls_ca)
-        return ControlClient(self.master, self._token(), root_certificates=root, retries=1)
+        return ControlSession.open(self.master, self._token(), root_certificates=root, retries=1)
 
     def _token(self) -> str:
         """--admin-token, else --admin-token-file, else <data-dir>/admin.token."""

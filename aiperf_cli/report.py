@@ -16,7 +16,6 @@ import io
 from typing import TYPE_CHECKING, Any, Sequence
 
 from aiperf import units
-from aiperf.api.views import audit_to_dict, model_to_dict, scoreboard_to_dict, timeline_to_dict
 from aiperf.profiles import OFFICIAL
 from aiperf.scoring import model_rank_key
 from aiperf.states import ModelState
@@ -39,7 +38,7 @@ from aiperf_cli.tables import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from aiperf.api.client import ControlClient
+    from aiperf.api.control_session import ControlSession
 
 REPORT_MODELS = 10  # best models listed
 
@@ -265,8 +264,8 @@ def _charts(board: dict[str, Any], timeline: dict[str, Any]) -> str:
 
 def render_report(board: dict[str, Any], timeline: dict[str, Any], models: Sequence[dict[str, Any]],
                   audits: Sequence[dict[str, Any]] = ()) -> str:
-    """The report as HTML. board: scoreboard_to_dict; timeline: timeline_to_dict;
-    models: model_to_dict of the run's best models, best first; audits: audit_to_dict of its audits."""
+    """The report as HTML. board: ControlSession.scoreboard; timeline: ControlSession.timeline;
+    models: the run's best models, best first; audits: its audits (as ControlSession answers them)."""
     b = board
     title = run_title(b)
     return f"""<!DOCTYPE html>
@@ -305,13 +304,13 @@ figure {{ margin: 1rem 0; }}
 """
 
 
-def fetch_report(client: "ControlClient", run: int = 0) -> tuple[dict[str, Any], str]:
-    """(scoreboard dict, report HTML) of a run, fetched through a control client."""
-    board = scoreboard_to_dict(client.scoreboard(run))
+def fetch_report(session: "ControlSession", run: int = 0) -> tuple[dict[str, Any], str]:
+    """(scoreboard dict, report HTML) of a run, fetched through a control session."""
+    board = session.scoreboard(run)
     run_id = board["run_id"]
-    timeline = timeline_to_dict(client.timeline(run_id, max_points=2000))
-    done = [model_to_dict(m) for m in client.list_models(run_id, state=ModelState.DONE, limit=10000).models]
+    timeline = session.timeline(run_id, max_points=2000)
+    done = session.all_models(run_id, state=ModelState.DONE)
     # the master's ranking (GetHistory), from the one rule in aiperf.scoring
     done.sort(key=lambda m: model_rank_key(m["model_id"], m["predicted_accuracy"], m["best_accuracy"]))
-    audits = [audit_to_dict(a) for a in client.list_audits(run_id).audits]
+    audits = session.audits(run_id).audits
     return board, render_report(board, timeline, done[:REPORT_MODELS], audits)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import typer
 
 from aiperf import units
-from aiperf.api.views import scoreboard_to_dict
+from aiperf.api.control_session import ControlSession
 from aiperf.states import ModelState
 from aiperf_cli.explain import summary_line, validity_brief
 from aiperf_cli.format import parse_duration
@@ -62,7 +62,7 @@ class Follow:
     unreachable: list[Any] = field(default_factory=list)  # the errors of a master that did not answer
 
 
-def follow(client: Any, run: int, how: Follow) -> Optional[dict[str, Any]]:
+def follow(session: ControlSession, run: int, how: Follow) -> Optional[dict[str, Any]]:
     """Follow the run (0: the current or latest one, fixed at the first answer) until it is over;
     its last scoreboard dict, or None when the timeout passed first (`how.unreachable` then
     holds the error of a master that did not answer at the end)."""
@@ -72,7 +72,7 @@ def follow(client: Any, run: int, how: Follow) -> Optional[dict[str, Any]]:
     last_line = None
     while True:
         try:
-            d = scoreboard_to_dict(client.scoreboard(run))
+            d = session.scoreboard(run)
             how.unreachable.clear()
         except ApiError as exc:
             if exc.code.name not in _TRANSIENT or last_line is None:
@@ -121,14 +121,14 @@ def wait_cmd(
     if report is not None and not report.is_dir() and not report.parent.is_dir():
         fail(f"--report {report}: directory {report.parent} does not exist")
     how = Follow(interval_s=interval, timeout_s=timeout_s, on_line=_flush_print)
-    client = ctl.client()
-    d = ctl.call(follow, client, run, how)
+    session = ctl.session()
+    d = ctl.call(follow, session, run, how)
     if d is None:
         if how.unreachable:
             fail_api(ctl.master, how.unreachable[0], "admin token")
         fail(f"the run did not end within {timeout}", ExitCode.TIMEOUT)
     if report is not None:
-        _write_report(ctl, client, d["run_id"], report / f"aiperf-run-{d['run_id']}.html" if report.is_dir()
+        _write_report(ctl, session, d["run_id"], report / f"aiperf-run-{d['run_id']}.html" if report.is_dir()
                       else report)
     if scoreboard:
         from aiperf_cli.options import console
@@ -140,10 +140,10 @@ def wait_cmd(
         fail(f"run {d['run_id']} {d['state']} and is not valid: {d['invalid_reason']}", ExitCode.INVALID)
 
 
-def _write_report(ctl: Control, client: Any, run_id: int, out: Path) -> None:
+def _write_report(ctl: Control, session: ControlSession, run_id: int, out: Path) -> None:
     from aiperf_cli.report import fetch_report
 
-    _, text = ctl.call(fetch_report, client, run_id)
+    _, text = ctl.call(fetch_report, session, run_id)
     try:
         out.write_text(text, encoding="utf-8")
     except OSError as exc:
@@ -153,9 +153,9 @@ def _write_report(ctl: Control, client: Any, run_id: int, out: Path) -> None:
 
 def watch_status(ctl: Control, run: int, interval: float) -> None:
     """`aiperf status --watch`: progress lines until the run is over (a live table on a terminal)."""
-    client = ctl.client()
+    session = ctl.session()
     if not sys.stdout.isatty():
-        ctl.call(follow, client, run, Follow(interval_s=interval, on_line=_flush_print))
+        ctl.call(follow, session, run, Follow(interval_s=interval, on_line=_flush_print))
         return
     from rich.live import Live
 
@@ -163,8 +163,8 @@ def watch_status(ctl: Control, run: int, interval: float) -> None:
     from aiperf_cli.tables import progress_table
 
     with Live(console=console(), refresh_per_second=1, transient=False) as live:
-        ctl.call(follow, client, run, Follow(interval_s=interval, on_line=lambda line: None,
-                                             on_board=lambda d: live.update(progress_table(d))))
+        ctl.call(follow, session, run, Follow(interval_s=interval, on_line=lambda line: None,
+                                              on_board=lambda d: live.update(progress_table(d))))
 
 
 def register(app: typer.Typer) -> None:

@@ -267,6 +267,54 @@ def test_the_protobuf_check_sees_every_form_of_import(tmp_path: Path) -> None:
         ROOT = saved
 
 
+# The CLI and the worker reach the master through the sessions (aiperf.api.control_session and
+# aiperf.api.session), which answer plain records: never the wire-level clients, their stream, or
+# the converters that take a message.
+THROUGH_SESSIONS = ("aiperf_cli", "worker")
+WIRE_LEVEL = ("aiperf.api.views", "aiperf.api.wire", "aiperf.api.stream", "aiperf.api.client.ControlClient",
+              "aiperf.api.client.WorkerClient", "aiperf.api.client.WorkerStream")
+
+
+def _wire_level_imports(sources: list[Path]) -> list[str]:
+    found = []
+    for path in sources:
+        module = _module_name(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(module, _is_package(path), node)
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            found += [f"{module}: {n}" for n in names if n in WIRE_LEVEL]
+    return sorted(set(found))
+
+
+def test_the_cli_and_the_worker_talk_through_the_sessions() -> None:
+    sources = [p for p in _sources() if p.relative_to(ROOT).parts[0] in THROUGH_SESSIONS]
+    bad = _wire_level_imports(sources)
+    assert not bad, f"wire-level API used outside aiperf.api (use the sessions): {bad}"
+
+
+def test_the_session_check_sees_modules_and_names(tmp_path: Path) -> None:
+    pkg = tmp_path / "aiperf_cli"
+    pkg.mkdir()
+    forms = {"a": "from aiperf.api.views import scoreboard_to_dict\n", "b": "import aiperf.api.wire\n",
+             "c": "def f():\n    from aiperf.api.client import ControlClient\n",
+             "d": "from aiperf.api.client import ApiError, NodeInventory\n",
+             "e": "from aiperf.api import stream\n"}
+    for name, text in forms.items():
+        (pkg / f"{name}.py").write_text(text)
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert [f.split(":")[0] for f in _wire_level_imports(sorted(pkg.glob("*.py")))] == [
+            "aiperf_cli.a", "aiperf_cli.b", "aiperf_cli.c", "aiperf_cli.e"]
+    finally:
+        ROOT = saved
+
+
 # ---------------------------------------------------------------- states are the enums
 
 STATE_SCOPE = PACKAGES

@@ -16,6 +16,7 @@ from tests.support.schema_round_trip import down_and_up
 
 
 def test_each_workers_backend_is_listed_and_a_run_may_mix_them(master_server, capsys):
+    from aiperf.api.control_session import ControlSession
     from aiperf.api.views import scoreboard_to_dict
     from aiperf_cli.main import main
     from aiperf_cli.report import fetch_report
@@ -36,7 +37,7 @@ def test_each_workers_backend_is_listed_and_a_run_may_mix_them(master_server, ca
         backends = {node["name"]: node["backend"] for node in board["hardware"]}
         assert backends == {"tf": "tensorflow", "jx": "jax", "old": "tensorflow"}
         assert board["backends"] == "jax, tensorflow"
-        _, page = fetch_report(c, run.config.run_id)
+        _, page = fetch_report(ControlSession(c), run.config.run_id)
         assert "backend jax" in page
         env = ["--master", h.address, "--admin-token", h.admin_token]
         assert main(["workers", *env]) == 0

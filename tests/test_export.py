@@ -50,9 +50,9 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_json_export_holds_scoreboard_timeline_and_every_model(runs, capsys, monkeypatch):
-    import aiperf_cli.export
+    from aiperf.api.control_session import ControlSession
 
-    monkeypatch.setattr(aiperf_cli.export, "PAGE", 1)  # one model per ListModels call: the paging is exercised
+    monkeypatch.setattr(ControlSession, "page_size", 1)  # one model per ListModels call: the paging is exercised
     rc, out, err = run(capsys, "export", "--run", "1", "--format", "json")
     assert rc == 0, err
     data = json.loads(out)

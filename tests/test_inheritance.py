@@ -261,10 +261,11 @@ def test_no_inherit_is_in_the_run_config_and_the_scoreboard(master_server, tmp_p
 
     import aiperf_cli.demo as demo
     from aiperf.api.client import ControlClient
+    from aiperf.api.control_session import ControlSession
 
     monkeypatch.setattr(demo, "_watch", lambda *args: None)
     monkeypatch.setattr(demo, "fetch_report", lambda control, run_id: ({}, ""))
     monkeypatch.setattr(demo, "scoreboard_view", lambda board: "")
     with ControlClient(h.address, h.admin_token) as control:
-        demo._run(Console(quiet=True), control, tmp_path, 5.0, 3, None, False, inherit=False)
+        demo._run(Console(quiet=True), ControlSession(control), tmp_path, 5.0, 3, None, False, inherit=False)
         assert control.run_status(0).run.config.inherit is False

@@ -70,6 +70,7 @@ def test_deterministic_is_recorded_in_the_run_config(master_server, tmp_path, ca
 
     import aiperf_cli.demo as demo
     from aiperf.api.client import ControlClient
+    from aiperf.api.control_session import ControlSession
 
     db = f"sqlite:///{tmp_path / 'runs.db'}"
     h = master_server(db)
@@ -91,7 +92,7 @@ def test_deterministic_is_recorded_in_the_run_config(master_server, tmp_path, ca
     monkeypatch.setattr(demo, "fetch_report", lambda control, run_id: ({}, ""))
     monkeypatch.setattr(demo, "scoreboard_view", lambda board: "")
     with ControlClient(h.address, h.admin_token) as control:
-        demo._run(Console(quiet=True), control, tmp_path, 5.0, 3, None, True)
+        demo._run(Console(quiet=True), ControlSession(control), tmp_path, 5.0, 3, None, True)
     # what workers read comes from the run's config in SQL: a restarted master keeps it
     h.stop(grace_s=0)
     again = master_server(db)

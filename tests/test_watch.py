@@ -9,6 +9,7 @@ import socket
 import pytest
 
 from aiperf.api import aiperf_pb2 as pb
+from aiperf.api.control_session import ControlSession
 from aiperf_cli.options import ExitCode
 from aiperf_cli.watch import Follow, follow, progress_line
 from tests.support.cli_runs import run_cli as _run
@@ -55,7 +56,7 @@ def test_a_line_every_interval_then_the_last_board():
     running = [board(pb.RUN_RUNNING, 10.0 * i) for i in range(20)]
     client = ScriptedClient([*running, board(pb.RUN_FINISHED, 300.0, valid=True)])
     lines: list[str] = []
-    d = follow(client, 0, Follow(interval_s=10.0, poll_s=2.0, on_line=lines.append, clock=clock,
+    d = follow(ControlSession(client), 0, Follow(interval_s=10.0, poll_s=2.0, on_line=lines.append, clock=clock,
                                  sleep=clock.sleep))
     assert d is not None and d["final"] and d["valid"]
     # 21 polls 2 s apart (0..40 s): a line at 0, 10, 20, 30, 40 s, and the final one
@@ -79,11 +80,11 @@ def test_the_timeout_ends_the_follow_and_a_silent_master_is_retried():
 
     clock = FakeClock()
     with pytest.raises(ApiError):  # never reached: a wrong address, or no master yet (exit 3 at once)
-        follow(ScriptedClient([Unavailable()]), 0, Follow(clock=clock, sleep=clock.sleep, on_line=lambda line: None))
+        follow(ControlSession(ScriptedClient([Unavailable()])), 0, Follow(clock=clock, sleep=clock.sleep, on_line=lambda line: None))
     client = ScriptedClient([board(pb.RUN_RUNNING, 1.0), Unavailable()])
     how = Follow(interval_s=5.0, timeout_s=9.0, poll_s=2.0, on_line=lambda line: None, clock=clock,
                  sleep=clock.sleep)
-    assert follow(client, 0, how) is None
+    assert follow(ControlSession(client), 0, how) is None
     assert clock.t == pytest.approx(9.0) and how.unreachable  # still silent at the end: exit 3 for `wait`
 
 
@@ -145,12 +146,12 @@ def test_the_demo_shows_a_live_table_on_a_terminal_and_lines_elsewhere(capsys):
 
     client = ScriptedClient([board(pb.RUN_RUNNING, 10.0), board(pb.RUN_FINISHED, 300.0, valid=True)])
     screen = io.StringIO()
-    demo._watch(Console(file=screen, force_terminal=True, width=100), client, 7, Worker(), 1.0)
+    demo._watch(Console(file=screen, force_terminal=True, width=100), ControlSession(client), 7, Worker(), 1.0)
     shown = screen.getvalue()
     assert "AIPerf run 7 (smoke, unofficial)" in shown and "3.70 GFLOPS" in shown and "valid" in shown
     assert capsys.readouterr().out == ""  # on a terminal: the table, no progress lines
 
     client = ScriptedClient([board(pb.RUN_FINISHED, 300.0, valid=True)])
-    demo._watch(Console(file=io.StringIO(), force_terminal=False), client, 7, Worker(), 1.0)
+    demo._watch(Console(file=io.StringIO(), force_terminal=False), ControlSession(client), 7, Worker(), 1.0)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 and "run 7 finished" in lines[0] and "valid: yes" in lines[0]

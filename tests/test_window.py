@@ -14,6 +14,7 @@ from sqlalchemy import create_engine, select
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.client import ControlClient, WorkerClient
+from aiperf.api.control_session import ControlSession
 from aiperf.api.views import run_status_to_dict, scoreboard_to_dict
 from aiperf.flops import count_flops
 from aiperf_cli.report import fetch_report
@@ -224,7 +225,7 @@ def test_a_deadline_passed_while_the_master_was_down(master_server, small_graph,
     assert d["downtime_s"] == pytest.approx(36.3) and d["downtime_in_window_s"] == pytest.approx(5.0)
     assert "master down 36.3 s in 1 outage (5.0 s inside the scored window)" in status_line(d)
     assert scoreboard_to_dict(sb)["outages"] == [{"start": t0 + 55.0, "end": t0 + 91.3, "duration_s": pytest.approx(36.3)}]
-    _, report = fetch_report(c2, run_id)
+    _, report = fetch_report(ControlSession(c2), run_id)
     assert "Master downtime</th><td>36.3 s in 1 outage (5.0 s inside the scored window)" in report
 
     # the grace period counts from the restart: the worker can still finish its model

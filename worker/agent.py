@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 import grpc
 import tenacity
 
-from aiperf.api.client import Accelerator, ApiError, ResourceSample, WorkerClient
+from aiperf.api.client import Accelerator, ApiError, ResourceSample
 from aiperf.api.records import ModelRecord, RunInfo
 from aiperf.api.session import WorkerSession
 from aiperf.graph import Graph
@@ -118,8 +118,8 @@ class Agent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         # heartbeats and progress reports share the session's one Connect stream: cheaper for the master
-        self.client = WorkerSession(WorkerClient(config.master, config.token,
-                                                 root_certificates=config.root_certificates, tls=config.tls))
+        self.client = WorkerSession.open(config.master, config.token,
+                                         root_certificates=config.root_certificates, tls=config.tls)
         self.credential_file = (CredentialFile(config.state_dir, config.master, config.name)
                                 if config.state_dir is not None else None)
         self.worker_id = 0

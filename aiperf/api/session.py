@@ -24,6 +24,11 @@ class WorkerSession:
         self.client = client
         self._stream = client.connect()
 
+    @classmethod
+    def open(cls, address: str, token: str, **options: Any) -> "WorkerSession":
+        """A session on a new WorkerClient; `options` as the client's (TLS, retries, timeout)."""
+        return cls(WorkerClient(address, token, **options))
+
     def close(self) -> None:
         """Close the stream, then the channel (twice is harmless)."""
         self._stream.close()
