@@ -47,6 +47,7 @@ SHORT_OPTIONS: dict[str, list[str]] = {
     "optuna_bench": ["--window", "5"],
     "repeatability_bench": ["--repeats", "2", "--rounds", "2", "--modes", "deterministic"],
     "validation_bench": ["--calls", "2000"],
+    "recipe_bench": ["1"],
 }
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
