@@ -340,7 +340,8 @@ def test_warmup_reuses_the_parents_hyperparameters_and_failures_reach_tpe(master
     from aiperf.hpo import Tuner
     from aiperf.hyperparameters import Hyperparameters
     from aiperf.morphism import deeper_at
-    from worker.agent import Outbox, tpe_observations
+    from worker.agent import Outbox
+    from worker.round_choice import tpe_observations
     from worker.trainer import TrainResult
 
     h = master_server()
@@ -450,6 +451,110 @@ def test_after_out_of_memory_only_smaller_batches_are_kept(sizes, failed, fits):
         assert set(kept) == allowed
     else:
         assert kept == (min(b for b in sizes if b < failed),)
+
+
+class _Prepared:
+    """A prepared round as worker.trainer.prepare_round returns it; compiled None: it failed."""
+
+    def __init__(self, batch_size: int, fits: int | None) -> None:
+        self.batch_size, self.released = batch_size, False
+        self.compiled = object() if fits is None else None
+        self.batch_size_that_fits = fits
+
+    def release(self) -> None:
+        self.released = True
+
+    def start_from_seed(self, seed: int) -> None:
+        self.seed = seed
+
+
+def test_replanning_lowers_only_after_a_memory_plan_refused_and_always_lowers():
+    from aiperf.profiles import SMOKE
+    from worker.round_choice import replanned_profile
+
+    assert replanned_profile(SMOKE, 128, _Prepared(128, None)) is None  # it fits
+    runtime_oom = _Prepared(128, None)
+    runtime_oom.compiled = None  # out of memory while running: no plan's estimate, nothing to choose again
+    assert replanned_profile(SMOKE, 128, runtime_oom) is None
+    assert replanned_profile(SMOKE, 128, _Prepared(128, 40)).batch_sizes == (16, 32)
+    assert replanned_profile(SMOKE, 16, _Prepared(16, 0)) is None  # nothing smaller is left: goes ahead, fails
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(1, 4096), min_size=1, max_size=40, unique=True),
+       fits=st.lists(st.integers(0, 8192), min_size=1, max_size=60))
+def test_replanning_ends_with_a_size_below_every_refused_one(sizes, fits):
+    import dataclasses
+
+    from aiperf.profiles import SMOKE
+    from worker.round_choice import replanned_profile
+
+    profile = dataclasses.replace(SMOKE, batch_sizes=tuple(sorted(sizes)), batch_size=max(sizes))
+    refused = []
+    for estimate in fits:  # each try refused by its plan with this estimate, until nothing smaller is left
+        lowered = replanned_profile(profile, profile.batch_size, _Prepared(profile.batch_size, estimate))
+        if lowered is None:
+            assert profile.batch_size == min(sizes)  # the smallest is always kept: it is where tries end
+            break
+        refused.append(profile.batch_size)
+        assert set(lowered.batch_sizes) <= set(sizes) and lowered.batch_size < min(refused)
+        profile = lowered
+    assert len(refused) < len(sizes)
+
+
+def test_a_round_its_memory_plan_refuses_is_chosen_again_before_it_is_submitted(master_server, small_graph,
+                                                                                monkeypatch):
+    """A plan's out of memory is known before SubmitModel: no model is created at the size that
+    cannot fit; the round goes at the largest size under the plan's estimate, and so do the rounds after."""
+    from aiperf.api.client import ControlClient
+    from aiperf.hyperparameters import Hyperparameters
+    from aiperf.morphism import deeper_at
+    from aiperf.search import Candidate
+    from worker.agent import Outbox
+    from worker.trainer import TrainResult
+
+    tried: list[_Prepared] = []
+
+    def prepare(graph, hyper, dataset, profile, round_index, **kwargs):
+        tried.append(_Prepared(hyper.batch_size, 40 if hyper.batch_size > 40 else None))
+        return tried[-1]
+
+    class Pool:
+        def child(self, round_index, entries, timeout=None):
+            return Candidate(deeper_at(small_graph, "conv2_block1_out"), first)
+
+    class Ahead:  # the look-ahead's interface, planning at the hand-over
+        def take(self, basis):
+            return agent._plan(ctx, None, Pool(), basis)
+
+        def start(self, basis): ...
+
+        def dispose(self, planned): ...
+
+    monkeypatch.setattr("worker.trainer.prepare_round", prepare)
+    h = master_server()
+    with ControlClient(h.address, h.admin_token) as control:
+        control.start_run(600, profile="smoke", seed=1, warmup_rounds=2)
+    agent = _agent(h, "replanned")
+    box = Outbox()
+    try:
+        agent._register()
+        ctx = agent._context(agent._wait_for_running_run())
+        assert ctx.profile.batch_sizes == (16, 32, 64, 128)
+        first = agent._submit(small_graph, 0, 1, Hyperparameters(64, 5))
+        agent._finish(box, first, 1, TrainResult("done", (0.5, 0.6), 2, 100, 10, 1, 0.6, 0.65))
+        monkeypatch.setattr(agent, "_train", lambda *args, **kwargs: TrainResult(
+            "done", (0.5,), 1, 100, 10, 1, 0.5, 0.5))
+        agent._round(ctx, box, Ahead(), agent._basis(ctx, box))
+        # warm-up: the parent's 64 refused by the plan (fits 40), released; the default of (16, 32) taken
+        assert [(p.batch_size, p.released) for p in tried] == [(64, True), (32, False)]
+        assert ctx.profile.batch_sizes == (16, 32)
+        box.close()
+        agent._snapshot()
+        assert sorted((m.round, m.hyperparameters.batch_size) for m in agent._history.values()) == [(1, 64), (2, 32)]
+    finally:
+        box.close()
+        _close(agent)
 
 
 def test_after_warmup_an_architecture_trains_twice_the_parents_then_tpes(master_server, small_graph, monkeypatch):

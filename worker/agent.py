@@ -32,7 +32,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import grpc
 import tenacity
@@ -55,6 +55,7 @@ from worker.inheritance import Inheritance
 from worker.inventory import Inventory, core_shortage, inventory
 from worker.outbox import TRANSIENT as _TRANSIENT
 from worker.outbox import Outbox, call_until_done
+from worker.round_choice import model_with_hash, replanned_profile, round_hyperparameters
 from worker.rounds import OOM_REASON_PREFIX, profile_after_out_of_memory
 from worker.undeleted import UndeletedFile
 
@@ -441,6 +442,8 @@ class Agent:
         its weights stored; returns the next round's basis (None: fetch a fresh one)."""
         planned = ahead.take(basis)
         round_index = basis.round_index
+        if planned.profile is not None and max(planned.profile.batch_sizes) < max(ctx.profile.batch_sizes):
+            ctx.profile = planned.profile  # its plan said the larger sizes cannot fit: the later rounds too
         model_id = None
         try:
             if planned.pending_parent:
@@ -484,11 +487,8 @@ class Agent:
         if candidate is None:
             candidate = pool.child(basis.round_index, basis.entries, timeout=600)
         graph = candidate.graph
-        parent_id = candidate.parent_model_id or _model_with_hash(basis.models, graph.meta.get("parent"))
-        hyper, source = self._hyperparameters(ctx, basis.round_index, parent_id, basis.models)
+        parent_id = candidate.parent_model_id or model_with_hash(basis.models, graph.meta.get("parent"))
         parent_graph = next((e.graph for e in basis.entries if e.model_id == parent_id), None)
-        start = self.inheritance.child_start(ctx.inherit, basis.models.get(parent_id), parent_graph, graph, hyper)
-        hyper = start.hyperparameters  # the kernel may be kept from the parent (never shrinks)
         epochs = ctx.profile.epochs_for_round(basis.round_index)
         if ctx.max_epochs_per_round:
             epochs = min(epochs, ctx.max_epochs_per_round)
@@ -497,11 +497,21 @@ class Agent:
             import keras
 
             keras.utils.set_random_seed(seed % 2**32)
-        prepared = prepare_round(graph, hyper, dataset, ctx.profile, basis.round_index, precision=ctx.precision,
-                                 xla=ctx.xla, seed=seed, epochs=epochs, initial_weights=start.weights)
+        profile = ctx.profile
+        while True:  # chosen again at smaller sizes while the memory plan says they cannot fit
+            hyper, source = self._hyperparameters(ctx, basis.round_index, parent_id, basis.models, profile)
+            start = self.inheritance.child_start(ctx.inherit, basis.models.get(parent_id), parent_graph, graph, hyper)
+            hyper = start.hyperparameters  # the kernel may be kept from the parent (never shrinks)
+            prepared = prepare_round(graph, hyper, dataset, profile, basis.round_index, precision=ctx.precision,
+                                     xla=ctx.xla, seed=seed, epochs=epochs, initial_weights=start.weights)
+            lowered = replanned_profile(profile, hyper.batch_size, prepared)
+            if lowered is None:
+                break
+            prepared.release()
+            profile = lowered
         return PlannedRound(basis.key, candidate, parent_id, hyper, source, prepared,
                             inherited_from=start.inherited_from, start_why=start.why,
-                            pending_parent=start.pending_parent)
+                            pending_parent=start.pending_parent, profile=profile)
 
     def _inherit_at_hand_over(self, planned: PlannedRound) -> None:
         """A round prepared while its parent trained: the parent's weights loaded into it now if its
@@ -527,22 +537,12 @@ class Agent:
             return
         planned.inherited_from = parent_id
 
-    def _hyperparameters(self, ctx: RunContext, round_index: int, parent_id: int,
-                         models: Mapping[int, ModelRecord]) -> tuple[Hyperparameters, str]:
-        """This round's hyperparameters and their source: the parent's during warm-up (where
-        the profile says so), else the defaults; TPE on the round's basis after warm-up."""
-        from aiperf.hpo import choose_hyperparameters
-
-        parent = models.get(parent_id)
-        inherited = None
-        if parent is not None and parent.state == ModelState.DONE:
-            inherited = parent.hyperparameters
-            if inherited is None:  # the master checks them; never trust, though
-                log.warning("event=parent_hyperparameters_unusable model=%d", parent_id)
-        observations = tpe_observations(models.values()) if round_index > ctx.warmup_rounds else []
-        return choose_hyperparameters(ctx.profile, round_index, observations,
-                                      seed=derive_seed(ctx.seed, "hpo", self.worker_id, round_index),
-                                      warmup_rounds=ctx.warmup_rounds, parent=inherited)
+    def _hyperparameters(self, ctx: RunContext, round_index: int, parent_id: int, models: Mapping[int, ModelRecord],
+                         profile: Profile | None = None) -> tuple[Hyperparameters, str]:
+        """worker.round_choice.round_hyperparameters under `profile` (default: the run's, as lowered so far)."""
+        return round_hyperparameters(profile or ctx.profile, round_index, parent_id, models,
+                                     seed=derive_seed(ctx.seed, "hpo", self.worker_id, round_index),
+                                     warmup_rounds=ctx.warmup_rounds)
 
     def _submit(self, graph: Graph, parent_id: int, round_index: int, hyper: Hyperparameters,
                 dataset: dict[str, Any] | None = None, inherited_from: int = 0, prepared: Any = None) -> int | None:
@@ -640,31 +640,6 @@ class Agent:
 
 class _RunClosed(Exception):
     """The master accepts no more models in this run."""
-
-
-def _model_with_hash(models: Mapping[int, ModelRecord], graph_hash: str | None) -> int:
-    """The model id of an architecture in a history; 0 when unknown."""
-    if graph_hash:
-        for mid, m in sorted(models.items()):
-            if m.graph_hash == graph_hash:
-                return mid
-    return 0
-
-
-def tpe_observations(models: Iterable[ModelRecord]) -> list[tuple[Hyperparameters, float]]:
-    """TPE's (hyperparameters, accuracy) pairs from the run's models, by model id: a done
-    model with its (predicted) accuracy, a model that failed on its own (out of memory,
-    NaN loss) with 0.0, a failure. Open, abandoned and cut models are left out, and so are
-    hyperparameters that break the rule."""
-    out: list[tuple[Hyperparameters, float]] = []
-    for m in sorted(models, key=lambda m: m.model_id):
-        if m.hyperparameters is None:
-            continue
-        if m.state == ModelState.DONE and m.has_accuracy:
-            out.append((m.hyperparameters, m.predicted_accuracy or m.best_accuracy))
-        elif m.state == ModelState.FAILED:
-            out.append((m.hyperparameters, 0.0))
-    return out
 
 
 def resource_samples(sample: MonitorSample) -> list[ResourceSample]:

@@ -121,6 +121,7 @@ class PlannedRound:
     inherited_from: int = 0     # the parent whose weights the model starts from; 0: from scratch
     start_why: str = ""         # for the log: "inherited", or why not (worker.inheritance)
     pending_parent: int = 0     # prepared while this parent trained: its weights are loaded at the hand-over
+    profile: Any = None         # the profile it was chosen under (lowered when its memory plan refused a size)
 
     @property
     def graph(self) -> Any:
