@@ -42,7 +42,6 @@ from aiperf_cli.values import RUN_ID, Backend, DatasetFormat, LogLevel, int_opti
 
 DEFAULT_TOP = 3
 TOP = (1, 1000)
-PAGE = limits.MAX_PAGE
 
 
 def ranked_done_models(session: ControlSession, run_id: int) -> list[tuple[int, ModelRecord]]:
@@ -165,7 +164,7 @@ def node_audit_run(session: ControlSession, run: int, node: str, kind: Optional[
 
     listed = session.audits(run)
     run_id, drawn = listed.run_id, listed.node_audit_model_ids
-    here = {w["worker_id"] for w in session.workers(run_id=run_id, limit=PAGE).rows if node in (w["host"], w["name"])}
+    here = {w["worker_id"] for w in session.all_workers(run_id) if node in (w["host"], w["name"])}
     mine = [(pos, m) for pos, m in enumerate(session.all_model_records(run_id))
             if m.model_id in drawn and m.worker_id in here]
     if not mine:

@@ -58,8 +58,8 @@ def trim_wheel(wheel: Path, left_out: tuple[str, ...]) -> int:
     """Rewrite `wheel` without the entries under `left_out` (top-level folders), its RECORD listing
     exactly what stays (each file with its hash and size, RECORD itself without); the entries removed."""
     with zipfile.ZipFile(wheel) as source:
-        entries = [(info, source.read(info)) for info in source.infolist()]
-    kept = [(i, d) for i, d in entries if not i.filename.startswith(left_out)]
+        infos = source.infolist()
+        kept = [(i, source.read(i)) for i in infos if not i.filename.startswith(left_out)]
     records = [i.filename for i, _ in kept if i.filename.endswith(".dist-info/RECORD")]
     if len(records) != 1:
         raise ValueError(f"{wheel.name}: {len(records)} RECORD files, expected one")
@@ -76,7 +76,7 @@ def trim_wheel(wheel: Path, left_out: tuple[str, ...]) -> int:
             target.writestr(info, rows.getvalue().encode() if info.filename == records[0] else data,
                             compress_type=zipfile.ZIP_DEFLATED)
     trimmed.replace(wheel)
-    return len(entries) - len(kept)
+    return len(infos) - len(kept)
 
 
 def main(argv: list[str] | None = None) -> int:

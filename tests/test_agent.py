@@ -411,8 +411,10 @@ def test_a_round_out_of_memory_lowers_the_batch_sizes_of_the_rounds_after(caplog
     assert "out of memory at batch size 128 per accelerator".startswith(OOM_REASON_PREFIX)
     with caplog.at_level("WARNING", logger="worker.rounds"):
         profile = profile_after_out_of_memory(SMOKE, 128)  # the smoke sizes 16-128: at most 115 kept
-    assert profile.batch_sizes == (16, 32, 64) and profile.default_hyperparameters().batch_size == 64
-    assert "event=batch_sizes_lowered failed_batch=128 batch_size=64" in caplog.text
+    # the default, 32, is not raised to the largest size kept: 128's failure says nothing about 64
+    assert profile.batch_sizes == (16, 32, 64) and profile.default_hyperparameters().batch_size == 32
+    assert "event=batch_sizes_lowered failed_batch=128 batch_size=32 largest=64" in caplog.text
+    assert profile_after_out_of_memory(SMOKE, 64, fits=20).default_hyperparameters().batch_size == 16
     profile = profile_after_out_of_memory(profile_after_out_of_memory(profile, 64), 32)
     assert profile.batch_sizes == (16,)
     with caplog.at_level("ERROR", logger="worker.rounds"):
@@ -437,14 +439,24 @@ def test_after_out_of_memory_on_an_h200_the_batch_steps_a_tenth_down():
 
 @settings(max_examples=200, deadline=None)
 @given(sizes=st.lists(st.integers(1, 4096), min_size=1, max_size=40, unique=True), failed=st.integers(1, 8192),
-       fits=st.one_of(st.none(), st.integers(0, 8192)))
-def test_after_out_of_memory_only_smaller_batches_are_kept(sizes, failed, fits):
+       fits=st.one_of(st.none(), st.integers(0, 8192)), pick=st.integers(0, 39))
+def test_after_out_of_memory_only_smaller_batches_are_kept(sizes, failed, fits, pick):
+    import dataclasses
+
+    from aiperf.profiles import SMOKE
     from worker.rounds import batch_sizes_after_out_of_memory as after
+    from worker.rounds import profile_after_out_of_memory
+
+    default = sizes[pick % len(sizes)]
 
     kept = after(sizes, failed, fits)
     if kept is None:
         assert min(sizes) >= failed
         return
+    profile = profile_after_out_of_memory(dataclasses.replace(SMOKE, batch_sizes=tuple(sorted(sizes)),
+                                                              batch_size=default), failed, fits)
+    assert profile.batch_sizes == kept and profile.batch_size in kept  # a profile the check accepts
+    assert profile.batch_size == min(default, max(kept))  # lowered when above what is kept, never raised
     assert set(kept) <= set(sizes) and max(kept) < failed and list(kept) == sorted(kept)
     allowed = {b for b in sizes if b * 10 <= failed * 9 and (fits is None or b <= fits)}
     if allowed:

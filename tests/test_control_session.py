@@ -28,6 +28,10 @@ class PagedClient:
         page = self.models[offset:offset + min(limit or self.cap, self.cap)]
         return pb.ListModelsResponse(run_id=1, total=self.total, models=page)
 
+    def list_workers(self, state=None, run_id=0, limit=0, offset=0):
+        workers = [pb.WorkerInfo(worker_id=m.model_id, name=f"w{m.model_id}") for m in self.models]
+        return pb.ListWorkersResponse(total=self.total, workers=workers[offset:offset + min(limit or self.cap, self.cap)])
+
     def scoreboard(self, run_id=0):
         return pb.Scoreboard(run=pb.RunInfo(config=pb.RunConfig(run_id=1, profile=pb.PROFILE_SMOKE),
                                             state=pb.RUN_FINISHED))
@@ -59,6 +63,7 @@ def test_all_models_reads_every_page_once_in_id_order(n: int, page: int, cap: in
     assert all(m.state is ModelState.DONE for m in records)
     offsets = [o for o, _ in client.calls]
     assert len(offsets) == 2 * len(set(offsets))  # no page asked twice for one listing
+    assert [w["worker_id"] for w in session.all_workers(1)] == list(range(1, n + 1))
 
 
 def test_a_master_that_overstates_its_total_ends_the_listing_at_an_empty_page() -> None:

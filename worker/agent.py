@@ -141,6 +141,7 @@ class Agent:
         self._datasets: dict[tuple[str, str | None, int, bool], Dataset] = {}  # (kind, path, size, deterministic)
         self._closed_runs: set[int] = set()  # runs that refused new models (stopping, model limit)
         self.rounds_done = 0
+        self._profile_lock = threading.Lock()  # the run's profile is lowered from the look-ahead's thread too
         # what an earlier process with this name and master could not delete is sent with the first
         # FinishModel; what it was deleting when it stopped is deleted now
         self.inheritance = Inheritance(checkpoint_store(config), kept=(
@@ -442,8 +443,6 @@ class Agent:
         its weights stored; returns the next round's basis (None: fetch a fresh one)."""
         planned = ahead.take(basis)
         round_index = basis.round_index
-        if planned.profile is not None and max(planned.profile.batch_sizes) < max(ctx.profile.batch_sizes):
-            ctx.profile = planned.profile  # its plan said the larger sizes cannot fit: the later rounds too
         model_id = None
         try:
             if planned.pending_parent:
@@ -473,14 +472,15 @@ class Agent:
         self._current_model = 0
         self._finish(outbox, model_id, round_index, result, saved[-1] if saved else None)
         if result.state == RoundOutcome.FAILED and result.reason.startswith(OOM_REASON_PREFIX):
-            ctx.profile = profile_after_out_of_memory(ctx.profile, hyper.batch_size, result.batch_size_that_fits)
+            self._lower_profile(ctx, profile_after_out_of_memory(ctx.profile, hyper.batch_size,
+                                                                 result.batch_size_that_fits))
         self.rounds_done += 1
         return following
 
     def _plan(self, ctx: RunContext, dataset: Any, pool: Any, basis: Basis) -> PlannedRound:
         """Everything round `basis.round_index` needs before its first step, from its basis only:
         the child, its hyperparameters, the model built and its steps traced (any thread)."""
-        from worker.lookahead import PlannedRound, repeated_architecture
+        from worker.lookahead import PlannedRound, free_memory, repeated_architecture
         from worker.trainer import prepare_round
 
         candidate = repeated_architecture(basis, self.worker_id, ctx.profile.trial(basis.round_index, ctx.warmup_rounds))
@@ -493,12 +493,12 @@ class Agent:
         if ctx.max_epochs_per_round:
             epochs = min(epochs, ctx.max_epochs_per_round)
         seed = derive_seed(ctx.seed, "train", self.worker_id, basis.round_index)
-        if ctx.deterministic:  # whatever the trainer does not seed itself starts the same
-            import keras
-
-            keras.utils.set_random_seed(seed % 2**32)
         profile = ctx.profile
         while True:  # chosen again at smaller sizes while the memory plan says they cannot fit
+            if ctx.deterministic:  # whatever the trainer does not seed itself starts the same, each try
+                import keras
+
+                keras.utils.set_random_seed(seed % 2**32)
             hyper, source = self._hyperparameters(ctx, basis.round_index, parent_id, basis.models, profile)
             start = self.inheritance.child_start(ctx.inherit, basis.models.get(parent_id), parent_graph, graph, hyper)
             hyper = start.hyperparameters  # the kernel may be kept from the parent (never shrinks)
@@ -508,10 +508,19 @@ class Agent:
             if lowered is None:
                 break
             prepared.release()
-            profile = lowered
+            free_memory()  # the refused try's model and iterators, before the next compiles
+            profile = self._lower_profile(ctx, lowered)
         return PlannedRound(basis.key, candidate, parent_id, hyper, source, prepared,
                             inherited_from=start.inherited_from, start_why=start.why,
-                            pending_parent=start.pending_parent, profile=profile)
+                            pending_parent=start.pending_parent)
+
+    def _lower_profile(self, ctx: RunContext, lowered: Profile) -> Profile:
+        """The run's profile, lowered to `lowered` when that keeps fewer sizes (every lowering keeps
+        the sizes up to a limit, so the smaller wins whichever thread lowers first); never raised."""
+        with self._profile_lock:
+            if max(lowered.batch_sizes) < max(ctx.profile.batch_sizes):
+                ctx.profile = lowered
+            return ctx.profile
 
     def _inherit_at_hand_over(self, planned: PlannedRound) -> None:
         """A round prepared while its parent trained: the parent's weights loaded into it now if its

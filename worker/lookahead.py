@@ -121,7 +121,6 @@ class PlannedRound:
     inherited_from: int = 0     # the parent whose weights the model starts from; 0: from scratch
     start_why: str = ""         # for the log: "inherited", or why not (worker.inheritance)
     pending_parent: int = 0     # prepared while this parent trained: its weights are loaded at the hand-over
-    profile: Any = None         # the profile it was chosen under (lowered when its memory plan refused a size)
 
     @property
     def graph(self) -> Any:
@@ -189,7 +188,7 @@ class LookAhead:
                 # out of memory while the previous round held its memory: try again without it
                 log.info("event=lookahead_discarded round=%d reason=%s", basis.round_index, planned.prepared.failure)
                 planned.release()
-                _free_memory()
+                free_memory()
                 self.discarded += 1
                 planned = None
             if planned is not None:
@@ -280,7 +279,7 @@ def freeze_heap() -> None:
         _heap_frozen = True
 
 
-def _free_memory() -> None:
+def free_memory() -> None:
     """Free what released rounds still hold (models in reference cycles, iterators queued for
     deletion with their prefetch buffers) before a preparation that ran out of memory is tried again."""
     gc.collect()

@@ -61,13 +61,16 @@ def batch_sizes_after_out_of_memory(sizes: Sequence[int], failed: int,
 def profile_after_out_of_memory(profile: Profile, failed: int, fits: int | None = None) -> Profile:
     """The profile a worker's later rounds choose from once a round ran out of memory at batch size
     `failed` (`batch_sizes_after_out_of_memory`, `fits` the plan's estimate if any); unchanged, and
-    said, when no size is smaller."""
+    said, when no size is smaller. The default becomes the largest size kept when it was larger,
+    and is kept otherwise: a smaller size's running out of memory says nothing about it."""
     kept = batch_sizes_after_out_of_memory(profile.batch_sizes, failed, fits)
     if kept is None:
         log.error("event=no_batch_size_fits failed_batch=%d: each batch size runs out of memory", failed)
         return profile
-    log.warning("event=batch_sizes_lowered failed_batch=%d batch_size=%d smallest=%d", failed, kept[-1], kept[0])
-    return replace(profile, batch_sizes=kept, batch_size=kept[-1])
+    default = min(profile.batch_size, kept[-1])
+    log.warning("event=batch_sizes_lowered failed_batch=%d batch_size=%d largest=%d smallest=%d", failed, default,
+                kept[-1], kept[0])
+    return replace(profile, batch_sizes=kept, batch_size=default)
 
 
 class DataEnded(Exception):

@@ -135,6 +135,15 @@ class ControlSession:
         return Page(reply.total, [views.worker_entry_to_dict(w) for w in reply.workers],
                     master_time=reply.master_time)
 
+    def all_workers(self, run_id: int = 0) -> list[dict[str, Any]]:
+        """Every registered worker (run_id: those of that run) as dicts, paged by the master's page."""
+        rows: list[dict[str, Any]] = []
+        while True:
+            page = self.workers(run_id=run_id, limit=self.page_size, offset=len(rows))
+            rows += page.rows
+            if not page.rows or len(rows) >= page.total:
+                return rows
+
     def models(self, run_id: int = 0, state: str | None = None, limit: int = 0, offset: int = 0) -> Page:
         """A page of the run's models as dicts, ascending id, without their graphs."""
         reply = self.client.list_models(run_id, state=state, limit=limit, offset=offset)
