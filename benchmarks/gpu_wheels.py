@@ -71,11 +71,14 @@ def trim_wheel(wheel: Path, left_out: tuple[str, ...]) -> int:
         elif not info.is_dir():
             writer.writerow([info.filename, _record_hash(data), len(data)])
     trimmed = wheel.with_suffix(".part")
-    with zipfile.ZipFile(trimmed, "w", compression=zipfile.ZIP_DEFLATED) as target:
-        for info, data in kept:
-            target.writestr(info, rows.getvalue().encode() if info.filename == records[0] else data,
-                            compress_type=zipfile.ZIP_DEFLATED)
-    trimmed.replace(wheel)
+    try:
+        with zipfile.ZipFile(trimmed, "w", compression=zipfile.ZIP_DEFLATED) as target:
+            for info, data in kept:
+                target.writestr(info, rows.getvalue().encode() if info.filename == records[0] else data,
+                                compress_type=zipfile.ZIP_DEFLATED)
+        trimmed.replace(wheel)
+    finally:
+        trimmed.unlink(missing_ok=True)  # a write that failed leaves no half wheel beside the whole one
     return len(infos) - len(kept)
 
 

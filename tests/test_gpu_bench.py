@@ -33,8 +33,10 @@ def test_both_resnets_train_and_every_figure_is_printed_and_recorded(monkeypatch
                            "worker_vs_keras_applications_fp32"}
     assert float(result["images_per_s_fp32"]) > 0 and 0 < float(result["path_ratio_fp32"]) < 10
     # the worker's own round (its compile_round, its loop) against keras.applications
+    # from the recorded rates: the printed images/s has one decimal, 2% of a loaded CPU's 2.4 images/s
     assert float(result["worker_vs_keras_applications_fp32"]) == pytest.approx(
-        float(result["worker_images_per_s_fp32"]) / lines_rate(out, "keras"), rel=0.01)
+        lines_rate(out, "worker") / lines_rate(out, "keras"), rel=0.01)
+    assert float(result["worker_images_per_s_fp32"]) == pytest.approx(lines_rate(out, "worker"), abs=0.051)
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     # efficiency = analytic training FLOPs per image x images/s / the float32 GEMM rate
     flops = gpu_bench.count_flops(gpu_bench.resnet50(input_size=32, classes=10)).train
