@@ -10,6 +10,7 @@ import io
 import re
 import tokenize
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -229,20 +230,24 @@ def _repository_sources() -> list[Path]:
     return [p for p in files if "migrations" not in p.parts and p.relative_to(ROOT).as_posix() not in GENERATED]
 
 
+def _imported_names(path: Path) -> Iterator[list[str]]:
+    """Each import statement of `path` (lazy ones too) as the dotted names it brings in: the
+    module, and for `from m import x` also `m.x` (a submodule or a name of m)."""
+    module = _module_name(path)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, _is_package(path), node)
+            yield [base] + [f"{base}.{a.name}" for a in node.names]
+
+
 def _protobuf_importers(sources: list[Path] | None = None) -> list[str]:
     found = []
     for path in _sources() if sources is None else sources:
-        module = _module_name(path)
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = _resolve(module, _is_package(path), node)
-                names = [base] + [f"{base}.{a.name}" for a in node.names]
-            else:
-                continue
+        for names in _imported_names(path):
             if any(n.rpartition(".")[2] in ("aiperf_pb2", "aiperf_pb2_grpc") for n in names):
-                found.append(module)
+                found.append(_module_name(path))
     return sorted(set(found))
 
 
@@ -278,16 +283,8 @@ WIRE_LEVEL = ("aiperf.api.views", "aiperf.api.wire", "aiperf.api.stream", "aiper
 def _wire_level_imports(sources: list[Path]) -> list[str]:
     found = []
     for path in sources:
-        module = _module_name(path)
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = _resolve(module, _is_package(path), node)
-                names = [base] + [f"{base}.{a.name}" for a in node.names]
-            else:
-                continue
-            found += [f"{module}: {n}" for n in names if n in WIRE_LEVEL]
+        for names in _imported_names(path):
+            found += [f"{_module_name(path)}: {n}" for n in names if n in WIRE_LEVEL]
     return sorted(set(found))
 
 

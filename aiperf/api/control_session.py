@@ -9,11 +9,13 @@ send hostile values through it); `ControlSession` wraps one, as WorkerSession wr
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from aiperf import limits
 from aiperf.api import views, wire
 from aiperf.api.records import ModelRecord
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # grpc loads with the client, when a command first calls the master
     from aiperf.api.client import ControlClient, NodeInventory
@@ -88,6 +90,17 @@ class AuditList:
     node_audit_model_ids: frozenset[int] = field(default_factory=frozenset)
 
 
+def read_all(page_at: Callable[[int], tuple[list[T], int]]) -> list[T]:
+    """Every item of a listing, page after page: `page_at(offset)` answers a page and the total the
+    master holds; the listing ends at that total, or at an empty page (a total that overstates)."""
+    items: list[T] = []
+    while True:
+        page, total = page_at(len(items))
+        items += page
+        if not page or len(items) >= total:
+            return items
+
+
 class ControlSession:
     """The calls of the CLI, through one ControlClient (the admin token). A master's refusal
     raises aiperf.api.calls.ApiError, as the client's calls do."""
@@ -137,12 +150,11 @@ class ControlSession:
 
     def all_workers(self, run_id: int = 0) -> list[dict[str, Any]]:
         """Every registered worker (run_id: those of that run) as dicts, paged by the master's page."""
-        rows: list[dict[str, Any]] = []
-        while True:
-            page = self.workers(run_id=run_id, limit=self.page_size, offset=len(rows))
-            rows += page.rows
-            if not page.rows or len(rows) >= page.total:
-                return rows
+        def page_at(offset: int) -> tuple[list[dict[str, Any]], int]:
+            page = self.workers(run_id=run_id, limit=self.page_size, offset=offset)
+            return page.rows, page.total
+
+        return read_all(page_at)
 
     def models(self, run_id: int = 0, state: str | None = None, limit: int = 0, offset: int = 0) -> Page:
         """A page of the run's models as dicts, ascending id, without their graphs."""
@@ -151,21 +163,19 @@ class ControlSession:
 
     def all_models(self, run_id: int, state: str | None = None) -> list[dict[str, Any]]:
         """Every model of the run (in `state` when given) as dicts, ascending id, paged by the master's page."""
-        rows: list[dict[str, Any]] = []
-        while True:
-            page = self.models(run_id, state=state, limit=self.page_size, offset=len(rows))
-            rows += page.rows
-            if not page.rows or len(rows) >= page.total:
-                return rows
+        def page_at(offset: int) -> tuple[list[dict[str, Any]], int]:
+            page = self.models(run_id, state=state, limit=self.page_size, offset=offset)
+            return page.rows, page.total
+
+        return read_all(page_at)
 
     def all_model_records(self, run_id: int, state: str | None = None) -> list[ModelRecord]:
         """Every model of the run (in `state` when given) as records without graphs, ascending id."""
-        models: list[ModelRecord] = []
-        while True:
-            page = self.model_records(run_id, state=state, limit=self.page_size, offset=len(models))
-            models += page.models
-            if not page.models or len(models) >= page.total:
-                return models
+        def page_at(offset: int) -> tuple[list[ModelRecord], int]:
+            page = self.model_records(run_id, state=state, limit=self.page_size, offset=offset)
+            return page.models, page.total
+
+        return read_all(page_at)
 
     def model_records(self, run_id: int = 0, state: str | None = None, limit: int = 0, offset: int = 0,
                       include_graph: bool = False) -> ModelPage:
