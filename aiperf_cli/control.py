@@ -25,8 +25,9 @@ from typing import Any, Optional
 
 import typer
 
-from aiperf.api.control_session import ControlSession, Page, RunRequest
+from aiperf.api.control_session import ControlSession, Page
 from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS
+from aiperf.run_spec import RunLimits, RunSpec
 from aiperf.states import ModelState, WorkerState
 from aiperf_cli.explain import checks_table, explain_text, summary_line
 from aiperf_cli.format import format_duration, format_flops, parse_duration
@@ -85,12 +86,11 @@ def start_cmd(
         seconds = parse_duration(duration)
     except ValueError as exc:
         fail(str(exc))
-    request = RunRequest(seconds, profile=profile.value, seed=seed, precision=precision.value if precision else "",
-                         xla=xla, max_models=max_models, max_rounds_per_worker=max_rounds,
-                         max_epochs_per_round=max_epochs, warmup_rounds=warmup_rounds, min_workers=min_workers,
-                         allow_concurrent=allow_concurrent, deterministic=deterministic, inherit=not no_inherit,
-                         keep_checkpoints=keep_checkpoints)
-    d: dict[str, Any] = ctl.call(ctl.session().start_run, request)
+    spec = RunSpec(seconds, profile=profile.value, seed=seed, precision=precision.value if precision else "",
+                   xla=xla, limits=RunLimits(max_models, max_rounds, max_epochs), warmup_rounds=warmup_rounds,
+                   min_workers=min_workers, allow_concurrent=allow_concurrent, deterministic=deterministic,
+                   inherit=not no_inherit, keep_checkpoints=keep_checkpoints)
+    d: dict[str, Any] = ctl.call(ctl.session().start_run, spec)
     short = short_run_warning(d)
     if short:
         print(f"aiperf: warning: {short}", file=sys.stderr)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from aiperf.api.control_session import RunRequest
+from aiperf.run_spec import RunSpec
 from aiperf_cli.control import short_run_warning
 from aiperf_cli.explain import summary_line
 from aiperf_cli.options import ExitCode, fail, fail_api
@@ -116,8 +116,8 @@ def _run(console: "Console", control: "ControlSession", workdir: Path, minutes: 
          interval: float = DEFAULT_INTERVAL_S) -> dict[str, Any]:
     """Start the smoke run, watch it to its end, print the scoreboard and write the report;
     returns the scoreboard dict."""
-    run = control.start_run(RunRequest(minutes * 60, profile="smoke", seed=seed, min_workers=1,
-                                       deterministic=deterministic, inherit=inherit))
+    run = control.start_run(RunSpec(minutes * 60, profile="smoke", seed=seed, min_workers=1,
+                                    deterministic=deterministic, inherit=inherit))
     short = short_run_warning(run)
     if short:
         console.print(f"[yellow]note[/yellow]: {short}")

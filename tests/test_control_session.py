@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiperf.api import aiperf_pb2 as pb
-from aiperf.api.control_session import AuditClaim, ControlSession, RunRequest
+from aiperf.api.control_session import AuditClaim, ControlSession
+from aiperf.run_spec import RunLimits, RunSpec
 from aiperf.states import ModelState
 
 
@@ -87,11 +88,13 @@ def test_the_report_ranks_every_done_model_not_only_the_first_page(monkeypatch: 
 def test_requests_and_claims_reach_the_client_field_by_field() -> None:
     client = PagedClient([], cap=1)
     session = ControlSession(client)  # type: ignore[arg-type]
-    run = session.start_run(RunRequest(90.0, profile="smoke", seed=7, xla=False, inherit=False))
+    run = session.start_run(RunSpec(90.0, profile="smoke", seed=7, xla=False, inherit=False,
+                                    limits=RunLimits(max_models=5, max_epochs_per_round=2)))
     assert run["run_id"] == 1 and run["state"] == "finished"
     assert client.kwargs["duration_s"] == 90.0 and client.kwargs["seed"] == 7
     assert client.kwargs["xla"] is False and client.kwargs["inherit"] is False
-    assert set(client.kwargs) == {f for f in RunRequest.__dataclass_fields__}
+    assert client.kwargs["max_models"] == 5 and client.kwargs["max_epochs_per_round"] == 2
+    assert client.kwargs["max_rounds_per_worker"] == 0 and "limits" not in client.kwargs
     audit = session.record_audit(3, AuditClaim(verdict="passed", architecture_ok=True, audited_accuracy=0.7))
     assert audit["model_id"] == 3 and audit["verdict"] == "passed"
     assert client.kwargs["audited_accuracy"] == 0.7 and client.kwargs["node"] is None

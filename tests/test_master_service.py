@@ -757,8 +757,9 @@ def test_timeline_of_a_run(master_server, small_graph):
 def test_the_master_takes_and_returns_plain_types(small_graph, tmp_path):
     import asyncio
 
+    from aiperf.run_spec import RunSpec
     from master.core.master import Master
-    from master.core.requests import ModelSubmission, ProgressReport, RunSpec
+    from master.core.requests import ModelSubmission, ProgressReport
     from master.store.errors import PermissionDenied
     from master.store.records import WorkerInput
     from master.store.sql.sql_store import SqlStore

@@ -21,7 +21,7 @@ def _life(url: str, clock: FakeClock, **kwargs: object) -> Master:
 
 
 def _first_life(url: str, clock: FakeClock, graph: object) -> tuple[int, int, int]:
-    from master.core.requests import RunSpec
+    from aiperf.run_spec import RunSpec
 
     m = _life(url, clock)
     trainer = m.register(WorkerInput("trainer", "trainer", [], 1, 1, {}))

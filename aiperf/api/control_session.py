@@ -14,34 +14,12 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from aiperf import limits
 from aiperf.api import views, wire
 from aiperf.api.records import ModelRecord
+from aiperf.run_spec import RunSpec
 
 T = TypeVar("T")
 
 if TYPE_CHECKING:  # grpc loads with the client, when a command first calls the master
     from aiperf.api.client import ControlClient, NodeInventory
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """What `aiperf start` asks for (StartRun). precision "" and xla None: the profile's; limits 0:
-    none; warmup_rounds 0: the profile's; keep_checkpoints 0: the master's default."""
-
-    duration_s: float
-    profile: str = "smoke"
-    seed: int = 0
-    precision: str = ""
-    max_models: int = 0
-    max_rounds_per_worker: int = 0
-    max_epochs_per_round: int = 0
-    warmup_rounds: int = 0
-    min_workers: int = 0
-    allow_concurrent: bool = False
-    report_interval_s: float = 0.0
-    resource_interval_s: float = 0.0
-    deterministic: bool = False
-    xla: bool | None = None
-    inherit: bool = True
-    keep_checkpoints: int = 0
 
 
 @dataclass(frozen=True)
@@ -120,10 +98,11 @@ class ControlSession:
     def close(self) -> None:
         self.client.close()
 
-    def start_run(self, request: RunRequest) -> dict[str, Any]:
+    def start_run(self, spec: RunSpec) -> dict[str, Any]:
         """Start a run; the run as views.run_info_to_dict has it."""
-        kwargs = {f.name: getattr(request, f.name) for f in fields(request)}
-        return views.run_info_to_dict(self.client.start_run(**kwargs))
+        kwargs = {f.name: getattr(spec, f.name) for f in fields(spec) if f.name != "limits"}
+        limits = {f.name: getattr(spec.limits, f.name) for f in fields(spec.limits)}
+        return views.run_info_to_dict(self.client.start_run(**kwargs, **limits))
 
     def stop_run(self, run_id: int = 0, abort: bool = False, reason: str = "") -> dict[str, Any]:
         return views.run_info_to_dict(self.client.stop_run(run_id, abort=abort, reason=reason))

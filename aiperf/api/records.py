@@ -12,14 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aiperf.hyperparameters import Hyperparameters
+from aiperf.run_spec import RunLimits
 from aiperf.states import ModelState, RunState, WorkerState
-
-
-@dataclass(frozen=True)
-class RunLimits:
-    max_models: int = 0             # 0: no limit
-    max_rounds_per_worker: int = 0
-    max_epochs_per_round: int = 0
 
 
 @dataclass(frozen=True)

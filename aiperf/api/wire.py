@@ -7,8 +7,9 @@ from typing import Iterable
 
 from aiperf.api import aiperf_pb2 as pb
 from aiperf.api.enums import MODEL_STATES, PRECISIONS, PROFILES, RUN_STATES, WORKER_STATES
-from aiperf.api.records import CheckpointToDelete, Heartbeat, ModelRecord, Registration, RunConfig, RunInfo, RunLimits
+from aiperf.api.records import CheckpointToDelete, Heartbeat, ModelRecord, Registration, RunConfig, RunInfo
 from aiperf.hyperparameters import HyperparameterError, Hyperparameters
+from aiperf.run_spec import RunLimits
 
 
 def hyperparameters_of(h: pb.Hyperparameters) -> Hyperparameters | None:

@@ -36,6 +36,7 @@ from aiperf.graph import with_inserted_kernel
 from aiperf.hyperparameters import HyperparameterError, Hyperparameters
 from aiperf.limits import MAX_OPS_PER_REPORT
 from aiperf.ruleset import RULES_VERSION
+from aiperf.run_spec import RunSpec
 from aiperf.states import FINISHED_MODEL_STATES, OPEN_MODEL_STATES, ModelState, RunState, WorkerState
 from master.core import node_audits, restart, retention, weight_lineage
 from master.core.audits import Audits
@@ -48,7 +49,7 @@ from master.core.officiality import run_config
 from master.core.operations import RunOperations
 from master.core.progress_writer import ProgressWriter
 from master.core.replies import Registration
-from master.core.requests import ModelFinish, ModelSubmission, ProgressReport, ResourceSampleReport, RunSpec
+from master.core.requests import ModelFinish, ModelSubmission, ProgressReport, ResourceSampleReport
 from master.core.resends import ResentReports
 from master.core.roster import Roster
 from master.core.run_rules import check_accelerators, parse_graph, with_checked_peaks, worker_budget

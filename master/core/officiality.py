@@ -18,7 +18,8 @@ from aiperf.limits import MAX_MODEL_NAME_CHARS
 from aiperf.precision import PRECISIONS
 from aiperf.profiles import PROFILES
 from aiperf.retention import DEFAULT_KEEP_CHECKPOINTS
-from master.core.requests import DEFAULT_REPORT_INTERVAL_S, DEFAULT_RESOURCE_INTERVAL_S, RunSpec
+from aiperf.run_spec import RunSpec
+from master.core.requests import DEFAULT_REPORT_INTERVAL_S, DEFAULT_RESOURCE_INTERVAL_S
 from master.core.run_rules import checked_rates
 from master.store.errors import InvalidArgument
 from master.store.records import RunRecord, RunWorker

@@ -8,7 +8,7 @@ in master/core/replies.py.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from master.store.errors import InvalidArgument
@@ -16,35 +16,6 @@ from master.store.errors import InvalidArgument
 DEFAULT_WARMUP_ROUNDS = 5
 DEFAULT_REPORT_INTERVAL_S = 30.0
 DEFAULT_RESOURCE_INTERVAL_S = 30.0
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Limits of a run; 0 means no limit."""
-
-    max_models: int = 0
-    max_rounds_per_worker: int = 0
-    max_epochs_per_round: int = 0
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """A run to start; 0 means the default (warm-up rounds, intervals) or none (min_workers)."""
-
-    duration_s: float
-    profile: str = "smoke"
-    seed: int = 0
-    precision: str = ""  # "": the profile's (official: mixed_fp16; smoke: fp32)
-    limits: Limits = field(default_factory=Limits)
-    warmup_rounds: int = 0
-    min_workers: int = 0
-    allow_concurrent: bool = False
-    report_interval_s: float = 0.0
-    resource_interval_s: float = 0.0
-    deterministic: bool = False
-    xla: bool | None = None  # None: the profile's (official: on; smoke: off)
-    inherit: bool = True       # children start from their parent's weights
-    keep_checkpoints: int = 0  # retention's top K; 0: DEFAULT_KEEP_CHECKPOINTS
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from aiperf.api.enums import (
     WORKER_STATE_VALUES,
     WORKER_STATES,
 )
+from aiperf.run_spec import RunLimits, RunSpec
 from aiperf.states import ModelState
 from master.core import weight_lineage
 from master.core.replies import (
@@ -41,12 +42,10 @@ from master.core.requests import (
     DEFAULT_RESOURCE_INTERVAL_S,
     DEFAULT_WARMUP_ROUNDS,
     AuditSubmission,
-    Limits,
     ModelFinish,
     ModelSubmission,
     ProgressReport,
     ResourceSampleReport,
-    RunSpec,
 )
 from master.store.errors import FailedPrecondition, InvalidArgument
 from master.store.records import (
@@ -71,8 +70,8 @@ def run_spec(req: pb.StartRunRequest) -> RunSpec:
         raise InvalidArgument(f"unknown precision {req.precision}")
     return RunSpec(
         duration_s=req.duration_s, profile=profile, seed=int(req.seed), precision=precision,
-        limits=Limits(int(req.limits.max_models), int(req.limits.max_rounds_per_worker),
-                      int(req.limits.max_epochs_per_round)),
+        limits=RunLimits(int(req.limits.max_models), int(req.limits.max_rounds_per_worker),
+                         int(req.limits.max_epochs_per_round)),
         warmup_rounds=int(req.warmup_rounds), min_workers=int(req.min_workers),
         allow_concurrent=req.allow_concurrent, report_interval_s=req.report_interval_s,
         resource_interval_s=req.resource_interval_s, deterministic=req.deterministic,
